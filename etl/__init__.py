@@ -1,0 +1,1 @@
+"""Reusable ETL building blocks: read, validate, split, preprocess, shard, publish."""

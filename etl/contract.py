@@ -1,0 +1,125 @@
+"""The on-disk contract between the ETL jobs and every reader: names, layout, specs.
+
+Both sides import this module, so it must not import Apache Beam (``import reader``
+has to work where only TensorFlow is installed). TensorFlow itself is imported
+lazily, only by the functions that build ``tf.io`` parse specs.
+
+Layout of a finished output directory::
+
+    <output_dir>/
+      manifest.json                      written last; its presence means "complete"
+      transform_fn/                      tf.Transform SavedModel (serving preprocessing)
+      transformed_metadata/              tf.Transform schema of the stored features
+      errors/rejected.jsonl              one JSON object per rejected input
+      <split>/<name>-<split>-SSSSS-of-NNNNN.tfrecord.gz
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+FORMAT_VERSION = 1
+MANIFEST_FILENAME = "manifest.json"
+ERRORS_DIRNAME = "errors"
+REJECTED_FILENAME = "rejected.jsonl"
+TRANSFORM_FN_DIRNAME = "transform_fn"
+TRANSFORMED_METADATA_DIRNAME = "transformed_metadata"
+SHARD_SUFFIX = ".tfrecord.gz"
+COMPRESSION = "GZIP"
+
+TRAIN = "train"
+VALIDATION = "validation"
+TEST = "test"
+SPLITS: tuple[str, ...] = (TRAIN, VALIDATION, TEST)
+
+# Feature keys of the stored image examples (see docs/FORMAT.md).
+IMAGE_KEY = "image"
+HEIGHT_KEY = "height"
+WIDTH_KEY = "width"
+CHANNELS_KEY = "channels"
+LABEL_KEY = "label"
+LABEL_NAME_KEY = "label_name"
+SOURCE_KEY = "key"
+
+# tf.Transform vocabulary file name of the label vocabulary.
+LABEL_VOCABULARY_NAME = "label"
+
+
+def shard_filename(name: str, split: str, index: int, num_shards: int) -> str:
+    """File name of shard ``index`` (0-based) of ``num_shards`` for ``split``.
+
+    >>> shard_filename("images", "train", 0, 12)
+    'images-train-00000-of-00012.tfrecord.gz'
+    """
+    if not 0 <= index < num_shards:
+        raise ValueError(f"Shard index {index} is outside [0, {num_shards}).")
+    return f"{name}-{split}-{index:05d}-of-{num_shards:05d}{SHARD_SUFFIX}"
+
+
+def shard_relpath(name: str, split: str, index: int, num_shards: int) -> str:
+    """Shard path relative to the output directory, always with ``/`` separators."""
+    return f"{split}/{shard_filename(name, split, index, num_shards)}"
+
+
+def feature_spec_to_json(feature_spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Describes a ``tf.io`` feature spec as plain JSON (for the manifest).
+
+    Only ``tf.io.FixedLenFeature`` and ``tf.io.VarLenFeature`` occur in our outputs;
+    anything else is a programming error and raises ``TypeError``.
+    """
+    import tensorflow as tf
+
+    described: dict[str, dict[str, Any]] = {}
+    for name in sorted(feature_spec):
+        spec = feature_spec[name]
+        if isinstance(spec, tf.io.FixedLenFeature):
+            described[name] = {
+                "kind": "fixed_len",
+                "dtype": tf.as_dtype(spec.dtype).name,
+                "shape": [int(d) for d in spec.shape],
+            }
+        elif isinstance(spec, tf.io.VarLenFeature):
+            described[name] = {"kind": "var_len", "dtype": tf.as_dtype(spec.dtype).name}
+        else:
+            raise TypeError(f"Feature {name!r} has unsupported spec type {type(spec)}.")
+    return described
+
+
+def feature_spec_from_json(described: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Inverse of :func:`feature_spec_to_json`: the spec for ``tf.io.parse_example``."""
+    import tensorflow as tf
+
+    spec: dict[str, Any] = {}
+    for name, desc in described.items():
+        dtype = tf.as_dtype(desc["dtype"])
+        if desc["kind"] == "fixed_len":
+            spec[name] = tf.io.FixedLenFeature(list(desc["shape"]), dtype)
+        elif desc["kind"] == "var_len":
+            spec[name] = tf.io.VarLenFeature(dtype)
+        else:
+            raise ValueError(f"Feature {name!r} has unknown kind {desc['kind']!r}.")
+    return spec
+
+
+def load_manifest(data_dir: str) -> dict[str, Any]:
+    """Reads ``<data_dir>/manifest.json``.
+
+    Raises:
+        FileNotFoundError: if there is no manifest, i.e. the job did not finish.
+    """
+    import tensorflow as tf
+
+    path = f"{data_dir.rstrip('/')}/{MANIFEST_FILENAME}"
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(
+            f"No {MANIFEST_FILENAME} under {data_dir!r}: did the ETL job finish? The "
+            f"manifest is written last, only when the whole dataset is complete.")
+    with tf.io.gfile.GFile(path, "r") as f:
+        return json.loads(f.read())
+
+
+def dumps_manifest(manifest: Mapping[str, Any]) -> str:
+    """Canonical JSON text of a manifest: sorted keys, so reruns are byte-identical."""
+    return json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -1,0 +1,89 @@
+"""Rejected inputs: stable reason codes, the record type, and the errors/ writer."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import apache_beam as beam
+
+from etl import contract
+
+# Stable reason codes. They appear in errors/rejected.jsonl, the manifest and the
+# Beam counters, so they are part of the contract: add new ones, never rename.
+UNREADABLE_FILE = "unreadable_file"
+EMPTY_FILE = "empty_file"
+UNDECODABLE_IMAGE = "undecodable_image"
+UNSUPPORTED_FORMAT = "unsupported_format"
+MISSING_LABEL = "missing_label"
+INVALID_LABEL = "invalid_label"
+INVALID_SPLIT = "invalid_split"
+MALFORMED_MANIFEST_ROW = "malformed_manifest_row"
+
+REASONS: tuple[str, ...] = (
+    UNREADABLE_FILE, EMPTY_FILE, UNDECODABLE_IMAGE, UNSUPPORTED_FORMAT,
+    MISSING_LABEL, INVALID_LABEL, INVALID_SPLIT, MALFORMED_MANIFEST_ROW,
+)
+
+METRICS_NAMESPACE = "etl"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+    """One input that could not become an example, and why."""
+
+    key: str
+    source: str
+    reason: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.reason not in REASONS:
+            raise ValueError(f"Unknown rejection reason {self.reason!r}.")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, ensure_ascii=False)
+
+
+def count_rejection(reason: str) -> None:
+    """Increments the Beam counter ``rejected_<reason>`` (call from inside a DoFn)."""
+    beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"rejected_{reason}").inc()
+
+
+def _write_sorted_jsonl(rejections: Iterable[Rejection], path: str) -> dict[str, Any]:
+    import tensorflow as tf
+
+    ordered = sorted(rejections, key=lambda r: (r.key, r.source, r.reason, r.message))
+    by_reason: dict[str, int] = {}
+    for rejection in ordered:
+        by_reason[rejection.reason] = by_reason.get(rejection.reason, 0) + 1
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    tmp_path = path + ".incomplete"
+    with tf.io.gfile.GFile(tmp_path, "w") as f:
+        for rejection in ordered:
+            f.write(rejection.to_json() + "\n")
+    tf.io.gfile.rename(tmp_path, path, overwrite=True)
+    return {"count": len(ordered), "by_reason": dict(sorted(by_reason.items()))}
+
+
+class WriteRejections(beam.PTransform):
+    """Writes all rejections, sorted by key, to ``<output_dir>/errors/rejected.jsonl``.
+
+    Returns a single-element PCollection ``{"count": N, "by_reason": {...}}`` for the
+    manifest. Rejections are expected to be few (they are gathered on one worker).
+    """
+
+    def __init__(self, output_dir: str) -> None:
+        super().__init__()
+        self._path = os.path.join(output_dir, contract.ERRORS_DIRNAME,
+                                  contract.REJECTED_FILENAME)
+
+    def expand(self, rejections: beam.PCollection) -> beam.PCollection:
+        return (
+            rejections
+            | "GatherRejections" >> beam.combiners.ToList()
+            | "WriteRejectionsFile" >> beam.Map(_write_sorted_jsonl, path=self._path)
+        )

@@ -1,0 +1,94 @@
+"""tf.Transform preprocessing for images: the ``preprocessing_fn`` and its config.
+
+Analyzers (the label vocabulary) are fit on the train split only by the pipeline;
+the exported ``transform_fn`` then applies the identical graph to every split and,
+at serving time, to raw image bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from etl import contract, image_codec
+from etl.image_loading import RAW_IMAGE_KEY, RAW_LABEL_KEY, RAW_SOURCE_KEY
+
+RAW_FEATURE_SPEC: dict[str, tf.io.FixedLenFeature] = {
+    RAW_IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
+    RAW_LABEL_KEY: tf.io.FixedLenFeature([], tf.string),
+    RAW_SOURCE_KEY: tf.io.FixedLenFeature([], tf.string),
+}
+
+# Label id for a label that never occurs in the train split.
+UNKNOWN_LABEL_ID = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class ImagePreprocessing:
+    """Parameters of the image preprocessing (all recorded in the manifest)."""
+
+    image_size: int = 224
+    image_format: str = image_codec.JPEG
+    jpeg_quality: int = 95
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.image_size <= 8192:
+            raise ValueError(f"--image_size must be in [1, 8192], got {self.image_size}.")
+        if self.image_format not in image_codec.IMAGE_FORMATS:
+            raise ValueError(f"--image_format must be one of {image_codec.IMAGE_FORMATS}, "
+                             f"got {self.image_format!r}.")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"--jpeg_quality must be in [1, 100], got {self.jpeg_quality}.")
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's "preprocessing" entry for images."""
+        return {
+            **dataclasses.asdict(self),
+            "channels": 3,
+            "color": "RGB; gray replicated, palette expanded, alpha dropped, "
+                     "16-bit reduced to the high byte, GIF first frame",
+            "resize": "shorter side to image_size (bilinear, antialias=True), then "
+                      "centre crop image_size x image_size, round half to even",
+            "label_vocabulary": "tft.vocabulary on the train split: decreasing "
+                                "frequency, ties in reverse byte order; labels not "
+                                f"seen in train get id {UNKNOWN_LABEL_ID}",
+        }
+
+
+def preprocessing_fn(inputs: dict[str, tf.Tensor], *,
+                     config: ImagePreprocessing = ImagePreprocessing()
+                     ) -> dict[str, tf.Tensor]:
+    """Maps a batch of raw images (``RAW_FEATURE_SPEC``) to the stored features.
+
+    Args:
+        inputs: ``image`` (encoded file bytes), ``label`` (class name) and ``key``
+            (source key), each a ``[batch]`` tensor.
+        config: image size and stored format; bind it with ``functools.partial``.
+
+    Returns:
+        The features of docs/FORMAT.md: ``image`` (bytes in ``config.image_format``),
+        ``height``, ``width``, ``channels``, ``label`` (vocabulary id),
+        ``label_name`` and ``key``.
+    """
+    raw_images = inputs[RAW_IMAGE_KEY]
+    images = tf.map_fn(
+        lambda b: image_codec.preprocess(b, config.image_size, config.image_format,
+                                         config.jpeg_quality),
+        raw_images, fn_output_signature=tf.TensorSpec([], tf.string))
+    batch = tf.shape(raw_images)[:1]
+    size = tf.constant(config.image_size, tf.int64)
+    labels = inputs[RAW_LABEL_KEY]
+    return {
+        contract.IMAGE_KEY: images,
+        contract.HEIGHT_KEY: tf.fill(batch, size),
+        contract.WIDTH_KEY: tf.fill(batch, size),
+        contract.CHANNELS_KEY: tf.fill(batch, tf.constant(3, tf.int64)),
+        contract.LABEL_KEY: tft.compute_and_apply_vocabulary(
+            labels, vocab_filename=contract.LABEL_VOCABULARY_NAME,
+            default_value=UNKNOWN_LABEL_ID),
+        contract.LABEL_NAME_KEY: tf.identity(labels),
+        contract.SOURCE_KEY: tf.identity(inputs[RAW_SOURCE_KEY]),
+    }

@@ -1,0 +1,279 @@
+"""Image inputs: an ImageFolder tree or a CSV/JSONL manifest → ``ImageRecord``s.
+
+Accepted layouts (see README "Input layouts"):
+
+* ``<root>/<class>/.../<file>``: the label is the first folder below the root.
+* ``<root>/<split>/<class>/.../<file>``: when *every* top-level folder is a split
+  name (train, validation/val/valid, test), that split is used instead of hashing.
+* ``manifest.csv`` with a header row, or ``manifest.jsonl`` with one object a line:
+  columns/fields ``path`` (relative to the manifest's folder, absolute, or a URI such
+  as ``gs://...``), ``label``, and optional ``split``.
+
+The key of an example is its path relative to the root (folder input) or the
+``path`` value as written (manifest input), with ``/`` separators. Files and folders
+whose name starts with ``.`` are not inputs (e.g. ``.DS_Store``).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import posixpath
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io import fileio
+
+from etl import dead_letters, splits
+from etl.dead_letters import Rejection
+
+PATH_COLUMN = "path"
+LABEL_COLUMN = "label"
+SPLIT_COLUMN = "split"
+MANIFEST_COLUMNS: tuple[str, ...] = (PATH_COLUMN, LABEL_COLUMN, SPLIT_COLUMN)
+
+REJECTED = "rejected"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageRecord:
+    """One image input before it is read: where it is, its key, label and split."""
+
+    key: str
+    uri: str
+    label: str
+    split: str | None = None  # None: assigned later from a hash of the key.
+
+
+def _has_scheme(path: str) -> bool:
+    return "://" in path
+
+
+def _normalise_root(root: str) -> str:
+    root = root.rstrip("/")
+    return root if _has_scheme(root) else os.path.abspath(root)
+
+
+def validate_label(label: Any) -> str | None:
+    """Reason code if ``label`` is unusable as a class name, else None.
+
+    Labels become lines of tf.Transform's text vocabulary file, so they must be
+    non-empty and free of line breaks.
+    """
+    if label is None or (isinstance(label, str) and not label.strip()):
+        return dead_letters.MISSING_LABEL
+    if not isinstance(label, str) or "\n" in label or "\r" in label:
+        return dead_letters.INVALID_LABEL
+    return None
+
+
+def detect_split_layout(root: str) -> bool:
+    """True when every top-level folder of ``root`` is a split name.
+
+    Raises:
+        ValueError: if some top-level folders are split names and others are not
+            (ambiguous: a class called "test" next to real classes?), or if
+            ``root`` has no folders at all.
+    """
+    import tensorflow as tf
+
+    if not tf.io.gfile.isdir(root):
+        raise ValueError(f"--input {root!r} is not a folder or a .csv/.jsonl manifest.")
+    folders = sorted(
+        name.rstrip("/") for name in tf.io.gfile.listdir(root)
+        if not name.startswith(".") and tf.io.gfile.isdir(posixpath.join(root, name))
+    )
+    if not folders:
+        raise ValueError(
+            f"No class folders under {root!r}: expected <root>/<class>/<image> or "
+            f"<root>/<split>/<class>/<image>."
+        )
+    is_split = [name.lower() in splits.SPLIT_ALIASES for name in folders]
+    if all(is_split):
+        return True
+    if any(is_split):
+        raise ValueError(
+            f"Top-level folders of {root!r} mix split names and class names: "
+            f"{folders}. Use either <root>/<class>/... or <root>/<split>/<class>/..."
+        )
+    return False
+
+
+def record_from_folder_path(path: str, root: str, split_layout: bool
+                            ) -> ImageRecord | Rejection | None:
+    """Turns one matched file into a record, a rejection, or None for hidden files."""
+    relative = path[len(root):].lstrip("/\\").replace(os.sep, "/")
+    parts = relative.split("/")
+    if any(part.startswith(".") for part in parts):
+        return None
+    split = None
+    if split_layout:
+        split = splits.canonical_split(parts[0])
+        parts = parts[1:]
+    if len(parts) < 2:
+        return Rejection(
+            key=relative, source=path, reason=dead_letters.MISSING_LABEL,
+            message="File is not inside a class folder, so it has no label.")
+    return ImageRecord(key=relative, uri=path, label=parts[0], split=split)
+
+
+def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str
+                    ) -> ImageRecord | Rejection:
+    """Validates one manifest row (already parsed into a mapping)."""
+    path = row.get(PATH_COLUMN)
+    if not isinstance(path, str) or not path.strip():
+        return Rejection(key=source, source=source,
+                         reason=dead_letters.MALFORMED_MANIFEST_ROW,
+                         message=f"Row has no usable {PATH_COLUMN!r} value: {dict(row)!r}")
+    path = path.strip()
+    if _has_scheme(path) or os.path.isabs(path):
+        key, uri = path, path
+    else:
+        key = posixpath.normpath(path.replace("\\", "/"))
+        uri = posixpath.join(manifest_dir, key)
+    label = row.get(LABEL_COLUMN)
+    reason = validate_label(label)
+    if reason is not None:
+        return Rejection(key=key, source=source, reason=reason,
+                         message=f"Label {label!r} is empty or contains a line break.")
+    split_value = row.get(SPLIT_COLUMN)
+    split = None
+    if split_value not in (None, ""):
+        try:
+            split = splits.canonical_split(str(split_value))
+        except ValueError as e:
+            return Rejection(key=key, source=source, reason=dead_letters.INVALID_SPLIT,
+                             message=str(e))
+    return ImageRecord(key=key, uri=uri, label=label.strip(), split=split)
+
+
+def parse_csv_line(line: str, header: tuple[str, ...]) -> dict[str, str] | None:
+    """One CSV data line as a dict, or None if its column count differs."""
+    values = next(csv.reader([line]), [])
+    if len(values) != len(header):
+        return None
+    return dict(zip(header, values, strict=True))
+
+
+def parse_jsonl_line(line: str) -> dict[str, Any] | None:
+    """One JSON Lines object, or None if the line is not a JSON object."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_csv_header(manifest_path: str) -> tuple[str, ...]:
+    """The CSV header, checked to contain ``path`` and ``label``.
+
+    Raises:
+        ValueError: naming the columns found if a required one is missing.
+    """
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(manifest_path, "r") as f:
+        first_line = f.readline()
+    header = tuple(c.strip() for c in next(csv.reader([first_line]), []))
+    missing = [c for c in (PATH_COLUMN, LABEL_COLUMN) if c not in header]
+    if missing:
+        raise ValueError(
+            f"Manifest {manifest_path!r} lacks column(s) {missing}; its header is "
+            f"{list(header)}. Required: {PATH_COLUMN!r}, {LABEL_COLUMN!r}; optional: "
+            f"{SPLIT_COLUMN!r}."
+        )
+    return header
+
+
+class _ParseManifestLine(beam.DoFn):
+    def __init__(self, manifest_path: str, header: tuple[str, ...] | None) -> None:
+        self._manifest_path = manifest_path
+        self._manifest_dir = posixpath.dirname(manifest_path)
+        self._header = header  # None: JSON Lines.
+
+    def process(self, numbered_line: tuple[int, str]) -> Iterator[Any]:
+        line_number, line = numbered_line
+        if not line.strip():
+            return  # Blank lines are not rows.
+        source = f"{self._manifest_path}:{line_number}"
+        row = (parse_jsonl_line(line) if self._header is None
+               else parse_csv_line(line, self._header))
+        if row is None:
+            result: ImageRecord | Rejection = Rejection(
+                key=source, source=source, reason=dead_letters.MALFORMED_MANIFEST_ROW,
+                message=f"Cannot parse manifest line: {line[:200]!r}")
+        else:
+            result = record_from_row(row, self._manifest_dir, source)
+        yield from _route(result)
+
+
+class _FolderPathToRecord(beam.DoFn):
+    def __init__(self, root: str, split_layout: bool) -> None:
+        self._root = root
+        self._split_layout = split_layout
+
+    def process(self, path: str) -> Iterator[Any]:
+        result = record_from_folder_path(path, self._root, self._split_layout)
+        if result is not None:
+            yield from _route(result)
+
+
+def _route(result: ImageRecord | Rejection) -> Iterator[Any]:
+    if isinstance(result, Rejection):
+        dead_letters.count_rejection(result.reason)
+        yield beam.pvalue.TaggedOutput(REJECTED, result)
+    else:
+        yield result
+
+
+def _numbered_lines(path: str, skip_header: bool) -> Iterator[tuple[int, str]]:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "r") as f:
+        for number, line in enumerate(f, start=1):
+            if skip_header and number == 1:
+                continue
+            yield number, line.rstrip("\r\n")
+
+
+class ReadImageRecords(beam.PTransform):
+    """Lists the input (folder or manifest) as ``ImageRecord``s plus rejections.
+
+    Returns a ``DoOutputsTuple``: the main output holds ``ImageRecord``s and the
+    ``"rejected"`` tag holds ``Rejection``s (rows or files that name no usable image).
+    """
+
+    def __init__(self, input_path: str) -> None:
+        super().__init__()
+        self._input = input_path
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> Any:
+        lowered = self._input.lower()
+        if lowered.endswith((".csv", ".jsonl")):
+            path = self._input if _has_scheme(self._input) else os.path.abspath(
+                self._input)
+            header = read_csv_header(path) if lowered.endswith(".csv") else None
+            return (
+                pbegin
+                | "StartManifest" >> beam.Create([path])
+                # Manifests are read line by line on a worker (not pickled into the
+                # job graph) so that large ones stay within Dataflow's graph limits.
+                | "NumberManifestLines" >> beam.FlatMap(
+                    _numbered_lines, skip_header=header is not None)
+                | "ReshuffleManifestLines" >> beam.Reshuffle()
+                | "ParseManifestLines" >> beam.ParDo(
+                    _ParseManifestLine(path, header)).with_outputs(REJECTED, main="records")
+            )
+        root = _normalise_root(self._input)
+        split_layout = detect_split_layout(root)
+        return (
+            pbegin
+            | "MatchImageFiles" >> fileio.MatchFiles(root + "/**")
+            | "TakePaths" >> beam.Map(lambda metadata: metadata.path)
+            | "PathsToRecords" >> beam.ParDo(
+                _FolderPathToRecord(root, split_layout)).with_outputs(
+                    REJECTED, main="records")
+        )

@@ -1,0 +1,156 @@
+"""The dataset manifest: built from the job's side outputs and written last.
+
+``manifest.json`` is the commit point of an output directory: it is written only
+after every shard, the rejected-records file and the tf.Transform output are final
+(Beam runs this step only once all of its side inputs are complete), and readers
+treat a directory without it as unfinished.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import apache_beam as beam
+
+from etl import contract
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries whose behaviour shapes the output bytes."""
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    return {
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "tensorflow_transform": tft.__version__,
+        "apache_beam": beam.__version__,
+    }
+
+
+def build_manifest(
+    *,
+    name: str,
+    shards: Iterable[Mapping[str, Any]],
+    label_counts: Iterable[tuple[tuple[str, str], int]],
+    rejected: Mapping[str, Any],
+    features: Mapping[str, Any],
+    label_vocab: list[str],
+    preprocessing: Mapping[str, Any],
+    versions: Mapping[str, str],
+) -> dict[str, Any]:
+    """Assembles the manifest dict (see docs/FORMAT.md for every field).
+
+    Every split of ``contract.SPLITS`` is present, with ``num_records`` 0 and no
+    shards when it is empty; shards are listed in index order.
+    """
+    split_entries: dict[str, dict[str, Any]] = {}
+    for split in contract.SPLITS:
+        entries = sorted((s for s in shards if s["split"] == split),
+                         key=lambda s: s["index"])
+        split_entries[split] = {
+            "num_records": sum(s["num_records"] for s in entries),
+            "num_bytes": sum(s["num_bytes"] for s in entries),
+            "shards": [
+                {k: s[k] for k in ("path", "num_records", "num_bytes", "sha256")}
+                for s in entries
+            ],
+        }
+    counts: dict[str, dict[str, int]] = {split: {} for split in contract.SPLITS}
+    for (split, label), count in label_counts:
+        counts[split][label] = counts[split].get(label, 0) + count
+    return {
+        "format_version": contract.FORMAT_VERSION,
+        "name": name,
+        "splits": split_entries,
+        "features": dict(features),
+        "label_vocab": list(label_vocab),
+        "label_counts": {split: dict(sorted(c.items())) for split, c in counts.items()},
+        "preprocessing": dict(preprocessing),
+        "transform_output": {
+            "transform_fn": contract.TRANSFORM_FN_DIRNAME,
+            "transformed_metadata": contract.TRANSFORMED_METADATA_DIRNAME,
+        },
+        "versions": dict(versions),
+        "rejected": dict(rejected),
+    }
+
+
+def _read_transform_output(output_dir: str) -> tuple[dict[str, Any], list[str]]:
+    """(feature spec as JSON, label vocabulary) from the written tf.Transform output."""
+    import tensorflow_transform as tft
+
+    transform_output = tft.TFTransformOutput(output_dir)
+    features = contract.feature_spec_to_json(transform_output.transformed_feature_spec())
+    vocab = [
+        token.decode("utf-8") if isinstance(token, bytes) else str(token)
+        for token in transform_output.vocabulary_by_name(contract.LABEL_VOCABULARY_NAME)
+    ]
+    return features, vocab
+
+
+def _write_manifest(unused: None, *, output_dir: str, name: str,
+                    preprocessing: Mapping[str, Any], shards: list[dict[str, Any]],
+                    label_counts: list[tuple[tuple[str, str], int]],
+                    rejected: dict[str, Any], transform_written: list[Any]) -> str:
+    import tensorflow as tf
+
+    del unused, transform_written  # Only ordering: the transform output is final.
+    features, vocab = _read_transform_output(output_dir)
+    manifest = build_manifest(
+        name=name, shards=shards, label_counts=label_counts, rejected=rejected,
+        features=features, label_vocab=vocab, preprocessing=preprocessing,
+        versions=library_versions())
+    path = os.path.join(output_dir, contract.MANIFEST_FILENAME)
+    tmp_path = path + ".incomplete"
+    with tf.io.gfile.GFile(tmp_path, "w") as f:
+        f.write(contract.dumps_manifest(manifest))
+    tf.io.gfile.rename(tmp_path, path, overwrite=True)
+    return path
+
+
+class WriteManifest(beam.PTransform):
+    """Writes ``manifest.json`` once every input PCollection is complete.
+
+    Args:
+        output_dir: the dataset directory.
+        name: dataset name (the shard file prefix).
+        preprocessing: every preprocessing parameter, recorded verbatim.
+        shards: PCollection of shard entries from ``WriteShards``.
+        label_counts: PCollection of ``((split, label_name), count)``.
+        rejected: single-element PCollection from ``WriteRejections``.
+        transform_written: PCollection produced by ``tft_beam.WriteTransformFn``.
+
+    Returns:
+        A single-element PCollection holding the manifest's path.
+    """
+
+    def __init__(self, output_dir: str, name: str, preprocessing: Mapping[str, Any], *,
+                 shards: beam.PCollection, label_counts: beam.PCollection,
+                 rejected: beam.PCollection, transform_written: beam.PCollection) -> None:
+        super().__init__()
+        self._output_dir = output_dir
+        self._name = name
+        self._preprocessing = dict(preprocessing)
+        self._shards = shards
+        self._label_counts = label_counts
+        self._rejected = rejected
+        self._transform_written = transform_written
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        return (
+            pbegin
+            | "StartManifest" >> beam.Create([None])
+            | "WriteManifestFile" >> beam.Map(
+                _write_manifest,
+                output_dir=self._output_dir,
+                name=self._name,
+                preprocessing=self._preprocessing,
+                shards=beam.pvalue.AsList(self._shards),
+                label_counts=beam.pvalue.AsList(self._label_counts),
+                rejected=beam.pvalue.AsSingleton(self._rejected),
+                transform_written=beam.pvalue.AsList(self._transform_written))
+        )

@@ -1,0 +1,1 @@
+"""Runnable Beam jobs: ``python -m pipelines.images`` (and more to come)."""

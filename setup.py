@@ -1,0 +1,38 @@
+"""Packaging for the image / time-series TFRecord ETL and its tf.data reader.
+
+This file is also what Dataflow stages with ``--setup_file``: workers install the
+``etl``, ``reader`` and ``pipelines`` packages and the pinned dependencies below.
+"""
+
+from __future__ import annotations
+
+from setuptools import find_packages, setup
+
+INSTALL_REQUIRES = [
+    "apache-beam[gcp]>=2.77,<2.78",
+    "tensorflow>=2.21,<2.22",
+    "tensorflow-transform>=1.21,<1.22",
+    "tfx-bsl>=1.21,<1.22",
+]
+
+EXTRAS_REQUIRE = {
+    # Test-time only: pytest runs the suite, Pillow writes fixture images in formats
+    # TensorFlow cannot encode (GIF, BMP, palette PNG), ruff keeps the tree lint-clean.
+    "test": ["pytest>=8", "pillow>=10", "ruff>=0.6"],
+    # The demo's sample data: scikit-learn ships the 8x8 handwritten digits.
+    "demo": ["scikit-learn>=1.4"],
+}
+
+setup(
+    name="tfrecord-etl",
+    version="0.1.0",
+    description=(
+        "Apache Beam + tf.Transform ETL to sharded, deterministic GZIP TFRecords, "
+        "and the tf.data reader for them."
+    ),
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["etl", "etl.*", "reader", "reader.*", "pipelines",
+                                    "pipelines.*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+)
