@@ -63,8 +63,8 @@ def _write_sorted_jsonl(rejections: Iterable[Rejection], path: str) -> dict[str,
     tf.io.gfile.makedirs(os.path.dirname(path))
     tmp_path = path + ".incomplete"
     with tf.io.gfile.GFile(tmp_path, "w") as f:
-        for rejection in ordered:
-            f.write(rejection.to_json() + "\n")
+        # One write call, even when empty: GFile creates the file on first write.
+        f.write("".join(rejection.to_json() + "\n" for rejection in ordered))
     tf.io.gfile.rename(tmp_path, path, overwrite=True)
     return {"count": len(ordered), "by_reason": dict(sorted(by_reason.items()))}
 

@@ -120,16 +120,13 @@ def preprocess(image_bytes: tf.Tensor, size: int, image_format: str,
     return encode(image, image_format, jpeg_quality)
 
 
-@tf.function(input_signature=[tf.TensorSpec([], tf.string)])
-def _decoded_shape(image_bytes: tf.Tensor) -> tf.Tensor:
-    return tf.shape(decode_rgb(image_bytes))
-
-
 def check_decodable(data: bytes) -> tuple[int, int]:
     """Fully decodes ``data`` the way the transform will, returning (height, width).
 
     Raises:
         tf.errors.InvalidArgumentError: if TensorFlow cannot decode it.
     """
-    shape = _decoded_shape(tf.constant(data)).numpy()
+    # Eager on purpose: a single op needs no tracing, and eager errors carry the
+    # decoder's message without a graph traceback.
+    shape = decode_rgb(tf.constant(data)).shape
     return int(shape[0]), int(shape[1])

@@ -6,6 +6,7 @@ tf.Transform batch would fail the whole batch (and with it the job).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,14 @@ def read_bytes(uri: str) -> bytes:
         return f.read()
 
 
+def tf_error_detail(message: str) -> str:
+    """The human part of a TensorFlow error message, without run-specific node and
+    function names (they embed counters, which would make dead letters differ
+    between otherwise identical runs)."""
+    message = re.sub(r"\{\{[^}]*\}\}|\[\[[^\]]*\]\]|\[Op:[^\]]*\].*", " ", message)
+    return " ".join(message.split())[:300]
+
+
 def validate_image_bytes(data: bytes) -> tuple[str, str] | None:
     """``(reason, message)`` if ``data`` cannot be preprocessed, else None."""
     if not data:
@@ -49,7 +58,7 @@ def validate_image_bytes(data: bytes) -> tuple[str, str] | None:
     try:
         height, width = image_codec.check_decodable(data)
     except tf.errors.InvalidArgumentError as e:
-        detail = e.message.splitlines()[-1][:300]
+        detail = tf_error_detail(e.message)
         return (dead_letters.UNDECODABLE_IMAGE,
                 f"TensorFlow cannot decode this {image_format.upper()} file: {detail}")
     if height == 0 or width == 0:

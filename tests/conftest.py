@@ -1,0 +1,43 @@
+"""Shared fixtures: generated image trees and one image-job run reused by many tests."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest
+
+from tests import image_fixtures
+
+# Small images keep the DirectRunner tests fast; the code path is the same at 224.
+TEST_IMAGE_SIZE = 16
+
+
+def run_images_job(input_path: str, output_dir: str, *flags: str) -> dict:
+    """Runs ``python -m pipelines.images`` in-process; returns the manifest."""
+    from pipelines import images
+
+    return images.run([f"--input={input_path}", f"--output_dir={output_dir}",
+                       f"--image_size={TEST_IMAGE_SIZE}", *flags])
+
+
+@pytest.fixture(scope="session")
+def image_folder(tmp_path_factory: pytest.TempPathFactory):
+    """An ImageFolder tree with every supported format plus known-bad files.
+
+    Returns (root, good fixture images, {bad key: expected reason}).
+    """
+    root = str(tmp_path_factory.mktemp("image_folder"))
+    good = image_fixtures.write_image_folder(root)
+    bad = image_fixtures.write_bad_files(root)
+    return root, good, bad
+
+
+@pytest.fixture(scope="session")
+def png_dataset(image_folder, tmp_path_factory: pytest.TempPathFactory):
+    """The image job's output (lossless PNG storage) for ``image_folder``."""
+    root, _, _ = image_folder
+    out = str(tmp_path_factory.mktemp("png_dataset"))
+    manifest = run_images_job(root, out, "--image_format=png")
+    return out, manifest
