@@ -188,6 +188,27 @@ def read_csv_header(manifest_path: str) -> tuple[str, ...]:
     return header
 
 
+def is_manifest(input_path: str) -> bool:
+    """True if ``input_path`` names a CSV or JSONL manifest rather than a folder."""
+    return input_path.lower().endswith((".csv", ".jsonl"))
+
+
+def check_input(input_path: str) -> None:
+    """Validates the input before anything runs (layout, manifest header).
+
+    Raises:
+        ValueError: if the input is missing or has an unusable layout or header.
+    """
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(input_path):
+        raise ValueError(f"--input {input_path!r} does not exist.")
+    if not is_manifest(input_path):
+        detect_split_layout(_normalise_root(input_path))
+    elif input_path.lower().endswith(".csv"):
+        read_csv_header(input_path)
+
+
 class _ParseManifestLine(beam.DoFn):
     def __init__(self, manifest_path: str, header: tuple[str, ...] | None) -> None:
         self._manifest_path = manifest_path
@@ -252,7 +273,7 @@ class ReadImageRecords(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> Any:
         lowered = self._input.lower()
-        if lowered.endswith((".csv", ".jsonl")):
+        if is_manifest(self._input):
             path = self._input if _has_scheme(self._input) else os.path.abspath(
                 self._input)
             header = read_csv_header(path) if lowered.endswith(".csv") else None

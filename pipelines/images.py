@@ -12,6 +12,7 @@ job runs locally and offline on Beam's FnApiRunner (the DirectRunner's batch eng
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -29,8 +30,9 @@ from etl import contract, dead_letters, image_codec, image_preprocessing, shardi
 from etl.contract import load_manifest
 from etl.examples import serialize_example
 from etl.image_loading import REJECTED, LoadImages, split_index
-from etl.image_sources import ReadImageRecords
+from etl.image_sources import ReadImageRecords, check_input
 from etl.manifest import WriteManifest
+from etl.output_dir import prepare_output_dir
 from etl.sharding import KeyedExample, WriteShards
 from pipelines import runner_defaults, summary
 
@@ -77,6 +79,9 @@ class ImagesOptions(PipelineOptions):
             help="Target shard size in MiB of serialized examples (before GZIP), "
                  "used when --num_shards is not given.")
         parser.add_argument(
+            "--overwrite", action="store_true",
+            help="Replace a finished dataset already in --output_dir (refused otherwise).")
+        parser.add_argument(
             "--tft_temp_dir", default=None,
             help="tf.Transform scratch directory (must be shared storage on a "
                  "distributed runner). Default: <output_dir>/tmp.")
@@ -93,28 +98,69 @@ def _label_of(element: tuple[str, dict[str, Any]]) -> tuple[tuple[str, str], int
     return (split, raw["label"]), 1
 
 
-def build_pipeline(pipeline: beam.Pipeline, options: ImagesOptions) -> None:
-    """Adds the image job's transforms to ``pipeline``.
+@dataclasses.dataclass(frozen=True)
+class ImageJob:
+    """The image job's validated settings (built from ``ImagesOptions``)."""
 
-    Raises:
-        ValueError: for a missing or invalid option, before anything runs.
-    """
-    # Checked here rather than with argparse's required=True: Beam parses every
-    # PipelineOptions subclass in the process, also where these flags are absent.
-    for flag in ("input", "output_dir"):
-        if not getattr(options, flag):
-            raise ValueError(f"--{flag} is required (see --help).")
-    config = image_preprocessing.ImagePreprocessing(
-        image_size=options.image_size, image_format=options.image_format,
-        jpeg_quality=options.jpeg_quality)
-    fractions = splits.SplitFractions.parse(options.split_fractions)
-    target_shard_bytes = int(options.target_shard_mb * 1024 * 1024)
-    output_dir = options.output_dir
-    temp_dir = options.tft_temp_dir or os.path.join(output_dir, "tmp")
+    input: str
+    output_dir: str
+    name: str
+    preprocessing: image_preprocessing.ImagePreprocessing
+    fractions: splits.SplitFractions
+    num_shards: int | None
+    target_shard_bytes: int
+    tft_temp_dir: str
+    overwrite: bool
 
-    listed = pipeline | "ReadImageRecords" >> ReadImageRecords(options.input)
+    @classmethod
+    def from_options(cls, options: ImagesOptions) -> ImageJob:
+        """Validates every option and the input's layout; nothing is written.
+
+        Raises:
+            ValueError: naming the flag (or input) at fault.
+        """
+        # Checked here rather than with argparse's required=True: Beam parses every
+        # PipelineOptions subclass in the process, also where these flags are absent.
+        for flag in ("input", "output_dir"):
+            if not getattr(options, flag):
+                raise ValueError(f"--{flag} is required (see --help).")
+        target_shard_bytes = int(options.target_shard_mb * 1024 * 1024)
+        sharding.plan_num_shards(1, 1, target_shard_bytes, options.num_shards)
+        check_input(options.input)
+        return cls(
+            input=options.input,
+            output_dir=options.output_dir,
+            name=options.name,
+            preprocessing=image_preprocessing.ImagePreprocessing(
+                image_size=options.image_size, image_format=options.image_format,
+                jpeg_quality=options.jpeg_quality),
+            fractions=splits.SplitFractions.parse(options.split_fractions),
+            num_shards=options.num_shards,
+            target_shard_bytes=target_shard_bytes,
+            tft_temp_dir=options.tft_temp_dir or os.path.join(options.output_dir, "tmp"),
+            overwrite=options.overwrite,
+        )
+
+    def describe_preprocessing(self) -> dict[str, Any]:
+        """Every parameter that shapes the output, for the manifest."""
+        return {
+            **self.preprocessing.describe(),
+            "split_fractions": self.fractions.as_dict(),
+            "split_rule": "explicit split folder/column, else sha256-based hash of the key",
+            "num_shards": self.num_shards,
+            "target_shard_bytes": self.target_shard_bytes,
+            "sharding": "shard = sha256-based hash of key % num_shards; in-shard order "
+                        "by a second hash; empty shard ids dropped",
+        }
+
+
+def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
+    """Adds the image job's transforms to ``pipeline``."""
+    output_dir = job.output_dir
+
+    listed = pipeline | "ReadImageRecords" >> ReadImageRecords(job.input)
     loaded = listed.records | "LoadImages" >> beam.ParDo(
-        LoadImages(fractions)).with_outputs(REJECTED, main="images")
+        LoadImages(job.fractions)).with_outputs(REJECTED, main="images")
     # (split, {"image": bytes, "label": str, "key": str})
     images = loaded.images
 
@@ -134,9 +180,9 @@ def build_pipeline(pipeline: beam.Pipeline, options: ImagesOptions) -> None:
     raw_metadata = dataset_metadata.DatasetMetadata.from_feature_spec(
         image_preprocessing.RAW_FEATURE_SPEC)
     preprocessing_fn = functools.partial(image_preprocessing.preprocessing_fn,
-                                         config=config)
+                                         config=job.preprocessing)
     keyed_examples = []
-    with tft_beam.Context(temp_dir=temp_dir):
+    with tft_beam.Context(temp_dir=job.tft_temp_dir):
         raw_by_split = {
             split: by_split[i] | f"DropSplitKey[{split}]" >> beam.Values()
             for i, split in enumerate(contract.SPLITS)
@@ -160,21 +206,11 @@ def build_pipeline(pipeline: beam.Pipeline, options: ImagesOptions) -> None:
     shards = (
         keyed_examples
         | "FlattenSplits" >> beam.Flatten()
-        | "WriteShards" >> WriteShards(output_dir, options.name,
-                                       num_shards=options.num_shards,
-                                       target_shard_bytes=target_shard_bytes)
+        | "WriteShards" >> WriteShards(output_dir, job.name, num_shards=job.num_shards,
+                                       target_shard_bytes=job.target_shard_bytes)
     )
-    preprocessing = {
-        **config.describe(),
-        "split_fractions": fractions.as_dict(),
-        "split_rule": "explicit split folder/column, else sha256-based hash of the key",
-        "num_shards": options.num_shards,
-        "target_shard_bytes": target_shard_bytes,
-        "sharding": "shard = sha256-based hash of key % num_shards; in-shard order by "
-                    "a second hash; empty shard ids dropped",
-    }
     _ = pipeline | "WriteManifest" >> WriteManifest(
-        output_dir, options.name, preprocessing, shards=shards,
+        output_dir, job.name, job.describe_preprocessing(), shards=shards,
         label_counts=label_counts, rejected=rejected_summary,
         transform_written=transform_written)
 
@@ -186,15 +222,16 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ValueError: for invalid options or input layouts, before anything runs.
     """
     options = runner_defaults.pipeline_options(argv)
-    image_options = options.view_as(ImagesOptions)
+    job = ImageJob.from_options(options.view_as(ImagesOptions))
     started = time.monotonic()
-    with beam.Pipeline(options=options) as pipeline:
-        build_pipeline(pipeline, image_options)
+    prepare_output_dir(job.output_dir, job.overwrite)
+    pipeline = beam.Pipeline(options=options)
+    build_pipeline(pipeline, job)
+    runner_defaults.run_to_completion(pipeline)
     elapsed = time.monotonic() - started
-    runner_defaults.remove_temp_dir(image_options.tft_temp_dir
-                                    or os.path.join(image_options.output_dir, "tmp"))
-    manifest = load_manifest(image_options.output_dir)
-    print(summary.format_summary(image_options.output_dir, manifest, elapsed))
+    runner_defaults.remove_temp_dir(job.tft_temp_dir)
+    manifest = load_manifest(job.output_dir)
+    print(summary.format_summary(job.output_dir, manifest, elapsed))
     return manifest
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from apache_beam import Pipeline
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import PipelineState
 
 # Beam's DirectRunner first tries to download and start the Prism runner, which stalls
 # or fails without internet access. Its batch engine, the FnApiRunner, runs in-process
@@ -19,6 +21,15 @@ def pipeline_options(argv: Sequence[str] | None) -> PipelineOptions:
     if not standard.runner:
         standard.runner = DEFAULT_RUNNER
     return options
+
+
+def run_to_completion(pipeline: Pipeline) -> None:
+    """Runs ``pipeline`` and waits; raises if it ends in any state but DONE."""
+    result = pipeline.run()
+    state = result.wait_until_finish()
+    if state != PipelineState.DONE:
+        raise RuntimeError(f"Pipeline finished in state {state}, not DONE; see the "
+                           f"runner's logs. No manifest was published.")
 
 
 def remove_temp_dir(path: str) -> None:

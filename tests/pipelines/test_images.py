@@ -212,3 +212,19 @@ def test_images_cli_reports_missing_input_flag(tmp_path):
                              f"--output_dir={tmp_path}"], capture_output=True, text=True)
     assert result.returncode != 0
     assert "--input is required" in result.stderr
+
+
+def test_images_job_refuses_finished_output_without_overwrite(image_folder, tmp_path):
+    root, _, _ = image_folder
+    out = str(tmp_path / "out")
+    run_images_job(root, out, "--num_shards=2")
+    with pytest.raises(ValueError, match="--overwrite"):
+        run_images_job(root, out)
+    # With --overwrite the old dataset is replaced entirely: no stale shard remains.
+    manifest = run_images_job(root, out, "--overwrite", "--num_shards=1")
+    on_disk = sorted(os.path.relpath(p, out)
+                     for p in glob.glob(os.path.join(out, "*", "*.tfrecord.gz")))
+    listed = sorted(s["path"] for split in contract.SPLITS
+                    for s in manifest["splits"][split]["shards"])
+    assert on_disk == listed
+    assert not os.path.exists(os.path.join(out, "tmp"))

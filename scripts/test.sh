@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The README's second command (and what .ci/run calls): set up, lint, run every test.
+# Extra arguments go to pytest, e.g.: bash scripts/test.sh -k sharding
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+.venv/bin/ruff check .
+# pytest exits 5 when it collects no test; set -e turns that into a failure too.
+.venv/bin/python -m pytest "$@"
