@@ -60,8 +60,9 @@ class ImagesOptions(PipelineOptions):
                  "this (bilinear, antialiased), then centre-cropped.")
         parser.add_argument(
             "--image_format", default=image_codec.JPEG, choices=image_codec.IMAGE_FORMATS,
-            help="Stored encoding: jpeg (smallest, lossy), png (lossless, ~3-5x "
-                 "larger, slower to decode), raw (uint8 pixels, largest, no decode).")
+            help="Stored encoding: jpeg (smallest, lossy), png (lossless, larger, "
+                 "slower to decode), raw (uint8 pixels, largest, no decode). Trade-offs "
+                 "measured in docs/FORMAT.md.")
         parser.add_argument(
             "--jpeg_quality", type=int, default=95,
             help="JPEG quality 1-100 when --image_format=jpeg.")
@@ -221,7 +222,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     Raises:
         ValueError: for invalid options or input layouts, before anything runs.
     """
-    options = runner_defaults.pipeline_options(argv)
+    options = runner_defaults.pipeline_options(argv, ImagesOptions)
     job = ImageJob.from_options(options.view_as(ImagesOptions))
     started = time.monotonic()
     prepare_output_dir(job.output_dir, job.overwrite)

@@ -14,9 +14,14 @@ from apache_beam.runners.runner import PipelineState
 DEFAULT_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 
 
-def pipeline_options(argv: Sequence[str] | None) -> PipelineOptions:
-    """Beam options from ``argv`` with our default runner when ``--runner`` is absent."""
-    options = PipelineOptions(list(argv or []))
+def pipeline_options(argv: Sequence[str] | None,
+                     options_class: type[PipelineOptions] = PipelineOptions
+                     ) -> PipelineOptions:
+    """Beam options from ``argv`` with our default runner when ``--runner`` is absent.
+
+    Parsing through the job's own ``options_class`` makes ``--help`` list its flags.
+    """
+    options = options_class(list(argv or []))
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = DEFAULT_RUNNER

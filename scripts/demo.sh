@@ -13,4 +13,4 @@ output=demo_output/digits
 if [ ! -d "$input" ]; then
   .venv/bin/python scripts/make_sample_images.py "$input"
 fi
-.venv/bin/python -m pipelines.images --input="$input" --output_dir="$output" --overwrite "$@"
+.venv/bin/python -m pipelines.images --input="$input" --output_dir="$output" --name=digits --overwrite "$@"
