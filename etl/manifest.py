@@ -18,6 +18,10 @@ import apache_beam as beam
 from etl import contract
 
 
+class EmptyTrainSplitError(ValueError):
+    """Raised when a job produced no train examples."""
+
+
 def library_versions() -> dict[str, str]:
     """Versions of the libraries whose behaviour shapes the output bytes."""
     import tensorflow as tf
@@ -46,7 +50,16 @@ def build_manifest(
 
     Every split of ``contract.SPLITS`` is present, with ``num_records`` 0 and no
     shards when it is empty; shards are listed in index order.
+
+    Raises:
+        EmptyTrainSplitError: if no record landed in the train split.
     """
+    shards = list(shards)
+    if not any(s["split"] == contract.TRAIN for s in shards):
+        raise EmptyTrainSplitError(
+            "The train split is empty, so tf.Transform's analyzers (the label "
+            "vocabulary) had nothing to fit on; no manifest was published. Check the "
+            "split folders / split column of the input, or --split_fractions.")
     split_entries: dict[str, dict[str, Any]] = {}
     for split in contract.SPLITS:
         entries = sorted((s for s in shards if s["split"] == split),

@@ -228,3 +228,15 @@ def test_images_job_refuses_finished_output_without_overwrite(image_folder, tmp_
                     for s in manifest["splits"][split]["shards"])
     assert on_disk == listed
     assert not os.path.exists(os.path.join(out, "tmp"))
+
+
+def test_images_job_fails_without_train_examples(image_folder, tmp_path):
+    root, good, _ = image_folder
+    manifest_path = os.path.join(root, "eval_only.csv")
+    with open(manifest_path, "w") as f:
+        f.write("path,label,split\n")
+        f.writelines(f"{image.key},{image.label},test\n" for image in good[:2])
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match="train split is empty"):
+        run_images_job(manifest_path, str(out))
+    assert not (out / contract.MANIFEST_FILENAME).exists()
