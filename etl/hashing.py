@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 
-_UINT64_RANGE = float(1 << 64)
-
 # Salts keep the split, shard and in-shard-order decisions statistically independent.
 SPLIT_SALT = "split"
 SHARD_SALT = "shard"
@@ -23,5 +21,9 @@ def stable_hash64(key: str, salt: str) -> int:
 
 
 def unit_interval(key: str, salt: str) -> float:
-    """Maps ``key`` to a uniform float in ``[0, 1)``."""
-    return stable_hash64(key, salt) / _UINT64_RANGE
+    """Maps ``key`` to a uniform float in ``[0, 1)``.
+
+    Uses the top 53 bits (a double's precision): dividing the full 64-bit value
+    would round hashes near 2**64 up to exactly 1.0.
+    """
+    return (stable_hash64(key, salt) >> 11) * 2.0**-53

@@ -36,6 +36,8 @@ SPLIT_COLUMN = "split"
 MANIFEST_COLUMNS: tuple[str, ...] = (PATH_COLUMN, LABEL_COLUMN, SPLIT_COLUMN)
 
 REJECTED = "rejected"
+# Byte-order mark that Excel's "CSV UTF-8" and some editors put before the first line.
+_BOM = "\ufeff"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +112,7 @@ def record_from_folder_path(path: str, root: str, split_layout: bool
     if any(part.startswith(".") for part in parts):
         return None
     split = None
-    if split_layout:
+    if split_layout and len(parts) > 1:
         split = splits.canonical_split(parts[0])
         parts = parts[1:]
     if len(parts) < 2:
@@ -176,7 +178,7 @@ def read_csv_header(manifest_path: str) -> tuple[str, ...]:
     import tensorflow as tf
 
     with tf.io.gfile.GFile(manifest_path, "r") as f:
-        first_line = f.readline()
+        first_line = f.readline().lstrip(_BOM)
     header = tuple(c.strip() for c in next(csv.reader([first_line]), []))
     missing = [c for c in (PATH_COLUMN, LABEL_COLUMN) if c not in header]
     if missing:
@@ -255,8 +257,10 @@ def _numbered_lines(path: str, skip_header: bool) -> Iterator[tuple[int, str]]:
 
     with tf.io.gfile.GFile(path, "r") as f:
         for number, line in enumerate(f, start=1):
-            if skip_header and number == 1:
-                continue
+            if number == 1:
+                if skip_header:
+                    continue
+                line = line.lstrip(_BOM)
             yield number, line.rstrip("\r\n")
 
 

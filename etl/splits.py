@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from etl import contract, hashing
 
@@ -28,7 +29,8 @@ class SplitFractions:
 
     def __post_init__(self) -> None:
         values = (self.train, self.validation, self.test)
-        if any(v < 0 for v in values) or abs(sum(values) - 1.0) > 1e-9:
+        if (not all(math.isfinite(v) and v >= 0 for v in values)
+                or abs(sum(values) - 1.0) > 1e-9):
             raise ValueError(
                 f"Split fractions must be >= 0 and sum to 1, got train={self.train}, "
                 f"validation={self.validation}, test={self.test}."

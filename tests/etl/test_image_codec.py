@@ -1,0 +1,261 @@
+"""Unit tests of etl/image_codec.py: sniffing, decoding, resize/crop and stored encodings."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from etl import image_codec
+from tests.image_fixtures import _encode
+
+RGB = (200, 100, 50)
+
+
+def _pixels(seed: int, height: int, width: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def _webp(height: int, width: int, rgb: tuple[int, int, int]) -> bytes:
+    buf = io.BytesIO()
+    pixels = np.broadcast_to(np.array(rgb, np.uint8), (height, width, 3)).copy()
+    Image.fromarray(pixels).save(buf, "WEBP", lossless=True)
+    return buf.getvalue()
+
+
+def _decode(data: bytes) -> np.ndarray:
+    return image_codec.decode_rgb(tf.constant(data)).numpy()
+
+
+# --- sniff_format ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("jpeg", "jpeg"), ("jpeg_progressive", "jpeg"), ("png", "png"), ("png16", "png"),
+    ("gif", "gif"), ("bmp", "bmp"),
+])
+def test_sniff_format_recognises_encoded_images(kind, expected):
+    assert image_codec.sniff_format(_encode(kind, 8, 8, RGB)) == expected
+
+
+def test_sniff_format_recognises_webp():
+    assert image_codec.sniff_format(_webp(8, 8, RGB)) == "webp"
+
+
+def test_sniff_format_recognises_gif87a_header():
+    assert image_codec.sniff_format(b"GIF87a" + b"\x00" * 10) == "gif"
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"this is not an image", b"\xff\xd8", b"\x89PNG\r\n", b"RIFF\x00\x00\x00\x00WAVE",
+    b"RIFF....WEB", b"%PDF-1.4",
+])
+def test_sniff_format_returns_none_for_garbage(data):
+    assert image_codec.sniff_format(data) is None
+
+
+def test_sniff_format_ignores_what_the_name_would_say():
+    # Content decides: a PNG is a PNG whatever it is called, so only bytes go in.
+    assert image_codec.sniff_format(_encode("png", 4, 4, RGB)[:8]) == "png"
+
+
+# --- decode_rgb -----------------------------------------------------------------------
+
+def test_decode_rgb_keeps_rgb_pixels():
+    pixels = _pixels(0, 5, 7)
+    decoded = _decode(tf.io.encode_png(pixels).numpy())
+    assert decoded.dtype == np.uint8
+    np.testing.assert_array_equal(decoded, pixels)
+
+
+def test_decode_rgb_replicates_gray_to_three_channels():
+    decoded = _decode(_encode("gray", 6, 9, (90, 90, 90)))
+    assert decoded.shape == (6, 9, 3)
+    assert (decoded == 90).all()
+
+
+def test_decode_rgb_drops_alpha_without_compositing():
+    decoded = _decode(_encode("rgba", 6, 9, RGB))  # alpha 77 everywhere
+    assert decoded.shape == (6, 9, 3)
+    assert (decoded == RGB).all()
+
+
+def test_decode_rgb_expands_palette():
+    decoded = _decode(_encode("palette", 6, 9, RGB))
+    assert decoded.shape == (6, 9, 3)
+    assert (decoded == RGB).all()
+
+
+def test_decode_rgb_keeps_high_byte_of_16_bit_png():
+    # High byte 200 with low byte 255: rounding or scaling to 8 bits would give 201.
+    samples = np.full((4, 5, 3), 200 * 256 + 255, np.uint16)
+    samples[..., 1] = 100 * 256 + 128
+    samples[..., 2] = 50 * 256 + 0
+    decoded = _decode(tf.io.encode_png(samples).numpy())
+    assert decoded.shape == (4, 5, 3)
+    assert (decoded == RGB).all()
+
+
+def test_decode_rgb_keeps_first_gif_frame():
+    decoded = _decode(_encode("gif", 6, 9, RGB))  # second frame is (1, 2, 3)
+    assert decoded.shape == (6, 9, 3)
+    assert (decoded == RGB).all()
+
+
+def test_decode_rgb_reads_bmp():
+    assert (_decode(_encode("bmp", 6, 9, RGB)) == RGB).all()
+
+
+def test_decode_rgb_reads_webp():
+    decoded = _decode(_webp(6, 9, RGB))
+    assert decoded.shape == (6, 9, 3)
+    assert (decoded == RGB).all()
+
+
+def test_decode_rgb_rejects_garbage():
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        _decode(b"this is not an image")
+
+
+# --- resize_and_center_crop -----------------------------------------------------------
+
+@pytest.mark.parametrize(("height", "width"), [
+    (100, 300),  # landscape
+    (300, 100),  # portrait
+    (64, 64),    # square, shrink
+    (32, 32),    # square, already the size
+    (3, 5),      # tiny: upscaled
+    (1, 1),      # a single pixel
+    (7, 200),    # very wide and short: upscaled on the short side
+])
+def test_resize_and_center_crop_output_shape(height, width):
+    out = image_codec.resize_and_center_crop(tf.constant(_pixels(1, height, width)), 32)
+    assert out.dtype == tf.uint8
+    assert tuple(out.shape) == (32, 32, 3)
+
+
+def test_resize_and_center_crop_keeps_a_solid_colour_exactly():
+    solid = np.broadcast_to(np.array(RGB, np.uint8), (45, 70, 3))
+    out = image_codec.resize_and_center_crop(tf.constant(solid), 16).numpy()
+    assert (out == RGB).all()
+
+
+def test_resize_and_center_crop_same_size_is_identity():
+    pixels = _pixels(2, 16, 16)
+    out = image_codec.resize_and_center_crop(tf.constant(pixels), 16).numpy()
+    np.testing.assert_array_equal(out, pixels)
+
+
+def test_resize_and_center_crop_crops_the_centre_of_a_wide_image():
+    # 300×100 (w × h), thirds pure red / green / blue, to 32: the short side scales by
+    # 100/32 = 3.125, the long side to round(300 * 32 / 100) = 96, and the crop takes
+    # columns 32..63 of the 96, exactly the green third. The antialiasing kernel spans
+    # more than one input pixel, so the first and last crop columns blend in a little
+    # red / blue from the neighbouring thirds; the 30 inner columns must be pure green.
+    image = np.zeros((100, 300, 3), np.uint8)
+    image[:, :100] = (255, 0, 0)
+    image[:, 100:200] = (0, 255, 0)
+    image[:, 200:] = (0, 0, 255)
+    out = image_codec.resize_and_center_crop(tf.constant(image), 32).numpy()
+    assert (out[:, 1:31] == (0, 255, 0)).all()
+    # Edge columns: green dominates and only the adjacent third bleeds in.
+    left, right = out[:, 0], out[:, 31]
+    assert (left[:, 1] > 200).all() and (left[:, 2] == 0).all()
+    assert (right[:, 1] > 200).all() and (right[:, 0] == 0).all()
+
+
+def test_resize_and_center_crop_crops_the_centre_of_a_tall_image():
+    # Transposed case: top / middle / bottom thirds, the crop keeps the middle one.
+    image = np.zeros((300, 100, 3), np.uint8)
+    image[:100] = (255, 0, 0)
+    image[100:200] = (0, 255, 0)
+    image[200:] = (0, 0, 255)
+    out = image_codec.resize_and_center_crop(tf.constant(image), 32).numpy()
+    assert (out[1:31] == (0, 255, 0)).all()
+
+
+# --- encode / decode_stored -----------------------------------------------------------
+
+@pytest.mark.parametrize("image_format", [image_codec.PNG, image_codec.RAW])
+def test_encode_decode_stored_round_trip_is_exact(image_format):
+    pixels = _pixels(3, 12, 12)
+    encoded = image_codec.encode(tf.constant(pixels), image_format, 90)
+    decoded = image_codec.decode_stored(encoded, image_format, 12).numpy()
+    np.testing.assert_array_equal(decoded, pixels)
+
+
+def test_encode_raw_is_row_major_pixel_bytes():
+    pixels = _pixels(4, 3, 4)
+    encoded = image_codec.encode(tf.constant(pixels), image_codec.RAW, 90).numpy()
+    assert encoded == pixels.tobytes()
+
+
+def test_encode_raw_keeps_trailing_zero_bytes():
+    pixels = np.zeros((2, 2, 3), np.uint8)
+    encoded = image_codec.encode(tf.constant(pixels), image_codec.RAW, 90).numpy()
+    assert encoded == b"\x00" * 12
+
+
+def test_encode_png_is_a_png_file():
+    encoded = image_codec.encode(tf.constant(_pixels(5, 4, 4)), image_codec.PNG, 90).numpy()
+    assert image_codec.sniff_format(encoded) == "png"
+
+
+def test_encode_decode_stored_jpeg_is_close():
+    # Smooth content: JPEG (4:2:0 chroma) stays within a few levels of the input.
+    ramp = np.linspace(32, 224, 32, dtype=np.float32)
+    pixels = np.stack(np.broadcast_arrays(ramp[None, :], ramp[:, None],
+                                          np.full((32, 32), 128.0, np.float32)), -1)
+    pixels = pixels.astype(np.uint8)
+    encoded = image_codec.encode(tf.constant(pixels), image_codec.JPEG, 90)
+    assert image_codec.sniff_format(encoded.numpy()) == "jpeg"
+    decoded = image_codec.decode_stored(encoded, image_codec.JPEG, 32).numpy()
+    assert decoded.shape == (32, 32, 3)
+    diff = np.abs(decoded.astype(int) - pixels.astype(int))
+    assert diff.max() <= 12
+    assert diff.mean() <= 2.0
+
+
+def test_encode_jpeg_quality_changes_the_bytes():
+    pixels = tf.constant(_pixels(8, 32, 32))
+    low = image_codec.encode(pixels, image_codec.JPEG, 20).numpy()
+    high = image_codec.encode(pixels, image_codec.JPEG, 95).numpy()
+    assert len(low) < len(high)
+
+
+def test_encode_rejects_unknown_format():
+    with pytest.raises(ValueError, match="Unknown image format 'webp'"):
+        image_codec.encode(tf.constant(_pixels(6, 2, 2)), "webp", 90)
+
+
+def test_decode_stored_rejects_unknown_format():
+    with pytest.raises(ValueError, match="Unknown image format 'gif'"):
+        image_codec.decode_stored(tf.constant(b""), "gif", 2)
+
+
+def test_decode_stored_raw_with_wrong_size_fails():
+    encoded = image_codec.encode(tf.constant(_pixels(7, 4, 4)), image_codec.RAW, 90)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        image_codec.decode_stored(encoded, image_codec.RAW, 5)
+
+
+def test_preprocess_chains_decode_resize_crop_encode():
+    out = image_codec.preprocess(tf.constant(_encode("png", 40, 60, RGB)), 8,
+                                 image_codec.RAW, 90).numpy()
+    assert out == bytes(RGB) * 64
+
+
+# --- check_decodable ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["jpeg", "png", "gif", "bmp", "gray", "rgba"])
+def test_check_decodable_returns_height_and_width(kind):
+    assert image_codec.check_decodable(_encode(kind, 13, 21, RGB)) == (13, 21)
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "png"])
+def test_check_decodable_raises_on_truncated_data(kind):
+    data = _encode(kind, 40, 40, RGB)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        image_codec.check_decodable(data[: len(data) // 2])

@@ -1,0 +1,143 @@
+"""Unit tests of etl/image_loading.py: byte validation, TF error text and LoadImages."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from etl import image_loading, splits
+from etl.image_sources import ImageRecord
+from tests.image_fixtures import _encode
+
+# Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
+RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
+
+
+def _truncated_jpeg() -> bytes:
+    data = _encode("jpeg", 40, 40, (10, 20, 30))
+    return data[: len(data) // 2]
+
+
+# --- validate_image_bytes -------------------------------------------------------------
+
+def test_validate_image_bytes_empty():
+    assert image_loading.validate_image_bytes(b"") == (
+        "empty_file", "File is empty (0 bytes).")
+
+
+def test_validate_image_bytes_garbage_is_unsupported_format():
+    assert image_loading.validate_image_bytes(b"this is not an image") == (
+        "unsupported_format",
+        "Not a JPEG, PNG, GIF, BMP or WebP file (starts with b'this is ').")
+
+
+def test_validate_image_bytes_truncated_jpeg_is_undecodable():
+    reason, message = image_loading.validate_image_bytes(_truncated_jpeg())
+    assert reason == "undecodable_image"
+    assert message.startswith("TensorFlow cannot decode this JPEG file: ")
+    # No run-specific node or op names leak into the dead letter.
+    assert "{{" not in message and "[Op:" not in message
+
+
+def test_validate_image_bytes_bmp_magic_without_image_is_undecodable():
+    reason, message = image_loading.validate_image_bytes(b"BMW is a car, not a bitmap")
+    assert reason == "undecodable_image"
+    assert message.startswith("TensorFlow cannot decode this BMP file: ")
+
+
+@pytest.mark.parametrize("kind", ["png", "jpeg", "gif", "bmp", "png16", "palette"])
+def test_validate_image_bytes_good_image_is_none(kind):
+    assert image_loading.validate_image_bytes(_encode(kind, 9, 11, (1, 2, 3))) is None
+
+
+# --- tf_error_detail ------------------------------------------------------------------
+
+def test_tf_error_detail_strips_function_node():
+    message = ("{{function_node __wrapped__DecodeImage_device_/job:localhost/replica:0/"
+               "task:0/device:CPU:0}} jpeg::Uncompress failed. Invalid JPEG data.")
+    assert image_loading.tf_error_detail(message) == (
+        "jpeg::Uncompress failed. Invalid JPEG data.")
+
+
+def test_tf_error_detail_strips_node_brackets():
+    message = "Invalid PNG data. [[{{node DecodePng_17}}]] more"
+    assert image_loading.tf_error_detail(message) == "Invalid PNG data. more"
+
+
+def test_tf_error_detail_strips_op_suffix():
+    message = "Invalid PNG. Failed to initialize decoder. [Op:DecodeImage] name: foo_3"
+    assert image_loading.tf_error_detail(message) == (
+        "Invalid PNG. Failed to initialize decoder.")
+
+
+def test_tf_error_detail_strips_all_parts_and_collapses_whitespace():
+    message = ("{{function_node f_1}}  Bad\n data.\t[[{{node n_2}}]]  tail "
+               "[Op:DecodeImage] name: x")
+    assert image_loading.tf_error_detail(message) == "Bad data. tail"
+
+
+def test_tf_error_detail_truncates_to_300_characters():
+    assert image_loading.tf_error_detail("x" * 1000) == "x" * 300
+
+
+# --- LoadImages -----------------------------------------------------------------------
+
+def test_load_images_routes_good_and_bad_files(tmp_path):
+    good_bytes = _encode("png", 6, 6, (9, 8, 7))
+    (tmp_path / "good.png").write_bytes(good_bytes)
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    records = [
+        ImageRecord(key="cat/good.png", uri=str(tmp_path / "good.png"), label="cat",
+                    split="test"),
+        ImageRecord(key="cat/missing.png", uri=str(tmp_path / "missing.png"), label="cat"),
+        ImageRecord(key="dog/empty.jpg", uri=str(tmp_path / "empty.jpg"), label="dog"),
+    ]
+    with TestPipeline(runner=RUNNER) as p:
+        outputs = (p | beam.Create(records)
+                   | beam.ParDo(image_loading.LoadImages(splits.SplitFractions()))
+                   .with_outputs(image_loading.REJECTED, main="loaded"))
+        assert_that(outputs.loaded, equal_to([
+            ("test", {"image": good_bytes, "label": "cat", "key": "cat/good.png"}),
+        ]), label="CheckLoaded")
+        assert_that(
+            outputs[image_loading.REJECTED]
+            | beam.Map(lambda r: (r.key, r.source, r.reason)),
+            equal_to([
+                ("cat/missing.png", str(tmp_path / "missing.png"), "unreadable_file"),
+                ("dog/empty.jpg", str(tmp_path / "empty.jpg"), "empty_file"),
+            ]), label="CheckRejected")
+
+
+def test_load_images_assigns_split_from_key_hash_when_none_given(tmp_path):
+    data = _encode("png", 4, 4, (1, 1, 1))
+    fractions = splits.SplitFractions(0.5, 0.25, 0.25)
+    keys = [f"cat/{i}.png" for i in range(8)]
+    for i in range(8):
+        (tmp_path / f"{i}.png").write_bytes(data)
+    records = [ImageRecord(key=k, uri=str(tmp_path / f"{i}.png"), label="cat")
+               for i, k in enumerate(keys)]
+    with TestPipeline(runner=RUNNER) as p:
+        loaded = (p | beam.Create(records)
+                  | beam.ParDo(image_loading.LoadImages(fractions))
+                  | beam.Map(lambda element: (element[1]["key"], element[0])))
+        assert_that(loaded, equal_to([(k, splits.assign_split(k, fractions))
+                                      for k in keys]))
+
+
+def test_load_images_rejection_message_for_missing_file(tmp_path):
+    record = ImageRecord(key="k", uri=str(tmp_path / "gone.png"), label="cat")
+    with TestPipeline(runner=RUNNER) as p:
+        rejected = (p | beam.Create([record])
+                    | beam.ParDo(image_loading.LoadImages(splits.SplitFractions()))
+                    .with_outputs(image_loading.REJECTED, main="loaded"))[
+                        image_loading.REJECTED]
+        assert_that(rejected | beam.Map(lambda r: r.message.startswith("Cannot read file:")),
+                    equal_to([True]))
+
+
+def test_split_index_follows_contract_order():
+    assert [image_loading.split_index((s, None), 3)
+            for s in ("train", "validation", "test")] == [0, 1, 2]
+

@@ -1,0 +1,295 @@
+"""Unit tests of etl/image_sources.py: folder paths and manifest rows → ImageRecords."""
+
+from __future__ import annotations
+
+import pytest
+
+from etl import image_sources
+from etl.dead_letters import Rejection
+from etl.image_sources import ImageRecord
+
+ROOT = "/data/images"
+MANIFEST_DIR = "/data/manifests"
+SOURCE = "/data/manifests/manifest.csv:7"
+HEADER = ("path", "label", "split")
+
+
+def _mkdirs(root, *names: str) -> str:
+    for name in names:
+        (root / name).mkdir(parents=True)
+    return str(root)
+
+
+# --- record_from_folder_path ----------------------------------------------------------
+
+def test_record_from_folder_path_class_layout():
+    record = image_sources.record_from_folder_path(f"{ROOT}/cat/1.png", ROOT, False)
+    assert record == ImageRecord(key="cat/1.png", uri=f"{ROOT}/cat/1.png", label="cat",
+                                 split=None)
+
+
+def test_record_from_folder_path_label_is_first_folder_of_nested_path():
+    record = image_sources.record_from_folder_path(f"{ROOT}/cat/indoor/2.jpg", ROOT, False)
+    assert record == ImageRecord(key="cat/indoor/2.jpg", uri=f"{ROOT}/cat/indoor/2.jpg",
+                                 label="cat", split=None)
+
+
+def test_record_from_folder_path_split_layout_maps_val_to_validation():
+    record = image_sources.record_from_folder_path(f"{ROOT}/val/dog/3.png", ROOT, True)
+    assert record == ImageRecord(key="val/dog/3.png", uri=f"{ROOT}/val/dog/3.png",
+                                 label="dog", split="validation")
+
+
+def test_record_from_folder_path_split_layout_train():
+    record = image_sources.record_from_folder_path(f"{ROOT}/Train/dog/3.png", ROOT, True)
+    assert isinstance(record, ImageRecord)
+    assert (record.label, record.split) == ("dog", "train")
+
+
+def test_record_from_folder_path_file_under_root_is_missing_label():
+    result = image_sources.record_from_folder_path(f"{ROOT}/stray.png", ROOT, False)
+    assert isinstance(result, Rejection)
+    assert (result.key, result.source, result.reason) == (
+        "stray.png", f"{ROOT}/stray.png", "missing_label")
+
+
+def test_record_from_folder_path_file_under_split_folder_is_missing_label():
+    result = image_sources.record_from_folder_path(f"{ROOT}/train/stray.png", ROOT, True)
+    assert isinstance(result, Rejection)
+    assert (result.key, result.reason) == ("train/stray.png", "missing_label")
+
+
+def test_record_from_folder_path_file_under_root_of_split_layout_is_missing_label():
+    # detect_split_layout only looks at folders, so a stray file next to train/ and
+    # test/ reaches this function: it must be a rejection, not an exception that fails
+    # the whole job (canonical_split("stray.png") raises ValueError).
+    result = image_sources.record_from_folder_path(f"{ROOT}/stray.png", ROOT, True)
+    assert isinstance(result, Rejection)
+    assert (result.key, result.reason) == ("stray.png", "missing_label")
+
+
+@pytest.mark.parametrize("relative", [
+    ".DS_Store", "cat/.DS_Store", "cat/._1.png", ".cache/cat/1.png", "cat/.thumbs/1.png",
+])
+def test_record_from_folder_path_hidden_entries_are_skipped(relative):
+    assert image_sources.record_from_folder_path(f"{ROOT}/{relative}", ROOT, False) is None
+
+
+def test_record_from_folder_path_hidden_split_entries_are_skipped():
+    assert image_sources.record_from_folder_path(
+        f"{ROOT}/train/.cat/1.png", ROOT, True) is None
+
+
+# --- detect_split_layout --------------------------------------------------------------
+
+def test_detect_split_layout_true_when_all_folders_are_splits(tmp_path):
+    root = _mkdirs(tmp_path, "train/cat", "val/cat", "Test/cat")
+    assert image_sources.detect_split_layout(root) is True
+
+
+def test_detect_split_layout_false_for_class_folders(tmp_path):
+    root = _mkdirs(tmp_path, "cat", "dog")
+    assert image_sources.detect_split_layout(root) is False
+
+
+def test_detect_split_layout_ignores_hidden_folders_and_files(tmp_path):
+    root = _mkdirs(tmp_path, "train/cat", ".cache")
+    (tmp_path / "README.txt").write_text("not a folder")
+    assert image_sources.detect_split_layout(root) is True
+
+
+def test_detect_split_layout_mixed_raises(tmp_path):
+    root = _mkdirs(tmp_path, "cat", "test")
+    with pytest.raises(ValueError, match=r"mix split names and class names: \['cat', 'test'\]"):
+        image_sources.detect_split_layout(root)
+
+
+def test_detect_split_layout_empty_raises(tmp_path):
+    with pytest.raises(ValueError, match="No class folders under"):
+        image_sources.detect_split_layout(str(tmp_path))
+
+
+def test_detect_split_layout_files_only_raises(tmp_path):
+    (tmp_path / "a.png").write_bytes(b"x")
+    with pytest.raises(ValueError, match="No class folders under"):
+        image_sources.detect_split_layout(str(tmp_path))
+
+
+def test_detect_split_layout_not_a_folder_raises(tmp_path):
+    with pytest.raises(ValueError, match="is not a folder"):
+        image_sources.detect_split_layout(str(tmp_path / "missing"))
+
+
+# --- record_from_row ------------------------------------------------------------------
+
+def test_record_from_row_relative_path_joins_manifest_dir():
+    record = image_sources.record_from_row({"path": "cat/1.png", "label": "cat"},
+                                           MANIFEST_DIR, SOURCE)
+    assert record == ImageRecord(key="cat/1.png", uri=f"{MANIFEST_DIR}/cat/1.png",
+                                 label="cat", split=None)
+
+
+@pytest.mark.parametrize("path", ["./cat/1.png", "cat//1.png", "cat/x/../1.png",
+                                  "cat\\1.png", "  cat/1.png  "])
+def test_record_from_row_normalises_relative_key(path):
+    record = image_sources.record_from_row({"path": path, "label": "cat"},
+                                           MANIFEST_DIR, SOURCE)
+    assert isinstance(record, ImageRecord)
+    assert (record.key, record.uri) == ("cat/1.png", f"{MANIFEST_DIR}/cat/1.png")
+
+
+@pytest.mark.parametrize("path", ["/abs/images/cat/1.png", "gs://bucket/cat/1.png",
+                                  "s3://bucket/a/../b.png"])
+def test_record_from_row_keeps_absolute_paths_and_uris(path):
+    record = image_sources.record_from_row({"path": path, "label": "cat"},
+                                           MANIFEST_DIR, SOURCE)
+    assert isinstance(record, ImageRecord)
+    assert (record.key, record.uri) == (path, path)
+
+
+def test_record_from_row_strips_label():
+    record = image_sources.record_from_row({"path": "a.png", "label": "  cat "},
+                                           MANIFEST_DIR, SOURCE)
+    assert isinstance(record, ImageRecord)
+    assert record.label == "cat"
+
+
+@pytest.mark.parametrize("row", [
+    {"path": "a.png"}, {"path": "a.png", "label": None}, {"path": "a.png", "label": ""},
+    {"path": "a.png", "label": "   "},
+])
+def test_record_from_row_missing_label(row):
+    result = image_sources.record_from_row(row, MANIFEST_DIR, SOURCE)
+    assert isinstance(result, Rejection)
+    assert (result.key, result.source, result.reason) == ("a.png", SOURCE, "missing_label")
+
+
+@pytest.mark.parametrize("label", ["cat\ndog", "cat\r", 3, ["cat"]])
+def test_record_from_row_invalid_label(label):
+    result = image_sources.record_from_row({"path": "a.png", "label": label},
+                                           MANIFEST_DIR, SOURCE)
+    assert isinstance(result, Rejection)
+    assert result.reason == "invalid_label"
+
+
+@pytest.mark.parametrize(("split", "expected"), [
+    ("val", "validation"), ("TEST", "test"), ("train", "train"), ("", None), (None, None),
+])
+def test_record_from_row_split_values(split, expected):
+    record = image_sources.record_from_row({"path": "a.png", "label": "cat", "split": split},
+                                           MANIFEST_DIR, SOURCE)
+    assert isinstance(record, ImageRecord)
+    assert record.split == expected
+
+
+def test_record_from_row_bad_split_is_invalid_split():
+    result = image_sources.record_from_row({"path": "a.png", "label": "cat", "split": "dev"},
+                                           MANIFEST_DIR, SOURCE)
+    assert isinstance(result, Rejection)
+    assert (result.key, result.reason) == ("a.png", "invalid_split")
+    assert "Unknown split 'dev'" in result.message
+
+
+@pytest.mark.parametrize("row", [
+    {"label": "cat"}, {"path": "", "label": "cat"}, {"path": "   ", "label": "cat"},
+    {"path": None, "label": "cat"}, {"path": 12, "label": "cat"},
+])
+def test_record_from_row_missing_path_is_malformed(row):
+    result = image_sources.record_from_row(row, MANIFEST_DIR, SOURCE)
+    assert isinstance(result, Rejection)
+    assert (result.key, result.source, result.reason) == (
+        SOURCE, SOURCE, "malformed_manifest_row")
+
+
+# --- parse_csv_line / parse_jsonl_line ------------------------------------------------
+
+def test_parse_csv_line_handles_quoted_commas():
+    assert image_sources.parse_csv_line('"a, b.png","big, cat",val', HEADER) == {
+        "path": "a, b.png", "label": "big, cat", "split": "val"}
+
+
+def test_parse_csv_line_keeps_empty_trailing_column():
+    assert image_sources.parse_csv_line("a.png,cat,", HEADER) == {
+        "path": "a.png", "label": "cat", "split": ""}
+
+
+@pytest.mark.parametrize("line", ["a.png,cat", "a.png,cat,train,extra", "", "a.png"])
+def test_parse_csv_line_wrong_column_count_is_none(line):
+    assert image_sources.parse_csv_line(line, HEADER) is None
+
+
+def test_parse_jsonl_line_reads_object():
+    assert image_sources.parse_jsonl_line('{"path": "a.png", "label": "cat"}') == {
+        "path": "a.png", "label": "cat"}
+
+
+@pytest.mark.parametrize("line", ['["a.png", "cat"]', '"a.png"', "3", "null",
+                                  "{not json", ""])
+def test_parse_jsonl_line_non_object_is_none(line):
+    assert image_sources.parse_jsonl_line(line) is None
+
+
+# --- read_csv_header / check_input ----------------------------------------------------
+
+def test_read_csv_header_strips_column_names(tmp_path):
+    manifest = tmp_path / "m.csv"
+    manifest.write_text(" path , label ,split\na.png,cat,train\n")
+    assert image_sources.read_csv_header(str(manifest)) == HEADER
+
+
+def test_read_csv_header_missing_column_names_found_columns(tmp_path):
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("file,label\na.png,cat\n")
+    with pytest.raises(ValueError) as info:
+        image_sources.read_csv_header(str(manifest))
+    message = str(info.value)
+    assert "lacks column(s) ['path']" in message
+    assert "its header is ['file', 'label']" in message
+
+
+def test_read_csv_header_empty_file_lacks_both_columns(tmp_path):
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("")
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['path', 'label'\]"):
+        image_sources.read_csv_header(str(manifest))
+
+
+def test_check_input_missing_path_raises(tmp_path):
+    missing = str(tmp_path / "nope")
+    with pytest.raises(ValueError, match=f"--input {missing!r} does not exist"):
+        image_sources.check_input(missing)
+
+
+def test_check_input_checks_csv_header(tmp_path):
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("label\ncat\n")
+    with pytest.raises(ValueError, match="lacks column"):
+        image_sources.check_input(str(manifest))
+
+
+def test_check_input_checks_folder_layout(tmp_path):
+    _mkdirs(tmp_path, "cat", "train")
+    with pytest.raises(ValueError, match="mix split names"):
+        image_sources.check_input(str(tmp_path) + "/")
+
+
+def test_check_input_accepts_good_inputs(tmp_path):
+    _mkdirs(tmp_path, "imgs/cat")
+    (tmp_path / "m.csv").write_text("path,label\n")
+    (tmp_path / "m.jsonl").write_text("")
+    for path in ("imgs", "m.csv", "m.jsonl"):
+        assert image_sources.check_input(str(tmp_path / path)) is None
+
+
+def test_read_csv_header_accepts_utf8_bom(tmp_path):
+    # Excel's "CSV UTF-8" starts the file with a byte-order mark.
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffpath,label\na.png,cat\n".encode())
+    assert image_sources.read_csv_header(str(path)) == ("path", "label")
+
+
+def test_numbered_lines_strip_bom_from_first_jsonl_line(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes('\ufeff{"path": "a.png", "label": "cat"}\n'.encode())
+    lines = list(image_sources._numbered_lines(str(path), skip_header=False))
+    assert lines == [(1, '{"path": "a.png", "label": "cat"}')]
