@@ -16,6 +16,7 @@ Layout of a finished output directory::
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -118,6 +119,17 @@ def load_manifest(data_dir: str) -> dict[str, Any]:
             f"manifest is written last, only when the whole dataset is complete.")
     with tf.io.gfile.GFile(path, "r") as f:
         return json.loads(f.read())
+
+
+def sha256_of_file(path: str, chunk_bytes: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file (local or remote, via tf.io.gfile), as the manifest records."""
+    import tensorflow as tf
+
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def dumps_manifest(manifest: Mapping[str, Any]) -> str:

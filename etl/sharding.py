@@ -15,7 +15,6 @@ A shard's records are gathered on one worker (one shard at a time, ~target size)
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from collections.abc import Iterable, Iterator
@@ -100,17 +99,6 @@ def _assign_shard(example: KeyedExample, num_shards_by_split: dict[str, int]
                                      example.serialized)
 
 
-def sha256_of_file(path: str, chunk_bytes: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file read through tf.io.gfile."""
-    import tensorflow as tf
-
-    digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        while chunk := f.read(chunk_bytes):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class _WriteShardFile(beam.DoFn):
     """Writes one shard (all its records, sorted) and returns its manifest entry."""
 
@@ -143,7 +131,7 @@ class _WriteShardFile(beam.DoFn):
             "path": relpath,
             "num_records": len(ordered),
             "num_bytes": tf.io.gfile.stat(path).length,
-            "sha256": sha256_of_file(path),
+            "sha256": contract.sha256_of_file(path),
         }
 
 

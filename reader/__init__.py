@@ -1,5 +1,25 @@
-"""Reads the ETL's sharded TFRecord datasets with tf.data (no Apache Beam import)."""
+"""Reads the ETL's sharded TFRecord datasets with tf.data (never imports Apache Beam).
 
-from etl.contract import feature_spec_from_json, load_manifest
+Example::
 
-__all__ = ["feature_spec_from_json", "load_manifest"]
+    from reader import make_dataset, steps_per_epoch
+
+    train = make_dataset("out/images", "train", batch_size=64, seed=1, augment=True)
+    model.fit(train, epochs=5)
+"""
+
+from reader.augment import Augmentation
+from reader.dataset_info import DatasetError, DatasetInfo, open_dataset
+from reader.helpers import label_vocabulary, steps_per_epoch, transform_output
+from reader.pipeline import make_dataset
+
+__all__ = [
+    "Augmentation",
+    "DatasetError",
+    "DatasetInfo",
+    "label_vocabulary",
+    "make_dataset",
+    "open_dataset",
+    "steps_per_epoch",
+    "transform_output",
+]

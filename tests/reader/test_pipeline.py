@@ -1,0 +1,185 @@
+"""make_dataset on a dataset written by the real image job (tests/reader/conftest.py)."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import reader
+from etl import contract
+from tests.conftest import TEST_IMAGE_SIZE
+from tests.reader.conftest import BASE_COLOURS, CLASS_SIZES, NUM_SHARDS
+
+
+def keys_of(dataset: tf.data.Dataset) -> list[str]:
+    return [k.decode() for features, _ in dataset.as_numpy_iterator()
+            for k in features["key"]]
+
+
+def manifest_keys(data_dir: str, split: str) -> list[str]:
+    info = reader.open_dataset(data_dir)
+    spec = {"key": info.feature_spec["key"]}
+    records = tf.data.TFRecordDataset(info.shard_paths(split), compression_type="GZIP")
+    return sorted(tf.io.parse_single_example(r, spec)["key"].numpy().decode()
+                  for r in records)
+
+
+def test_make_dataset_yields_batches_for_fit(image_dataset):
+    info = reader.open_dataset(image_dataset)
+    dataset = reader.make_dataset(image_dataset, "train", batch_size=8, seed=0)
+    images, labels = next(iter(dataset))
+    assert images.shape == (8, TEST_IMAGE_SIZE, TEST_IMAGE_SIZE, 3)
+    assert images.dtype == tf.float32 and labels.dtype == tf.int64
+    assert 0.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 1.0
+    # Pixels decode to the class's colour: the label matches the image.
+    for image, label in zip(images.numpy(), labels.numpy(), strict=True):
+        name = info.label_vocab[label]
+        assert np.abs(image[0, 0] * 255 - np.array(BASE_COLOURS[name])).max() <= 26
+
+
+def test_make_dataset_reads_every_record_once_per_epoch(image_dataset):
+    dataset = reader.make_dataset(image_dataset, "train", batch_size=5, seed=3,
+                                  features=["key"])
+    assert sorted(keys_of(dataset)) == manifest_keys(image_dataset, "train")
+
+
+def test_make_dataset_shuffle_is_repeatable_with_seed(image_dataset):
+    def order(seed):
+        return keys_of(reader.make_dataset(image_dataset, "train", batch_size=7,
+                                           seed=seed, num_epochs=2, features=["key"]))
+
+    first = order(11)
+    assert first == order(11)
+    assert first != order(12)
+    n = len(first) // 2
+    assert first[:n] != first[n:]  # Each epoch has its own order.
+    assert sorted(first[:n]) == sorted(first[n:])
+
+
+def test_make_dataset_does_not_shuffle_eval_splits_by_default(image_dataset):
+    a = keys_of(reader.make_dataset(image_dataset, "validation", batch_size=3,
+                                    features=["key"]))
+    b = keys_of(reader.make_dataset(image_dataset, "validation", batch_size=3,
+                                    features=["key"]))
+    assert a == b
+
+
+@pytest.mark.parametrize("num_workers", [2, NUM_SHARDS + 3])  # files, then records
+def test_make_dataset_input_context_covers_each_record_once(image_dataset, num_workers):
+    seen = []
+    for worker in range(num_workers):
+        context = tf.distribute.InputContext(num_input_pipelines=num_workers,
+                                             input_pipeline_id=worker)
+        seen += keys_of(reader.make_dataset(image_dataset, "train", batch_size=4, seed=5,
+                                            input_context=context, features=["key"]))
+    assert sorted(seen) == manifest_keys(image_dataset, "train")
+
+
+def test_make_dataset_augments_after_cache(image_dataset, tmp_path):
+    """Cached pixels are reused, yet each epoch is augmented afresh."""
+    def images_by_key(dataset):
+        out: dict[str, list[np.ndarray]] = collections.defaultdict(list)
+        for features, _ in dataset.as_numpy_iterator():
+            for key, image in zip(features["key"], features["image"], strict=True):
+                out[key.decode()].append(image)
+        return out
+
+    cache_path = str(tmp_path / "cache")
+    plain = images_by_key(reader.make_dataset(
+        image_dataset, "train", batch_size=8, seed=1, num_epochs=2, cache=cache_path,
+        features=["key", "image"]))
+    assert all(np.array_equal(a, b) for a, b in plain.values())
+    assert any(name.startswith("cache") for name in os.listdir(tmp_path))
+    augmented = images_by_key(reader.make_dataset(
+        image_dataset, "train", batch_size=8, seed=1, num_epochs=2, cache="memory",
+        augment=reader.Augmentation(crop_padding=2), features=["key", "image"]))
+    changed = [not np.array_equal(a, b) for a, b in augmented.values()]
+    assert sum(changed) > 0.9 * len(changed)
+
+
+def test_make_dataset_augmentation_repeats_with_seed(image_dataset):
+    def first_batch(seed):
+        dataset = reader.make_dataset(image_dataset, "train", batch_size=8, seed=seed,
+                                      augment=True)
+        return next(iter(dataset))[0].numpy()
+
+    assert np.array_equal(first_batch(4), first_batch(4))
+    assert not np.array_equal(first_batch(4), first_batch(5))
+
+
+def test_make_dataset_snapshot_persists_decoded_stream(image_dataset, tmp_path):
+    path = str(tmp_path / "snap")
+    first = keys_of(reader.make_dataset(image_dataset, "train", batch_size=8,
+                                        snapshot=path, shuffle=False, features=["key"]))
+    assert os.listdir(path)  # Written on the first pass, reused after a restart.
+    again = keys_of(reader.make_dataset(image_dataset, "train", batch_size=8,
+                                        snapshot=path, shuffle=False, features=["key"]))
+    assert sorted(first) == sorted(again) == manifest_keys(image_dataset, "train")
+
+
+def test_make_dataset_balance_equalises_classes(image_dataset):
+    info = reader.open_dataset(image_dataset)
+    train_counts = info.label_counts("train")
+    counts: collections.Counter = collections.Counter()
+    for _, labels in reader.make_dataset(image_dataset, "train", batch_size=16, seed=2,
+                                         balance=True, num_epochs=20).as_numpy_iterator():
+        counts.update(info.label_vocab[i] for i in labels)
+    rarest = min(train_counts.values())
+    assert set(counts) == set(CLASS_SIZES)
+    for name in CLASS_SIZES:
+        # Each class gives ~rarest examples per epoch (binomial, 20 epochs).
+        assert abs(counts[name] / 20 - rarest) <= 0.25 * rarest, (name, counts)
+
+
+def test_make_dataset_drop_remainder_gives_static_batch(image_dataset):
+    dataset = reader.make_dataset(image_dataset, "train", batch_size=8, drop_remainder=True)
+    assert dataset.element_spec[0].shape[0] == 8
+    steps = reader.steps_per_epoch(image_dataset, "train", 8, drop_remainder=True)
+    assert sum(1 for _ in dataset) == steps
+
+
+def test_steps_per_epoch_matches_batches(image_dataset):
+    dataset = reader.make_dataset(image_dataset, "validation", batch_size=3)
+    assert sum(1 for _ in dataset) == reader.steps_per_epoch(image_dataset, "validation", 3)
+
+
+def test_label_vocabulary_and_transform_output(image_dataset):
+    vocab = reader.label_vocabulary(image_dataset)
+    assert sorted(vocab) == sorted(CLASS_SIZES)
+    output = reader.transform_output(image_dataset)
+    assert contract.IMAGE_KEY in output.transformed_feature_spec()
+
+
+def test_make_dataset_rejects_unknown_feature(image_dataset):
+    with pytest.raises(ValueError, match="nope"):
+        reader.make_dataset(image_dataset, features=["nope"])
+
+
+def test_make_dataset_feeds_keras_fit_and_loss_goes_down(image_dataset):
+    tf.keras.utils.set_random_seed(0)
+    num_classes = len(reader.label_vocabulary(image_dataset))
+    model = tf.keras.Sequential([
+        tf.keras.Input((TEST_IMAGE_SIZE, TEST_IMAGE_SIZE, 3)),
+        tf.keras.layers.GlobalAveragePooling2D(),
+        tf.keras.layers.Dense(num_classes),
+    ])
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.05),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    train = reader.make_dataset(image_dataset, "train", batch_size=16, seed=0)
+    history = model.fit(train, epochs=6, verbose=0)
+    losses = history.history["loss"]
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_make_dataset_reads_through_tf_data_service(image_dataset):
+    dispatcher = tf.data.experimental.service.DispatchServer()
+    address = dispatcher.target.split("://")[1]
+    worker = tf.data.experimental.service.WorkerServer(  # noqa: F841 (kept alive)
+        tf.data.experimental.service.WorkerConfig(dispatcher_address=address))
+    dataset = reader.make_dataset(image_dataset, "train", batch_size=4, seed=0,
+                                  features=["key"], data_service=dispatcher.target)
+    assert sorted(keys_of(dataset)) == manifest_keys(image_dataset, "train")
