@@ -55,9 +55,18 @@ def test_make_dataset_shuffle_is_repeatable_with_seed(image_dataset):
     first = order(11)
     assert first == order(11)
     assert first != order(12)
+    assert sorted(first) == sorted(manifest_keys(image_dataset, "train") * 2)
     n = len(first) // 2
-    assert first[:n] != first[n:]  # Each epoch has its own order.
-    assert sorted(first[:n]) == sorted(first[n:])
+    assert first[:n] != first[n:]  # The second pass is reshuffled.
+
+
+def test_make_dataset_epochs_reshuffle_when_iterated_again(image_dataset):
+    # Keras re-iterates a num_epochs=1 dataset each epoch: strict epochs, new order.
+    dataset = reader.make_dataset(image_dataset, "train", batch_size=7, seed=11,
+                                  features=["key"])
+    first, second = keys_of(dataset), keys_of(dataset)
+    assert first != second
+    assert sorted(first) == sorted(second) == manifest_keys(image_dataset, "train")
 
 
 def test_make_dataset_does_not_shuffle_eval_splits_by_default(image_dataset):
