@@ -159,6 +159,10 @@ def make_dataset(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     if cache is not None and snapshot is not None:
         raise ValueError("Use cache or snapshot, not both.")
+    if (data_service is not None and input_context is not None
+            and input_context.num_input_pipelines > 1):
+        raise ValueError("With data_service the service splits each epoch across "
+                         "consumers (distributed_epoch); do not also pass input_context.")
     info = open_dataset(data_dir, splits=[split], verify=verify)
     unknown = sorted(set(features or ()) - set(info.feature_spec))
     if unknown:
@@ -234,10 +238,6 @@ def make_dataset(
     if data_service is not None:
         batches = batches.apply(tf.data.experimental.service.distribute(
             processing_mode="distributed_epoch", service=data_service, job_name=data_service_job))
-    batches = batches.prefetch(AUTOTUNE)
-    if prefetch_to_device is not None:
-        batches = batches.apply(tf.data.experimental.prefetch_to_device(prefetch_to_device))
-
     options = tf.data.Options()
     if deterministic is not None:
         options.deterministic = deterministic
@@ -245,7 +245,11 @@ def make_dataset(
         # We shard by hand above; tf.distribute must not shard again.
         options.experimental_distribute.auto_shard_policy = (
             tf.data.experimental.AutoShardPolicy.OFF)
-    return batches.with_options(options)
+    batches = batches.prefetch(AUTOTUNE).with_options(options)
+    if prefetch_to_device is not None:
+        # Must be the last transformation.
+        batches = batches.apply(tf.data.experimental.prefetch_to_device(prefetch_to_device))
+    return batches
 
 
 def _label_from_features(features: dict[str, tf.Tensor]) -> tf.Tensor:

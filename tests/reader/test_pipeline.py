@@ -192,3 +192,33 @@ def test_make_dataset_reads_through_tf_data_service(image_dataset):
     dataset = reader.make_dataset(image_dataset, "train", batch_size=4, seed=0,
                                   features=["key"], data_service=dispatcher.target)
     assert sorted(keys_of(dataset)) == manifest_keys(image_dataset, "train")
+
+
+def test_make_dataset_prefetches_to_device(image_dataset):
+    # CI has no GPU; the CPU device exercises the same final transformation.
+    dataset = reader.make_dataset(image_dataset, "validation", batch_size=4,
+                                  prefetch_to_device="/cpu:0")
+    assert sum(int(labels.shape[0]) for _, labels in dataset) == reader.open_dataset(
+        image_dataset).num_records("validation")
+
+
+def test_make_dataset_works_with_distribute_datasets_from_function(image_dataset):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    global_batch = 8
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return reader.make_dataset(image_dataset, "train",
+                                   context.get_per_replica_batch_size(global_batch),
+                                   seed=0, input_context=context, features=["key"])
+
+    distributed = strategy.distribute_datasets_from_function(dataset_fn)
+    keys = [k.decode() for features, _ in distributed
+            for k in strategy.experimental_local_results(features["key"])[0].numpy()]
+    assert sorted(keys) == manifest_keys(image_dataset, "train")
+
+
+def test_make_dataset_rejects_data_service_with_input_context(image_dataset):
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0)
+    with pytest.raises(ValueError, match="distributed_epoch"):
+        reader.make_dataset(image_dataset, data_service="grpc://localhost:1",
+                            input_context=context)
