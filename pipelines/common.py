@@ -1,0 +1,129 @@
+"""What every job shares: output flags, the validated output settings, the run flow."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from etl import sharding, splits
+from etl.contract import load_manifest
+from etl.output_dir import prepare_output_dir
+from pipelines import runner_defaults, summary
+
+
+def add_output_args(parser: Any, default_name: str, split_help: str) -> None:
+    """Adds the flags about where and how a dataset is written."""
+    parser.add_argument(
+        "--output_dir", default=None,
+        help="Where shards, transform_fn/, transformed_metadata/, errors/ and "
+             "manifest.json are written (local path or gs://...).")
+    parser.add_argument(
+        "--name", default=default_name,
+        help="Dataset name, the shard file prefix: <name>-<split>-SSSSS-of-NNNNN.")
+    parser.add_argument("--split_fractions", default="0.8,0.1,0.1", help=split_help)
+    parser.add_argument(
+        "--num_shards", type=int, default=None,
+        help="Shards per split (capped at the split's record count). Default: from "
+             "--target_shard_mb.")
+    parser.add_argument(
+        "--target_shard_mb", type=float,
+        default=sharding.DEFAULT_TARGET_SHARD_BYTES / (1024 * 1024),
+        help="Target shard size in MiB of serialized examples (before GZIP), used when "
+             "--num_shards is not given.")
+    parser.add_argument(
+        "--overwrite", action="store_true",
+        help="Replace a finished dataset already in --output_dir (refused otherwise).")
+    parser.add_argument(
+        "--tft_temp_dir", default=None,
+        help="tf.Transform scratch directory (must be shared storage on a distributed "
+             "runner). Default: <output_dir>/tmp.")
+
+
+def require(options: Any, *flags: str) -> None:
+    """Raises ValueError for the first flag that is unset.
+
+    Checked here rather than with argparse's required=True: Beam parses every
+    PipelineOptions subclass in the process, also where these flags are absent.
+    """
+    for flag in flags:
+        if getattr(options, flag) in (None, ""):
+            raise ValueError(f"--{flag} is required (see --help).")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSettings:
+    """Validated output flags shared by every job."""
+
+    output_dir: str
+    name: str
+    fractions: splits.SplitFractions
+    num_shards: int | None
+    target_shard_bytes: int
+    tft_temp_dir: str
+    overwrite: bool
+
+    @classmethod
+    def from_options(cls, options: Any) -> OutputSettings:
+        require(options, "output_dir")
+        target_shard_bytes = int(options.target_shard_mb * 1024 * 1024)
+        sharding.plan_num_shards(1, 1, target_shard_bytes, options.num_shards)
+        return cls(
+            output_dir=options.output_dir,
+            name=options.name,
+            fractions=splits.SplitFractions.parse(options.split_fractions),
+            num_shards=options.num_shards,
+            target_shard_bytes=target_shard_bytes,
+            tft_temp_dir=options.tft_temp_dir or os.path.join(options.output_dir, "tmp"),
+            overwrite=options.overwrite,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """Sharding parameters for the manifest's "preprocessing" entry."""
+        return {
+            "num_shards": self.num_shards,
+            "target_shard_bytes": self.target_shard_bytes,
+            "sharding": "shard = sha256-based hash of key % num_shards; in-shard order "
+                        "by a second hash; empty shard ids dropped",
+        }
+
+
+def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
+            make_job: Callable[[Any], Any],
+            build_pipeline: Callable[[beam.Pipeline, Any], None]) -> dict[str, Any]:
+    """Validates, prepares the output dir, runs, cleans up, prints the summary.
+
+    ``make_job(options)`` validates everything (nothing is written before it
+    returns); the job it returns must have an ``output`` ``OutputSettings``.
+
+    Returns:
+        The manifest the job published.
+    """
+    options = runner_defaults.pipeline_options(argv, options_class)
+    job = make_job(options.view_as(options_class))
+    started = time.monotonic()
+    prepare_output_dir(job.output.output_dir, job.output.overwrite)
+    pipeline = beam.Pipeline(options=options)
+    build_pipeline(pipeline, job)
+    runner_defaults.run_to_completion(pipeline)
+    elapsed = time.monotonic() - started
+    runner_defaults.remove_temp_dir(job.output.tft_temp_dir)
+    manifest = load_manifest(job.output.output_dir)
+    print(summary.format_summary(job.output.output_dir, manifest, elapsed))
+    return manifest
+
+
+def main(run: Callable[[Sequence[str]], Any]) -> None:
+    """Console entry: quiet logs, and option errors as one line instead of a trace."""
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        run(sys.argv[1:])
+    except ValueError as e:
+        sys.exit(f"error: {e}")
