@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
@@ -38,6 +38,8 @@ def library_versions() -> dict[str, str]:
 def build_manifest(
     *,
     name: str,
+    kind: str,
+    task: str,
     shards: Iterable[Mapping[str, Any]],
     label_counts: Iterable[tuple[tuple[str, str], int]],
     rejected: Mapping[str, Any],
@@ -45,8 +47,13 @@ def build_manifest(
     label_vocab: list[str],
     preprocessing: Mapping[str, Any],
     versions: Mapping[str, str],
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assembles the manifest dict (see docs/FORMAT.md for every field).
+
+    ``kind`` says what an example holds (``"images"``, ``"timeseries"``), ``task``
+    what its target is (``"classification"``, ``"forecast"``); ``extra`` adds
+    kind-specific top-level entries (e.g. ``"timeseries"``).
 
     Every split of ``contract.SPLITS`` is present, with ``num_records`` 0 and no
     shards when it is empty; shards are listed in index order.
@@ -75,9 +82,11 @@ def build_manifest(
     counts: dict[str, dict[str, int]] = {split: {} for split in contract.SPLITS}
     for (split, label), count in label_counts:
         counts[split][label] = counts[split].get(label, 0) + count
-    return {
+    manifest = {
         "format_version": contract.FORMAT_VERSION,
         "name": name,
+        "kind": kind,
+        "task": task,
         "splits": split_entries,
         "features": dict(features),
         "label_vocab": list(label_vocab),
@@ -90,33 +99,50 @@ def build_manifest(
         "versions": dict(versions),
         "rejected": dict(rejected),
     }
+    clashes = sorted(set(extra or {}) & set(manifest))
+    if clashes:
+        raise ValueError(f"Extra manifest entries {clashes} would overwrite standard ones.")
+    return {**manifest, **(extra or {})}
 
 
-def _read_transform_output(output_dir: str) -> tuple[dict[str, Any], list[str]]:
-    """(feature spec as JSON, label vocabulary) from the written tf.Transform output."""
+CLASSIFICATION = "classification"
+FORECAST = "forecast"
+
+# Called with the written tft.TFTransformOutput; returns extra manifest entries.
+TransformDescriber = Callable[[Any], Mapping[str, Any]]
+
+
+def _read_transform_output(output_dir: str, task: str) -> tuple[dict[str, Any], list[str],
+                                                                 Any]:
+    """(feature spec as JSON, label vocabulary, TFTransformOutput) of the written output."""
     import tensorflow_transform as tft
 
     transform_output = tft.TFTransformOutput(output_dir)
     features = contract.feature_spec_to_json(transform_output.transformed_feature_spec())
-    vocab = [
+    vocab = [] if task != CLASSIFICATION else [
         token.decode("utf-8") if isinstance(token, bytes) else str(token)
         for token in transform_output.vocabulary_by_name(contract.LABEL_VOCABULARY_NAME)
     ]
-    return features, vocab
+    return features, vocab, transform_output
 
 
-def _write_manifest(unused: None, *, output_dir: str, name: str,
+def _write_manifest(unused: None, *, output_dir: str, name: str, kind: str, task: str,
                     preprocessing: Mapping[str, Any], shards: list[dict[str, Any]],
                     label_counts: list[tuple[tuple[str, str], int]],
-                    rejected: dict[str, Any], transform_written: list[Any]) -> str:
+                    rejected: dict[str, Any], transform_written: list[Any],
+                    extra: Mapping[str, Any],
+                    describe_transform: TransformDescriber | None) -> str:
     import tensorflow as tf
 
     del unused, transform_written  # Only ordering: the transform output is final.
-    features, vocab = _read_transform_output(output_dir)
+    features, vocab, transform_output = _read_transform_output(output_dir, task)
+    extra = dict(extra)
+    if describe_transform is not None:
+        extra.update(describe_transform(transform_output))
     manifest = build_manifest(
-        name=name, shards=shards, label_counts=label_counts, rejected=rejected,
-        features=features, label_vocab=vocab, preprocessing=preprocessing,
-        versions=library_versions())
+        name=name, kind=kind, task=task, shards=shards, label_counts=label_counts,
+        rejected=rejected, features=features, label_vocab=vocab,
+        preprocessing=preprocessing, versions=library_versions(), extra=extra)
     path = os.path.join(output_dir, contract.MANIFEST_FILENAME)
     tmp_path = path + ".incomplete"
     with tf.io.gfile.GFile(tmp_path, "w") as f:
@@ -132,21 +158,33 @@ class WriteManifest(beam.PTransform):
         output_dir: the dataset directory.
         name: dataset name (the shard file prefix).
         preprocessing: every preprocessing parameter, recorded verbatim.
+        kind: what an example holds (``"images"``, ``"timeseries"``).
+        task: ``"classification"`` (a label vocabulary exists) or ``"forecast"``.
         shards: PCollection of shard entries from ``WriteShards``.
         label_counts: PCollection of ``((split, label_name), count)``.
         rejected: single-element PCollection from ``WriteRejections``.
         transform_written: PCollection produced by ``tft_beam.WriteTransformFn``.
+        extra: optional single-element PCollection of extra top-level entries.
+        describe_transform: optional module-level function of the written
+            ``TFTransformOutput`` returning more extra entries.
 
     Returns:
         A single-element PCollection holding the manifest's path.
     """
 
     def __init__(self, output_dir: str, name: str, preprocessing: Mapping[str, Any], *,
+                 kind: str, task: str,
                  shards: beam.PCollection, label_counts: beam.PCollection,
-                 rejected: beam.PCollection, transform_written: beam.PCollection) -> None:
+                 rejected: beam.PCollection, transform_written: beam.PCollection,
+                 extra: beam.PCollection | None = None,
+                 describe_transform: TransformDescriber | None = None) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._name = name
+        self._kind = kind
+        self._task = task
+        self._extra = extra
+        self._describe_transform = describe_transform
         self._preprocessing = dict(preprocessing)
         self._shards = shards
         self._label_counts = label_counts
@@ -154,6 +192,7 @@ class WriteManifest(beam.PTransform):
         self._transform_written = transform_written
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        extra = {} if self._extra is None else beam.pvalue.AsSingleton(self._extra)
         return (
             pbegin
             | "StartManifest" >> beam.Create([None])
@@ -161,6 +200,10 @@ class WriteManifest(beam.PTransform):
                 _write_manifest,
                 output_dir=self._output_dir,
                 name=self._name,
+                kind=self._kind,
+                task=self._task,
+                extra=extra,
+                describe_transform=self._describe_transform,
                 preprocessing=self._preprocessing,
                 shards=beam.pvalue.AsList(self._shards),
                 label_counts=beam.pvalue.AsList(self._label_counts),

@@ -23,7 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from etl import contract, dead_letters, image_codec, image_preprocessing
 from etl.image_loading import REJECTED, LoadImages, split_index
 from etl.image_sources import ReadImageRecords, check_input
-from etl.manifest import WriteManifest
+from etl.manifest import CLASSIFICATION, WriteManifest
 from etl.sharding import WriteShards
 from etl.transform import ANALYZE, AnalyzeAndTransform
 from pipelines import common
@@ -132,7 +132,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         output_dir, job.output.name, num_shards=job.output.num_shards,
         target_shard_bytes=job.output.target_shard_bytes)
     _ = pipeline | "WriteManifest" >> WriteManifest(
-        output_dir, job.output.name, job.describe_preprocessing(), shards=shards,
+        output_dir, job.output.name, job.describe_preprocessing(), kind="images",
+        task=CLASSIFICATION, shards=shards,
         label_counts=label_counts, rejected=rejected_summary,
         transform_written=transform_written)
 

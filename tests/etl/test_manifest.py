@@ -20,9 +20,10 @@ SHARDS = [_shard("train", 2, 5, 500), _shard("train", 0, 7, 700),
           _shard("test", 0, 2, 200), _shard("train", 1, 6, 600)]
 
 
-def _build(shards=SHARDS, label_counts=()) -> dict:
+def _build(shards=SHARDS, label_counts=(), extra=None) -> dict:
     return manifest.build_manifest(
-        name="images", shards=shards, label_counts=label_counts,
+        name="images", kind="images", task="classification", extra=extra,
+        shards=shards, label_counts=label_counts,
         rejected={"count": 0, "by_reason": {}},
         features={"label": {"kind": "fixed_len", "dtype": "int64", "shape": []}},
         label_vocab=["cat", "dog"], preprocessing={"image_size": 16},
@@ -30,6 +31,17 @@ def _build(shards=SHARDS, label_counts=()) -> dict:
 
 
 # --- build_manifest -------------------------------------------------------------------
+
+def test_build_manifest_records_kind_task_and_extra_entries():
+    built = _build(extra={"timeseries": {"window_size": 4}})
+    assert (built["kind"], built["task"]) == ("images", "classification")
+    assert built["timeseries"] == {"window_size": 4}
+
+
+def test_build_manifest_refuses_extra_entries_that_clash():
+    with pytest.raises(ValueError, match="splits"):
+        _build(extra={"splits": {}})
+
 
 def test_build_manifest_lists_every_split_even_when_empty():
     splits = _build()["splits"]
@@ -84,9 +96,9 @@ def test_build_manifest_groups_label_counts_per_split():
 
 def test_build_manifest_top_level_fields():
     built = _build()
-    assert sorted(built) == ["features", "format_version", "label_counts", "label_vocab",
-                             "name", "preprocessing", "rejected", "splits",
-                             "transform_output", "versions"]
+    assert sorted(built) == ["features", "format_version", "kind", "label_counts",
+                             "label_vocab", "name", "preprocessing", "rejected", "splits",
+                             "task", "transform_output", "versions"]
     assert built["format_version"] == contract.FORMAT_VERSION
     assert built["name"] == "images"
     assert built["transform_output"] == {"transform_fn": "transform_fn",
