@@ -31,7 +31,7 @@ setup(
         "Apache Beam + tf.Transform ETL to sharded, deterministic GZIP TFRecords, "
         "and the tf.data reader for them."
     ),
-    python_requires=">=3.10,<3.13",
+    python_requires=">=3.11,<3.13",
     packages=find_packages(include=["etl", "etl.*", "reader", "reader.*", "pipelines",
                                     "pipelines.*"]),
     install_requires=INSTALL_REQUIRES,

@@ -44,6 +44,12 @@ LABEL_KEY = "label"
 LABEL_NAME_KEY = "label_name"
 SOURCE_KEY = "key"
 
+# Feature keys of the stored time-series window examples (see docs/FORMAT.md).
+WINDOW_KEY = "window"
+TARGET_KEY = "target"
+SERIES_ID_KEY = "series_id"
+WINDOW_START_KEY = "window_start"
+
 # tf.Transform vocabulary file name of the label vocabulary.
 LABEL_VOCABULARY_NAME = "label"
 

@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from etl import contract, dead_letters, image_codec, splits
+from etl import dead_letters, image_codec, splits
 from etl.dead_letters import Rejection
 from etl.image_sources import ImageRecord
 
@@ -102,9 +102,3 @@ class LoadImages(beam.DoFn):
         return beam.pvalue.TaggedOutput(
             REJECTED, Rejection(key=record.key, source=record.uri, reason=reason,
                                 message=message))
-
-
-def split_index(element: tuple[str, Any], num_partitions: int) -> int:
-    """``beam.Partition`` function: the position of the element's split in SPLITS."""
-    del num_partitions
-    return contract.SPLITS.index(element[0])

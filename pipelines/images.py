@@ -21,10 +21,11 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from etl import contract, dead_letters, image_codec, image_preprocessing
-from etl.image_loading import REJECTED, LoadImages, split_index
+from etl.image_loading import REJECTED, LoadImages
 from etl.image_sources import ReadImageRecords, check_input
 from etl.manifest import CLASSIFICATION, WriteManifest
 from etl.sharding import WriteShards
+from etl.splits import split_index
 from etl.transform import ANALYZE, AnalyzeAndTransform
 from pipelines import common
 

@@ -12,6 +12,9 @@ import tensorflow as tf
 from etl import contract
 
 IMAGES = "images"
+TIMESERIES = "timeseries"
+CLASSIFICATION = "classification"
+FORECAST = "forecast"
 
 
 class DatasetError(ValueError):
@@ -25,7 +28,7 @@ class DatasetInfo:
     Attributes:
         data_dir: the ETL output directory.
         manifest: the parsed ``manifest.json`` (see docs/FORMAT.md).
-        kind: what the examples hold; ``"images"`` today.
+        kind: what the examples hold: ``"images"`` or ``"timeseries"``.
     """
 
     data_dir: str
@@ -36,6 +39,11 @@ class DatasetInfo:
     def feature_spec(self) -> dict[str, Any]:
         """``tf.io.parse_example`` spec, from the manifest (never typed by hand)."""
         return contract.feature_spec_from_json(self.manifest["features"])
+
+    @property
+    def task(self) -> str:
+        """``"classification"`` (int64 ``label``) or ``"forecast"`` (float ``target``)."""
+        return self.manifest.get("task", CLASSIFICATION)
 
     @property
     def label_vocab(self) -> list[str]:
@@ -69,8 +77,9 @@ class DatasetInfo:
 
 def _kind_of(manifest: Mapping[str, Any], data_dir: str) -> str:
     features = manifest.get("features", {})
-    if contract.IMAGE_KEY in features:
-        return IMAGES
+    kind = manifest.get("kind", IMAGES if contract.IMAGE_KEY in features else None)
+    if kind in (IMAGES, TIMESERIES):
+        return kind
     raise DatasetError(f"{data_dir!r} holds features {sorted(features)}, which this "
                        f"reader version does not know how to decode.")
 

@@ -1,13 +1,53 @@
-"""Vectorised parse of serialized examples and parallel decode of stored images."""
+"""Vectorised parse of serialized examples and what each kind of example needs after."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import tensorflow as tf
 
 from etl import contract, image_codec
+from reader.dataset_info import FORECAST, IMAGES, DatasetInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class KindSpec:
+    """How a kind of example becomes ``(model input, label)``.
+
+    Attributes:
+        input_key: the model-input feature (``image`` or ``window``).
+        label_key: ``label`` (classification) or ``target`` (forecast).
+        decode: parsed batch → decoded batch (what ``cache``/``snapshot`` store).
+        finish: decoded batch → model-ready batch (e.g. uint8 images → float).
+        decoded_record_bytes: memory per decoded record (sizes the shuffle buffer).
+        augmentable: whether ``augment`` applies (images only).
+    """
+
+    input_key: str
+    label_key: str
+    decode: Callable[[dict], dict]
+    finish: Callable[[dict], dict]
+    decoded_record_bytes: int
+    augmentable: bool
+
+
+def _identity(features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    return features
+
+
+def kind_spec(info: DatasetInfo) -> KindSpec:
+    """The ``KindSpec`` for the dataset in ``info``."""
+    label_key = contract.TARGET_KEY if info.task == FORECAST else contract.LABEL_KEY
+    if info.kind == IMAGES:
+        size = int(info.preprocessing["image_size"])
+        return KindSpec(contract.IMAGE_KEY, label_key, decode_images_fn(info.preprocessing),
+                        to_float_images, size * size * 3, augmentable=True)
+    window_shape = info.manifest["features"][contract.WINDOW_KEY]["shape"]
+    window_bytes = 4 * int(window_shape[0]) * int(window_shape[1])
+    return KindSpec(contract.WINDOW_KEY, label_key, _identity, _identity, window_bytes,
+                    augmentable=False)
 
 
 def parse_batch_fn(feature_spec: Mapping[str, Any]) -> Callable[[tf.Tensor], dict]:

@@ -10,7 +10,7 @@ import tensorflow as tf
 from etl import contract
 from reader import augment as augment_lib
 from reader import decoding
-from reader.dataset_info import DatasetInfo, open_dataset
+from reader.dataset_info import FORECAST, DatasetInfo, open_dataset
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Memory the shuffle buffer may take by default (records × bytes per record).
@@ -18,11 +18,6 @@ DEFAULT_SHUFFLE_BUFFER_BYTES = 256 * 1024 * 1024
 MAX_DEFAULT_SHUFFLE_BUFFER = 10_000
 # Records per vectorised parse+decode call on the cached path.
 _CACHE_PARSE_BATCH = 64
-
-
-def _primary_input(info: DatasetInfo) -> str:
-    del info  # Images today; time-series windows will add their own.
-    return contract.IMAGE_KEY
 
 
 def _worker_split(input_context: tf.distribute.InputContext | None, num_files: int
@@ -39,8 +34,7 @@ def _worker_split(input_context: tf.distribute.InputContext | None, num_files: i
 def default_shuffle_buffer(info: DatasetInfo, split: str, decoded: bool) -> int:
     """Records in the default shuffle buffer: at most 10,000 and ~256 MiB."""
     if decoded:
-        size = int(info.preprocessing["image_size"])
-        bytes_per_record = size * size * 3
+        bytes_per_record = decoding.kind_spec(info).decoded_record_bytes
     else:
         bytes_per_record = max(1, info.manifest["splits"][split]["num_bytes"]
                                // max(1, info.num_records(split)))
@@ -174,10 +168,13 @@ def make_dataset(
     shuffle = (split == contract.TRAIN) if shuffle is None else shuffle
     if deterministic is None and seed is not None:
         deterministic = True
+    kind = decoding.kind_spec(info)
     augmentation = (augment_lib.Augmentation() if augment is True
                     else augment or None)
+    if augmentation is not None and not kind.augmentable:
+        raise ValueError(f"augment applies to images; {data_dir!r} holds {info.kind}.")
     parse = decoding.parse_batch_fn(info.feature_spec)
-    decode = decoding.decode_images_fn(info.preprocessing)
+    decode = kind.decode
     reuse = cache is not None or snapshot is not None
 
     num_workers, worker, shard_records = _worker_split(input_context, len(files))
@@ -206,10 +203,10 @@ def make_dataset(
             elements = elements.snapshot(path)
         else:
             elements = elements.cache("" if cache == "memory" else cache)
-        label_of = _label_from_features
+        label_of: Callable[[Any], tf.Tensor] = _label_from_features
     else:
         elements = records
-        label_of = _label_from_serialized(info.feature_spec)
+        label_of = _label_from_serialized(info.feature_spec) if balance else _no_label
 
     if num_epochs != 1:
         # Repeat before the shuffle: the buffer then spans epoch boundaries instead of
@@ -219,15 +216,18 @@ def make_dataset(
         buffer = shuffle_buffer or default_shuffle_buffer(info, split, decoded=reuse)
         elements = elements.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if balance:
+        if info.task == FORECAST:
+            raise ValueError("balance=True needs class labels; this is a forecasting "
+                             "dataset.")
         elements = _balanced(elements, info, split, label_of, seed)
     batches = elements.batch(batch_size, drop_remainder=drop_remainder)
-    select = _select(features, _primary_input(info))
+    select = _select(features, kind.input_key, kind.label_key)
 
     # One fused map per batch (parse → decode → float → select): fewer tf.data
     # stages to schedule, measured faster on 2 cores (scripts/benchmark_reader.py).
     def to_model_input(batch: Any) -> Any:
         parsed = batch if reuse else decode(parse(batch))
-        features_ = decoding.to_float_images(parsed)
+        features_ = kind.finish(parsed)
         return features_ if augmentation is not None else select(features_)
 
     batches = batches.map(to_model_input, num_parallel_calls=AUTOTUNE)
@@ -256,6 +256,10 @@ def _label_from_features(features: dict[str, tf.Tensor]) -> tf.Tensor:
     return features[contract.LABEL_KEY]
 
 
+def _no_label(element: Any) -> tf.Tensor:
+    raise AssertionError("labels are only read when balance=True")
+
+
 def _label_from_serialized(feature_spec: dict[str, Any]) -> Callable[[tf.Tensor], tf.Tensor]:
     label_spec = {contract.LABEL_KEY: feature_spec[contract.LABEL_KEY]}
 
@@ -278,12 +282,12 @@ def _augmented(batches: tf.data.Dataset, augmentation: augment_lib.Augmentation,
     return tf.data.Dataset.zip((batches, seeds)).map(apply, num_parallel_calls=AUTOTUNE)
 
 
-def _select(features: Sequence[str] | None, primary: str
+def _select(features: Sequence[str] | None, primary: str, label_key: str
             ) -> Callable[[dict[str, tf.Tensor]], tuple[Any, tf.Tensor]]:
     names = None if features is None else list(features)
 
     def select(parsed: dict[str, tf.Tensor]) -> tuple[Any, tf.Tensor]:
-        label = parsed[contract.LABEL_KEY]
+        label = parsed[label_key]
         if names is None:
             return parsed[primary], label
         return {n: parsed[n] for n in names}, label

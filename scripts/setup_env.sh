@@ -13,8 +13,8 @@ if [ -z "$python_bin" ]; then
 fi
 version="$("$python_bin" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 case "$version" in
-  3.10|3.11|3.12) ;;
-  *) echo "error: $python_bin is Python $version; tensorflow 2.21 + tfx-bsl 1.21 need 3.10-3.12 (3.11 recommended)." >&2
+  3.11|3.12) ;;
+  *) echo "error: $python_bin is Python $version; tensorflow 2.21 + tfx-bsl 1.21 need 3.11 or 3.12 (3.11 recommended)." >&2
      exit 1 ;;
 esac
 

@@ -137,7 +137,3 @@ def test_load_images_rejection_message_for_missing_file(tmp_path):
                     equal_to([True]))
 
 
-def test_split_index_follows_contract_order():
-    assert [image_loading.split_index((s, None), 3)
-            for s in ("train", "validation", "test")] == [0, 1, 2]
-

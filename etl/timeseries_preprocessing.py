@@ -1,0 +1,135 @@
+"""tf.Transform preprocessing for time-series windows: z-score normalisation, labels.
+
+The analyzers run on non-overlapping train tiles (every train row once), so the
+normaliser's mean and standard deviation are per-row statistics of the train split
+only; the same graph then normalises every split's windows and targets, and, at
+serving time, raw windows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from etl import contract
+
+UNKNOWN_LABEL_ID = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class SeriesPreprocessing:
+    """What the transform needs to know about the windows."""
+
+    window_size: int
+    horizon: int
+    num_features: int
+    classification: bool
+    per_series: bool = False
+
+    def __post_init__(self) -> None:
+        if self.classification and self.horizon:
+            raise ValueError("With --labels the target is the series label: use "
+                             "--horizon=0.")
+        if not self.classification and self.horizon < 1:
+            raise ValueError("Forecasting needs --horizon >= 1 (or give --labels to "
+                             "classify whole series).")
+
+    def raw_feature_spec(self) -> dict[str, tf.io.FixedLenFeature]:
+        """Spec of the raw window instances fed to tf.Transform."""
+        spec = {
+            contract.WINDOW_KEY: tf.io.FixedLenFeature(
+                [self.window_size, self.num_features], tf.float32),
+            contract.SERIES_ID_KEY: tf.io.FixedLenFeature([], tf.string),
+            contract.WINDOW_START_KEY: tf.io.FixedLenFeature([], tf.string),
+            contract.SOURCE_KEY: tf.io.FixedLenFeature([], tf.string),
+        }
+        if self.classification:
+            spec[contract.LABEL_NAME_KEY] = tf.io.FixedLenFeature([], tf.string)
+        else:
+            spec[contract.TARGET_KEY] = tf.io.FixedLenFeature(
+                [self.horizon, self.num_features], tf.float32)
+        return spec
+
+
+def _per_row_stats(flat: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    return (tft.mean(flat, reduce_instance_dims=False),
+            tft.var(flat, reduce_instance_dims=False))
+
+
+def _per_series_stats(flat: tf.Tensor, series_ids: tf.Tensor, window_size: int,
+                      global_mean: tf.Tensor, global_var: tf.Tensor
+                      ) -> tuple[tf.Tensor, tf.Tensor]:
+    """``[batch, F]`` mean and variance of each instance's series (train rows only);
+    series never seen in train fall back to the global statistics."""
+    row_keys = tf.repeat(series_ids, window_size)
+    # tft's public per-key scaler returns only the scaled tensor; the target needs the
+    # same statistics, so this uses the analyzer behind it (tft 1.21 is pinned).
+    vocab, means, variances = tft.analyzers._mean_and_var_per_key(
+        flat, row_keys, reduce_instance_dims=False)
+    matches = tf.equal(series_ids[:, None], vocab[None, :])  # [batch, K]
+    found = tf.reduce_any(matches, axis=1, keepdims=True)
+    index = tf.argmax(tf.cast(matches, tf.int32), axis=1)
+    mean = tf.where(found, tf.gather(means, index), global_mean[None, :])
+    var = tf.where(found, tf.gather(variances, index), global_var[None, :])
+    return mean, var
+
+
+def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessing
+                     ) -> dict[str, tf.Tensor]:
+    """Normalises ``window`` (and the forecast ``target``) by train statistics.
+
+    ``z = (x - mean) / std`` per value column (``std`` is the population standard
+    deviation; a constant column gets ``std = 1``). With ``per_series`` the
+    statistics are those of the instance's own series.
+    """
+    window = inputs[contract.WINDOW_KEY]  # [batch, W, F]
+    flat = tf.reshape(window, [-1, config.num_features])
+    mean, var = _per_row_stats(flat)
+    if config.per_series:
+        mean, var = _per_series_stats(flat, inputs[contract.SERIES_ID_KEY],
+                                      config.window_size, mean, var)
+        mean, var = mean[:, None, :], var[:, None, :]
+    std = tf.sqrt(var)
+    std = tf.where(std > 0, std, tf.ones_like(std))
+    outputs = {
+        contract.WINDOW_KEY: (window - mean) / std,
+        contract.SERIES_ID_KEY: tf.identity(inputs[contract.SERIES_ID_KEY]),
+        contract.WINDOW_START_KEY: tf.identity(inputs[contract.WINDOW_START_KEY]),
+        contract.SOURCE_KEY: tf.identity(inputs[contract.SOURCE_KEY]),
+    }
+    if config.classification:
+        labels = inputs[contract.LABEL_NAME_KEY]
+        outputs[contract.LABEL_KEY] = tft.compute_and_apply_vocabulary(
+            labels, vocab_filename=contract.LABEL_VOCABULARY_NAME,
+            default_value=UNKNOWN_LABEL_ID)
+        outputs[contract.LABEL_NAME_KEY] = tf.identity(labels)
+    else:
+        outputs[contract.TARGET_KEY] = (inputs[contract.TARGET_KEY] - mean) / std
+    return outputs
+
+
+def describe_normalisation(transform_output: Any, config: SeriesPreprocessing
+                           ) -> dict[str, Any]:
+    """The train mean/std per value column, read back from the written transform_fn.
+
+    The transform is affine (``z = (x - m) / s``), so two probe windows (all zeros,
+    all ones) give ``s = 1 / (z1 - z0)`` and ``m = -z0 * s``. Per-series statistics
+    live only in the transform_fn.
+    """
+    if config.per_series:
+        return {"normalisation": {"per_series": True}}
+    probe = {}
+    for name, spec in config.raw_feature_spec().items():
+        if spec.dtype == tf.string:
+            probe[name] = tf.constant([b"", b""])
+        else:
+            probe[name] = tf.stack([tf.zeros(spec.shape), tf.ones(spec.shape)])
+    z = transform_output.transform_raw_features(probe)[contract.WINDOW_KEY].numpy()
+    z0, z1 = z[0, 0].astype(np.float64), z[1, 0].astype(np.float64)
+    std = 1.0 / (z1 - z0)
+    return {"normalisation": {"per_series": False, "mean": (-z0 * std).tolist(),
+                              "std": std.tolist()}}

@@ -1,0 +1,321 @@
+"""Time-series inputs: long-format rows (CSV, JSONL, Parquet) and a labels file.
+
+Long format: one row per (series id, timestamp, value columns...). Timestamps are
+numbers (any unit) or ISO 8601 dates/times (naive ones are taken as UTC). Empty,
+``"nan"`` and null values are *missing* (handled later by the missing-value policy);
+anything else that is not a finite number is rejected as ``unparsable_value``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+
+from etl import dead_letters
+from etl.dead_letters import Rejection
+from etl.image_sources import parse_csv_line, parse_jsonl_line
+
+REJECTED = "rejected"
+NUMERIC = "numeric"
+DATETIME = "datetime"
+_MISSING_TEXT = frozenset({"", "nan", "NaN", "NAN", "null", "NULL", "None", "NA", "N/A"})
+_BOM = "\ufeff"
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """Which input columns hold the series id, the timestamp and the values."""
+
+    series_id: str
+    timestamp: str
+    values: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One parsed observation. ``values`` holds NaN for missing entries."""
+
+    series_id: str
+    time: float  # seconds since the epoch (DATETIME) or the number as given (NUMERIC)
+    time_text: str  # the timestamp as written, used in keys and window_start
+    time_kind: str  # NUMERIC or DATETIME
+    values: tuple[float, ...]
+    source: str
+
+
+def parse_timestamp(value: Any) -> tuple[float, str, str]:
+    """``(time, text, kind)`` of a timestamp value.
+
+    Raises:
+        ValueError: if it is neither a finite number nor an ISO 8601 date/time.
+    """
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"not a timestamp: {value!r}")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"not a finite timestamp: {value!r}")
+        return float(value), str(value), NUMERIC
+    if isinstance(value, dt.datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return moment.timestamp(), value.isoformat(), DATETIME
+    if isinstance(value, dt.date):
+        moment = dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
+        return moment.timestamp(), value.isoformat(), DATETIME
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(number):
+            return number, text, NUMERIC
+        raise ValueError(f"not a finite timestamp: {text!r}")
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not a number or ISO 8601 date/time: {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.timestamp(), text, DATETIME
+
+
+def parse_value(value: Any) -> float:
+    """A value as float; NaN for missing.
+
+    Raises:
+        ValueError: for text that is not a number, or an infinite number.
+    """
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        raise ValueError(f"boolean is not a value: {value!r}")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        text = str(value).strip()
+        if text in _MISSING_TEXT:
+            return math.nan
+        number = float(text)  # ValueError for non-numbers.
+    if math.isinf(number):
+        raise ValueError(f"infinite value {value!r}")
+    return number
+
+
+def parse_row(row: Mapping[str, Any], columns: Columns, source: str) -> Row | Rejection:
+    """Validates one input row (already a mapping of column → value)."""
+    series = row.get(columns.series_id)
+    if series is None or not str(series).strip():
+        return Rejection(key=source, source=source, reason=dead_letters.MISSING_SERIES_ID,
+                         message=f"Row has no {columns.series_id!r} value.")
+    series_id = str(series).strip()
+    key = f"{series_id}@{row.get(columns.timestamp)}"
+    try:
+        time, time_text, kind = parse_timestamp(row.get(columns.timestamp))
+    except ValueError as e:
+        return Rejection(key=key, source=source, reason=dead_letters.UNPARSABLE_TIMESTAMP,
+                         message=f"Column {columns.timestamp!r}: {e}")
+    values = []
+    for column in columns.values:
+        try:
+            values.append(parse_value(row.get(column)))
+        except ValueError as e:
+            return Rejection(key=key, source=source, reason=dead_letters.UNPARSABLE_VALUE,
+                             message=f"Column {column!r}: {e}")
+    return Row(series_id=series_id, time=time, time_text=time_text, time_kind=kind,
+               values=tuple(values), source=source)
+
+
+def input_format(path: str) -> str:
+    """``"csv"``, ``"jsonl"`` or ``"parquet"`` from the file name or glob.
+
+    Raises:
+        ValueError: for any other extension.
+    """
+    lowered = path.lower()
+    for suffix, name in ((".csv", "csv"), (".jsonl", "jsonl"), (".json", "jsonl"),
+                         (".parquet", "parquet")):
+        if lowered.endswith(suffix):
+            return name
+    raise ValueError(f"--input {path!r} must end in .csv, .jsonl or .parquet.")
+
+
+def matched_files(pattern: str) -> list[str]:
+    """Files matching ``pattern`` (a path or glob), sorted.
+
+    Raises:
+        ValueError: if nothing matches.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    files = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    if not files:
+        raise ValueError(f"--input {pattern!r} matches no file.")
+    return files
+
+
+def _csv_fields(line: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in next(csv.reader([line]), []))
+
+
+def read_csv_header(path: str) -> tuple[str, ...]:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "r") as f:
+        return _csv_fields(f.readline().lstrip(_BOM))
+
+
+def check_columns(header: Sequence[str], columns: Columns, path: str) -> None:
+    """Raises ValueError naming the required columns a CSV header lacks."""
+    missing = [c for c in (columns.series_id, columns.timestamp, *columns.values)
+               if c not in header]
+    if missing:
+        raise ValueError(f"{path!r} lacks column(s) {missing}; its header is {list(header)}.")
+
+
+def _numbered_lines(path: str, skip_header: bool) -> Iterator[tuple[str, str]]:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "r") as f:
+        for number, line in enumerate(f, start=1):
+            if number == 1:
+                if skip_header:
+                    continue
+                line = line.lstrip(_BOM)
+            if line.strip():
+                yield f"{path}:{number}", line.rstrip("\r\n")
+
+
+class _ParseLine(beam.DoFn):
+    def __init__(self, columns: Columns, header: tuple[str, ...] | None) -> None:
+        self._columns = columns
+        self._header = header  # None: JSON Lines.
+
+    def process(self, numbered: tuple[str, str]) -> Iterator[Any]:
+        source, line = numbered
+        row = (parse_jsonl_line(line) if self._header is None
+               else parse_csv_line(line, self._header))
+        if row is None:
+            result: Row | Rejection = Rejection(
+                key=source, source=source, reason=dead_letters.MALFORMED_ROW,
+                message=f"Cannot parse line: {line[:200]!r}")
+        else:
+            result = parse_row(row, self._columns, source)
+        yield from _route(result)
+
+
+def _route(result: Row | Rejection) -> Iterator[Any]:
+    if isinstance(result, Rejection):
+        dead_letters.count_rejection(result.reason)
+        yield beam.pvalue.TaggedOutput(REJECTED, result)
+    else:
+        yield result
+
+
+def _parquet_rows(path: str, columns: Columns) -> Iterator[Any]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    missing = [c for c in (columns.series_id, columns.timestamp, *columns.values)
+               if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{path!r} lacks column(s) {missing}; it has {table.column_names}.")
+    for number, row in enumerate(table.to_pylist(), start=1):
+        yield from _route(parse_row(row, columns, f"{path}:row{number}"))
+
+
+class ReadTimeSeriesRows(beam.PTransform):
+    """Reads every matched file as ``Row``s plus tagged ``Rejection``s.
+
+    Files are read line by line on workers (one file per worker), never pickled
+    into the job graph. Every source position is ``<file>:<line>``.
+    """
+
+    def __init__(self, pattern: str, columns: Columns) -> None:
+        super().__init__()
+        self._pattern = pattern
+        self._columns = columns
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> Any:
+        files = matched_files(self._pattern)
+        fmt = input_format(self._pattern)
+        start = pbegin | "ListFiles" >> beam.Create(files)
+        if fmt == "parquet":
+            return start | "ReadParquet" >> beam.FlatMap(
+                _parquet_rows, columns=self._columns).with_outputs(REJECTED, main="rows")
+        header = None
+        if fmt == "csv":
+            header = read_csv_header(files[0])
+            for path in files:
+                check_columns(read_csv_header(path), self._columns, path)
+        return (
+            start
+            | "NumberLines" >> beam.FlatMap(_numbered_lines, skip_header=header is not None)
+            | "ReshuffleLines" >> beam.Reshuffle()
+            | "ParseLines" >> beam.ParDo(_ParseLine(self._columns, header)).with_outputs(
+                REJECTED, main="rows")
+        )
+
+
+def read_labels(path: str, series_column: str, label_column: str = "label"
+                ) -> tuple[dict[str, str], list[Rejection]]:
+    """Reads the series → label file (CSV with a header, or JSONL), on the driver.
+
+    A series listed twice with different labels is rejected (``conflicting_label``);
+    an empty label is rejected (``missing_label``).
+
+    Raises:
+        ValueError: if the file lacks the series or label column.
+    """
+    import tensorflow as tf
+
+    fmt = input_format(path)
+    with tf.io.gfile.GFile(path, "r") as f:
+        lines = [line.rstrip("\r\n") for line in f]
+    if lines:
+        lines[0] = lines[0].lstrip(_BOM)
+    rows: list[tuple[str, dict[str, Any] | None]] = []
+    if fmt == "csv":
+        header = _csv_fields(lines[0]) if lines else ()
+        if series_column not in header or label_column not in header:
+            raise ValueError(f"Labels file {path!r} needs columns {series_column!r} and "
+                             f"{label_column!r}; its header is {list(header)}.")
+        rows = [(f"{path}:{n}", parse_csv_line(line, header))
+                for n, line in enumerate(lines[1:], start=2) if line.strip()]
+    elif fmt == "jsonl":
+        rows = [(f"{path}:{n}", parse_jsonl_line(line))
+                for n, line in enumerate(lines, start=1) if line.strip()]
+    else:
+        raise ValueError(f"Labels file {path!r} must be .csv or .jsonl.")
+    labels: dict[str, str] = {}
+    rejected: list[Rejection] = []
+    conflicting: set[str] = set()
+    for source, row in rows:
+        if row is None or row.get(series_column) in (None, ""):
+            rejected.append(Rejection(key=source, source=source,
+                                      reason=dead_letters.MALFORMED_ROW,
+                                      message="Labels row without a series id."))
+            continue
+        series_id = str(row[series_column]).strip()
+        label = row.get(label_column)
+        if label is None or not str(label).strip():
+            rejected.append(Rejection(key=series_id, source=source,
+                                      reason=dead_letters.MISSING_LABEL,
+                                      message="Empty label in the labels file."))
+            continue
+        label = str(label).strip()
+        if series_id in labels and labels[series_id] != label:
+            conflicting.add(series_id)
+        labels.setdefault(series_id, label)
+    for series_id in sorted(conflicting):
+        del labels[series_id]
+        rejected.append(Rejection(key=series_id, source=path,
+                                  reason=dead_letters.CONFLICTING_LABEL,
+                                  message="The labels file gives this series two labels."))
+    return labels, rejected
+
