@@ -46,9 +46,13 @@ def test_rejection_accepts_every_registered_reason(reason):
 
 
 def test_rejection_reason_codes_are_stable():
-    assert dead_letters.REASONS == (
+    # Codes are part of the contract: new ones are appended, none renamed or removed.
+    assert dead_letters.REASONS[:18] == (
         "unreadable_file", "empty_file", "undecodable_image", "unsupported_format",
-        "missing_label", "invalid_label", "invalid_split", "malformed_manifest_row")
+        "missing_label", "invalid_label", "invalid_split", "malformed_manifest_row",
+        "malformed_row", "missing_series_id", "unparsable_timestamp", "unparsable_value",
+        "inconsistent_timestamps", "duplicate_timestamp", "missing_value",
+        "series_too_short", "unlabelled_series", "conflicting_label")
 
 
 def test_rejection_to_json_has_sorted_keys_and_keeps_unicode():
