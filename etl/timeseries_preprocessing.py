@@ -9,13 +9,15 @@ serving time, raw windows.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
+import apache_beam as beam
 import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from etl import contract
+from etl import contract, exact_stats
 
 UNKNOWN_LABEL_ID = -1
 
@@ -55,22 +57,86 @@ class SeriesPreprocessing:
         return spec
 
 
-def _per_row_stats(flat: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    return (tft.mean(flat, reduce_instance_dims=False),
-            tft.var(flat, reduce_instance_dims=False))
+def _emit_mean_and_variance(moments: exact_stats.Moments) -> Iterator[Any]:
+    mean, variance = moments.mean_and_variance()
+    yield beam.pvalue.TaggedOutput("mean", mean)
+    yield beam.pvalue.TaggedOutput("variance", variance)
+
+
+class _ExactMeanAndVariance(beam.PTransform):
+    """Analyzer body: batches ``([rows, F],)`` → mean ``[F]``, variance ``[F]``."""
+
+    def __init__(self, num_columns: int) -> None:
+        super().__init__()
+        self._num_columns = num_columns
+
+    def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, ...]:
+        outputs = (
+            batches
+            | "Moments" >> beam.Map(lambda batch: exact_stats.moments_of(batch[0]))
+            | "Sum" >> beam.CombineGlobally(exact_stats.MomentsCombineFn(self._num_columns))
+            | "MeanAndVariance" >> beam.FlatMap(_emit_mean_and_variance).with_outputs(
+                "mean", "variance"))
+        return outputs.mean, outputs.variance
+
+
+def _moments_by_key(batch: tuple[np.ndarray, np.ndarray]
+                    ) -> Iterator[tuple[bytes, exact_stats.Moments]]:
+    rows, keys = batch
+    for key in np.unique(keys):
+        yield key, exact_stats.moments_of(rows[keys == key])
+
+
+def _emit_per_key(pairs: list[tuple[bytes, exact_stats.Moments]], num_columns: int
+                  ) -> Iterator[Any]:
+    pairs = sorted(pairs, key=lambda pair: pair[0])
+    stats = [moments.mean_and_variance() for _, moments in pairs]
+    yield beam.pvalue.TaggedOutput("keys", np.array([k for k, _ in pairs], dtype=object))
+    for index, tag in enumerate(("mean", "variance")):
+        values = [s[index] for s in stats]
+        yield beam.pvalue.TaggedOutput(tag, np.stack(values) if values else np.zeros(
+            (0, num_columns), np.float32))
+
+
+class _ExactMeanAndVariancePerKey(beam.PTransform):
+    """Analyzer body: batches ``([rows, F], [rows] keys)`` → keys ``[K]`` (sorted),
+    mean ``[K, F]``, variance ``[K, F]``."""
+
+    def __init__(self, num_columns: int) -> None:
+        super().__init__()
+        self._num_columns = num_columns
+
+    def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, ...]:
+        outputs = (
+            batches
+            | "MomentsByKey" >> beam.FlatMap(_moments_by_key)
+            | "SumPerKey" >> beam.CombinePerKey(exact_stats.MomentsCombineFn(
+                self._num_columns))
+            | "Gather" >> beam.combiners.ToList()
+            | "PerKeyStats" >> beam.FlatMap(
+                _emit_per_key, num_columns=self._num_columns).with_outputs(
+                    "keys", "mean", "variance"))
+        return outputs.keys, outputs.mean, outputs.variance
+
+
+def _global_stats(flat: tf.Tensor, num_columns: int) -> tuple[tf.Tensor, tf.Tensor]:
+    mean, variance = tft.experimental.ptransform_analyzer(
+        [flat], _ExactMeanAndVariance(num_columns), [tf.float32, tf.float32],
+        [[num_columns], [num_columns]], name="exact_mean_and_variance")
+    return mean, variance
 
 
 def _per_series_stats(flat: tf.Tensor, series_ids: tf.Tensor, window_size: int,
-                      global_mean: tf.Tensor, global_var: tf.Tensor
+                      num_columns: int, global_mean: tf.Tensor, global_var: tf.Tensor
                       ) -> tuple[tf.Tensor, tf.Tensor]:
     """``[batch, F]`` mean and variance of each instance's series (train rows only);
     series never seen in train fall back to the global statistics."""
-    row_keys = tf.repeat(series_ids, window_size)
-    # tft's public per-key scaler returns only the scaled tensor; the target needs the
-    # same statistics, so this uses the analyzer behind it (tft 1.21 is pinned).
-    vocab, means, variances = tft.analyzers._mean_and_var_per_key(
-        flat, row_keys, reduce_instance_dims=False)
-    matches = tf.equal(series_ids[:, None], vocab[None, :])  # [batch, K]
+    keys, means, variances = tft.experimental.ptransform_analyzer(
+        [flat, tf.repeat(series_ids, window_size)],
+        _ExactMeanAndVariancePerKey(num_columns), [tf.string, tf.float32, tf.float32],
+        [[None], [None, num_columns], [None, num_columns]],
+        name="exact_mean_and_variance_per_series")
+    matches = tf.equal(series_ids[:, None], keys[None, :])  # [batch, K]
     found = tf.reduce_any(matches, axis=1, keepdims=True)
     index = tf.argmax(tf.cast(matches, tf.int32), axis=1)
     mean = tf.where(found, tf.gather(means, index), global_mean[None, :])
@@ -84,14 +150,16 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessin
 
     ``z = (x - mean) / std`` per value column (``std`` is the population standard
     deviation; a constant column gets ``std = 1``). With ``per_series`` the
-    statistics are those of the instance's own series.
+    statistics are those of the instance's own series. The statistics come from
+    tf.Transform analyzers (``ptransform_analyzer``) that sum exactly
+    (``etl/exact_stats.py``), so they do not depend on how Beam batches the data.
     """
     window = inputs[contract.WINDOW_KEY]  # [batch, W, F]
     flat = tf.reshape(window, [-1, config.num_features])
-    mean, var = _per_row_stats(flat)
+    mean, var = _global_stats(flat, config.num_features)
     if config.per_series:
         mean, var = _per_series_stats(flat, inputs[contract.SERIES_ID_KEY],
-                                      config.window_size, mean, var)
+                                      config.window_size, config.num_features, mean, var)
         mean, var = mean[:, None, :], var[:, None, :]
     std = tf.sqrt(var)
     std = tf.where(std > 0, std, tf.ones_like(std))

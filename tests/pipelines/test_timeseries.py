@@ -1,0 +1,286 @@
+"""End-to-end tests of ``python -m pipelines.timeseries`` on series generated here."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import hashlib
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import reader
+from etl import contract, splits
+from pipelines import timeseries
+
+
+def write_jsonl(path, rows) -> str:
+    with open(path, "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    return str(path)
+
+
+def series_rows(series_id: str, values, start: int = 0, step: int = 1,
+                column: str = "value") -> list[dict]:
+    return [{"series_id": series_id, "timestamp": start + i * step, column: v}
+            for i, v in enumerate(values)]
+
+
+def run_job(input_path: str, out: str, *flags: str) -> dict:
+    return timeseries.run([f"--input={input_path}", f"--output_dir={out}", *flags])
+
+
+def read_records(out: str, manifest: dict, split: str) -> list[dict]:
+    spec = contract.feature_spec_from_json(manifest["features"])
+    files = [os.path.join(out, s["path"]) for s in manifest["splits"][split]["shards"]]
+    if not files:
+        return []
+    dataset = tf.data.TFRecordDataset(files, compression_type="GZIP").map(
+        lambda r: tf.io.parse_single_example(r, spec))
+    return list(dataset.as_numpy_iterator())
+
+
+def expected_counts(length: int, fractions=(0.8, 0.1, 0.1), window=6, shift=2, stride=2,
+                    horizon=3) -> dict[str, int]:
+    """Windows per split for one gap-free series of ``length`` rows, from the formula."""
+    first_validation = min(length, round(length * fractions[0]))
+    first_test = min(length, max(first_validation,
+                                 round(length * (fractions[0] + fractions[1]))))
+    span = (window - 1) * stride + 1 + horizon * stride
+    lengths = {"train": first_validation, "validation": first_test - first_validation,
+               "test": length - first_test}
+    return {split: 0 if n < span else (n - span) // shift + 1
+            for split, n in lengths.items()}
+
+
+GEOMETRY = ("--window_size=6", "--shift=2", "--stride=2", "--horizon=3")
+
+
+@pytest.fixture(scope="module")
+def three_series(tmp_path_factory):
+    """Gap-free series of different lengths; ``c`` is too short for any window."""
+    root = tmp_path_factory.mktemp("ts")
+    rng = np.random.default_rng(0)
+    lengths = {"a": 150, "b": 203, "c": 12}
+    rows = []
+    for series_id, n in lengths.items():
+        rows += series_rows(series_id, rng.normal(size=n).round(4).tolist())
+    rng.shuffle(rows)  # Input order must not matter.
+    path = write_jsonl(root / "rows.jsonl", rows)
+    out = str(root / "out")
+    return path, out, run_job(path, out, *GEOMETRY), lengths
+
+
+def test_timeseries_job_window_counts_match_formula(three_series):
+    _, out, manifest, lengths = three_series
+    for split in contract.SPLITS:
+        records = read_records(out, manifest, split)
+        per_series: dict[str, int] = {}
+        for record in records:
+            sid = record["series_id"].decode()
+            per_series[sid] = per_series.get(sid, 0) + 1
+        expected = {sid: expected_counts(n)[split] for sid, n in lengths.items()}
+        assert per_series == {sid: c for sid, c in expected.items() if c}, split
+        assert manifest["splits"][split]["num_records"] == sum(expected.values())
+
+
+def test_timeseries_job_rejects_series_shorter_than_a_window(three_series):
+    _, out, manifest, lengths = three_series
+    with open(os.path.join(out, "errors", "rejected.jsonl")) as f:
+        rejected = [json.loads(line) for line in f]
+    assert [(r["key"], r["reason"]) for r in rejected] == [("c", "series_too_short")]
+    counts = manifest["timeseries"]["counts"]
+    assert counts["rows_read"] == sum(lengths.values())
+    assert counts["rows_in_short_series"] == lengths["c"]
+    assert counts["series"] == 3 and counts["series_too_short"] == 1
+
+
+def test_timeseries_job_window_and_target_layout(three_series):
+    path, out, manifest, _ = three_series
+    raw = {}
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            raw[(row["series_id"], str(row["timestamp"]))] = row["value"]
+    mean, std = (manifest["normalisation"][k][0] for k in ("mean", "std"))
+    record = read_records(out, manifest, "train")[0]
+    sid = record["series_id"].decode()
+    start = int(record["window_start"].decode())
+    window_rows = [raw[(sid, str(start + 2 * i))] for i in range(6)]
+    target_rows = [raw[(sid, str(start + 10 + 2 * (i + 1)))] for i in range(3)]
+    assert record["window"].shape == (6, 1) and record["target"].shape == (3, 1)
+    np.testing.assert_allclose(record["window"][:, 0],
+                               (np.array(window_rows) - mean) / std, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(record["target"][:, 0],
+                               (np.array(target_rows) - mean) / std, rtol=1e-5, atol=1e-5)
+    assert record["key"].decode() == f"{sid}@{start}"
+
+
+def test_timeseries_job_normaliser_uses_train_rows_only(tmp_path):
+    # Train part ~ N(0, 1); the test part sits at 100. Train statistics must ignore it.
+    rng = np.random.default_rng(1)
+    train_part = rng.normal(size=160)
+    values = np.concatenate([train_part, rng.normal(size=20), 100 + rng.normal(size=20)])
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("s", values.tolist()))
+    manifest = run_job(path, str(tmp_path / "out"), "--window_size=8", "--horizon=1")
+    norm = manifest["normalisation"]
+    assert norm["mean"][0] == pytest.approx(train_part.mean(), abs=1e-4)
+    assert norm["std"][0] == pytest.approx(train_part.std(), rel=1e-4)
+    test_windows = read_records(str(tmp_path / "out"), manifest, "test")
+    assert test_windows and min(r["window"].min() for r in test_windows) > 50
+
+
+def test_timeseries_job_per_series_normalisation(tmp_path):
+    rng = np.random.default_rng(4)
+    low, high = rng.normal(size=100), 50 + 3 * rng.normal(size=100)
+    rows = series_rows("low", low.tolist()) + series_rows("high", high.tolist())
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=10", "--horizon=1",
+                       "--normalize=per_series")
+    assert manifest["normalisation"] == {"per_series": True}
+    for record in read_records(out, manifest, "train"):
+        # Each series is scaled by its own train rows (first 80): values stay near 0.
+        assert np.abs(record["window"]).max() < 5
+    train_high = high[:80]
+    first = min((r for r in read_records(out, manifest, "train")
+                 if r["series_id"] == b"high"), key=lambda r: int(r["window_start"]))
+    np.testing.assert_allclose(first["window"][:, 0],
+                               (high[:10] - train_high.mean()) / train_high.std(),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_timeseries_job_multivariate_columns(tmp_path):
+    rows = [{"id": "m", "t": f"2024-01-01T{h:02d}:00:00Z", "x": float(h), "y": -2.0 * h}
+            for h in range(24)]
+    path = tmp_path / "rows.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["id", "t", "x", "y"])
+        writer.writeheader()
+        writer.writerows(rows)
+    manifest = run_job(str(path), str(tmp_path / "out"), "--series_id_column=id",
+                       "--timestamp_column=t", "--value_columns=x,y", "--window_size=4",
+                       "--horizon=2", "--split_fractions=1,0,0")
+    assert manifest["features"]["window"]["shape"] == [4, 2]
+    assert manifest["features"]["target"]["shape"] == [2, 2]
+    records = read_records(str(tmp_path / "out"), manifest, "train")
+    assert len(records) == 24 - 6 + 1
+    mean, std = np.array(manifest["normalisation"]["mean"]), manifest["normalisation"]["std"]
+    first = min(records, key=lambda r: r["window_start"])
+    assert first["window_start"] == b"2024-01-01T00:00:00Z"
+    raw = np.array([[h, -2.0 * h] for h in range(4)])
+    np.testing.assert_allclose(first["window"], (raw - mean) / np.array(std), atol=1e-5)
+
+
+def test_timeseries_job_labelled_series_split_by_series(tmp_path):
+    rng = np.random.default_rng(2)
+    rows, labels = [], []
+    for i in range(30):
+        sid = f"s{i:02d}"
+        label = "up" if i % 3 else "down"
+        slope = 1.0 if label == "up" else -1.0
+        rows += series_rows(sid, (slope * np.arange(20) + rng.normal(size=20)).tolist())
+        labels.append({"series_id": sid, "label": label})
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    labels_path = write_jsonl(tmp_path / "labels.jsonl", labels)
+    out = str(tmp_path / "out")
+    # Beam owns --labels too (Dataflow job labels); a file value is the series labels.
+    manifest = run_job(path, out, f"--labels={labels_path}", "--window_size=10",
+                       "--shift=5")
+    assert manifest["task"] == "classification"
+    assert sorted(manifest["label_vocab"]) == ["down", "up"]
+    seen: dict[str, set[str]] = {}
+    for split in contract.SPLITS:
+        for record in read_records(out, manifest, split):
+            sid = record["series_id"].decode()
+            seen.setdefault(sid, set()).add(split)
+            assert split == splits.assign_split(sid, splits.SplitFractions())
+            name = manifest["label_vocab"][record["label"]]
+            assert name == record["label_name"].decode() == ("down" if int(sid[1:]) % 3 == 0
+                                                             else "up")
+    assert all(len(s) == 1 for s in seen.values()) and len(seen) == 30
+
+
+def test_timeseries_job_missing_and_gap_policies(tmp_path):
+    values = [float(i) for i in range(40)]
+    values[5] = None  # one missing value
+    rows = series_rows("g", values[:20]) + series_rows("g", values[20:], start=1000)
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=4", "--horizon=1", "--missing=reject",
+                       "--split_fractions=1,0,0")
+    counts = manifest["timeseries"]["counts"]
+    # Two gaps beyond 1.5 × the median step: 4 → 6 (row 5 rejected) and 19 → 1000.
+    assert counts["gaps_split"] == 2
+    assert manifest["rejected"]["by_reason"] == {"missing_value": 1}
+    starts = sorted(int(r["window_start"]) for r in read_records(out, manifest, "train"))
+    # Segments 0-4 | 6-19 | 1000-1019 hold 5, 14 and 20 rows; span 5 → 1 + 10 + 16.
+    assert starts == [0, *range(6, 16), *range(1000, 1016)]
+
+
+def test_timeseries_job_interpolates_when_asked(tmp_path):
+    values = [float(i) for i in range(12)]
+    values[6] = None
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("i", values))
+    labels = write_jsonl(tmp_path / "labels.jsonl", [{"series_id": "i", "label": "x"}])
+    manifest = run_job(path, str(tmp_path / "out"), "--window_size=12", "--horizon=0",
+                       "--missing=interpolate", "--split_fractions=1,0,0",
+                       f"--series_labels={labels}", "--split_by=time")
+    [record] = read_records(str(tmp_path / "out"), manifest, "train")
+    norm = manifest["normalisation"]
+    restored = record["window"][:, 0] * norm["std"][0] + norm["mean"][0]
+    np.testing.assert_allclose(restored, np.arange(12.0), atol=1e-4)
+
+
+def test_timeseries_job_rejects_bad_rows_and_reconciles(tmp_path):
+    rows = series_rows("r", [float(i) for i in range(30)])
+    rows += [{"series_id": "r", "timestamp": "yesterday", "value": 1.0},
+             {"series_id": "r", "timestamp": 99, "value": "abc"},
+             {"timestamp": 100, "value": 1.0}]
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    manifest = run_job(path, str(tmp_path / "out"), "--window_size=5")
+    assert manifest["rejected"]["by_reason"] == {
+        "missing_series_id": 1, "unparsable_timestamp": 1, "unparsable_value": 1}
+    counts = manifest["timeseries"]["counts"]
+    assert counts["rows_read"] + manifest["rejected"]["count"] == len(rows)
+    assert counts["rows_kept"] == 30
+
+
+def file_digests(out: str) -> dict[str, str]:
+    paths = [*glob.glob(os.path.join(out, "*", "*.tfrecord.gz")),
+             os.path.join(out, contract.MANIFEST_FILENAME),
+             os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)]
+    return {os.path.relpath(p, out): hashlib.sha256(open(p, "rb").read()).hexdigest()
+            for p in sorted(paths)}
+
+
+def test_timeseries_job_is_byte_identical_across_workers(three_series, tmp_path):
+    path, out, _, _ = three_series
+    other = str(tmp_path / "other")
+    run_job(path, other, *GEOMETRY, "--direct_num_workers=2",
+            "--direct_running_mode=multi_processing")
+    assert file_digests(out) == file_digests(other)
+
+
+def test_reader_serves_windows_and_keras_learns_them(tmp_path):
+    # A noisy sine: the next value is predictable from the window.
+    t = np.arange(600)
+    values = np.sin(t / 6.0) + 0.05 * np.random.default_rng(3).normal(size=t.size)
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("sine", values.tolist()))
+    out = str(tmp_path / "out")
+    run_job(path, out, "--window_size=12", "--horizon=2")
+    train = reader.make_dataset(out, "train", batch_size=32, seed=0)
+    windows, targets = next(iter(train))
+    assert windows.shape == (32, 12, 1) and targets.shape == (32, 2, 1)
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([
+        tf.keras.Input((12, 1)), tf.keras.layers.Flatten(), tf.keras.layers.Dense(2),
+        tf.keras.layers.Reshape((2, 1))])
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="mse")
+    losses = model.fit(train, epochs=5, verbose=0).history["loss"]
+    assert losses[-1] < 0.3 * losses[0], losses
+    val = reader.make_dataset(out, "validation", batch_size=32)
+    assert model.evaluate(val, verbose=0) < 0.2
