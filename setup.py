@@ -19,9 +19,10 @@ EXTRAS_REQUIRE = {
     # Test-time only: pytest runs the suite, Pillow writes fixture images in formats
     # TensorFlow cannot encode (GIF, BMP, palette PNG), ruff keeps the tree lint-clean.
     "test": ["pytest>=8", "pillow>=10", "ruff>=0.6"],
-    # Sample data shipped inside scikit-learn (no download): the demo's handwritten
-    # digits and the benchmarks' two photos; matplotlib draws the benchmark charts.
-    "demo": ["scikit-learn>=1.4", "matplotlib>=3.8"],
+    # Sample data shipped inside packages (no download): scikit-learn's handwritten
+    # digits and two photos, statsmodels' Mauna Loa CO2 series; matplotlib draws the
+    # benchmark charts.
+    "demo": ["scikit-learn>=1.4", "statsmodels>=0.14", "matplotlib>=3.8"],
 }
 
 setup(

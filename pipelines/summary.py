@@ -24,7 +24,13 @@ def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: floa
     reasons = ", ".join(f"{r}={n}" for r, n in rejected["by_reason"].items()) or "none"
     lines.append(f"  rejected: {rejected['count']} ({reasons}); details in "
                  f"{contract.ERRORS_DIRNAME}/{contract.REJECTED_FILENAME}")
-    lines.append(f"  labels: {len(manifest['label_vocab'])}; manifest: "
+    task = manifest.get("task", "classification")
+    if task == "classification":
+        target = f"{len(manifest['label_vocab'])} labels"
+    else:
+        shape = manifest["features"][contract.TARGET_KEY]["shape"]
+        target = f"target shape {shape}"
+    lines.append(f"  {manifest.get('kind', 'images')} {task}, {target}; manifest: "
                  f"{output_dir.rstrip('/')}/{contract.MANIFEST_FILENAME}")
     lines.append(f"  wall time: {elapsed_s:.1f} s")
     return "\n".join(lines)

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# The README's first command: set up, then run the image job end to end on real sample
-# data (scikit-learn's 1,797 handwritten digits as an ImageFolder tree) on the local
-# runner, and print where the output is with a summary.
-# Extra arguments go to the job, e.g.: bash scripts/demo.sh --image_format=png
+# The README's first command: set up, then run the jobs end to end on real sample data
+# on the local runner, printing where the output is and a summary of each:
+#   1. the image job (main job) on scikit-learn's 1,797 handwritten digits;
+#   2. the time-series job on statsmodels' weekly Mauna Loa CO2 series.
+# Extra arguments go to the image job, e.g.: bash scripts/demo.sh --image_format=png
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-input=demo_input/digits
-output=demo_output/digits
-if [ ! -d "$input" ]; then
-  .venv/bin/python scripts/make_sample_images.py "$input"
+if [ ! -d demo_input/digits ]; then
+  .venv/bin/python scripts/make_sample_images.py demo_input/digits
 fi
-.venv/bin/python -m pipelines.images --input="$input" --output_dir="$output" --name=digits --overwrite "$@"
+.venv/bin/python -m pipelines.images --input=demo_input/digits \
+  --output_dir=demo_output/digits --name=digits --overwrite "$@"
+
+if [ ! -f demo_input/co2.csv ]; then
+  .venv/bin/python scripts/make_sample_series.py demo_input/co2.csv
+fi
+.venv/bin/python -m pipelines.timeseries --input=demo_input/co2.csv \
+  --output_dir=demo_output/co2 --name=co2 --timestamp_column=date --value_columns=co2 \
+  --window_size=52 --horizon=4 --missing=interpolate --overwrite
