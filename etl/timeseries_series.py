@@ -138,8 +138,8 @@ def _sort_key(row: Row) -> tuple:
 
 def _merge_duplicates(series_id: str, rows: list[Row], policy: str,
                       stats: collections.Counter, rejections: list[Rejection]
-                      ) -> list[tuple[float, str, np.ndarray]]:
-    merged: list[tuple[float, str, np.ndarray]] = []
+                      ) -> list[tuple[float, str, np.ndarray, str]]:
+    merged: list[tuple[float, str, np.ndarray, str]] = []
     i = 0
     while i < len(rows):
         j = i
@@ -148,13 +148,13 @@ def _merge_duplicates(series_id: str, rows: list[Row], policy: str,
         group = rows[i:j + 1]
         if len(group) == 1:
             merged.append((group[0].time, group[0].time_text,
-                           np.array(group[0].values, np.float64)))
+                           np.array(group[0].values, np.float64), group[0].source))
         elif policy == "mean":
             values = np.array([r.values for r in group], np.float64)
             with warnings.catch_warnings():  # An all-NaN column stays NaN, quietly.
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nanmean(values, axis=0)
-            merged.append((group[0].time, group[0].time_text, mean))
+            merged.append((group[0].time, group[0].time_text, mean, group[0].source))
             stats["rows_merged_duplicates"] += len(group) - 1
         else:
             for row in group:
@@ -232,7 +232,7 @@ def clean_series(series_id: str, rows: Iterable[Row], cleaning: Cleaning) -> Cle
             if cleaning.missing == "reject":
                 for i in np.flatnonzero(missing):
                     rejections.append(Rejection(
-                        key=f"{series_id}@{texts[i]}", source=series_id,
+                        key=f"{series_id}@{texts[i]}", source=merged[i][3],
                         reason=dead_letters.MISSING_VALUE,
                         message="Row has a missing value (--missing=reject)."))
                 stats["rows_rejected"] += int(missing.sum())
@@ -240,8 +240,9 @@ def clean_series(series_id: str, rows: Iterable[Row], cleaning: Cleaning) -> Cle
                 stats["rows_dropped_missing"] += int(missing.sum())
             keep = ~missing
         else:
-            stats["values_filled"] += int(np.isnan(values).sum())
+            was_missing = np.isnan(values)
             values, keep = _fill_missing(times, values, cleaning.missing)
+            stats["values_filled"] += int(was_missing[keep].sum())
             stats["rows_dropped_missing"] += int((~keep).sum())
         index = np.flatnonzero(keep)
         times, texts, values = times[index], tuple(texts[i] for i in index), values[index]

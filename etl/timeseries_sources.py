@@ -24,7 +24,8 @@ from etl.image_sources import parse_csv_line, parse_jsonl_line
 REJECTED = "rejected"
 NUMERIC = "numeric"
 DATETIME = "datetime"
-_MISSING_TEXT = frozenset({"", "nan", "NaN", "NAN", "null", "NULL", "None", "NA", "N/A"})
+# Compared case-insensitively.
+_MISSING_TEXT = frozenset({"", "nan", "null", "none", "na", "n/a"})
 _BOM = "\ufeff"
 
 
@@ -49,6 +50,33 @@ class Row:
     source: str
 
 
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except (ValueError, OverflowError):
+        return False
+    return True
+
+
+def _finite_float(value: Any) -> float:
+    """``float(value)`` for a finite number written plainly.
+
+    Raises:
+        ValueError: for non-numbers, infinities, NaN, numbers too large for a float,
+            and digit separators (``1_000``: Python accepts them, CSV writers do not
+            mean them).
+    """
+    if isinstance(value, str) and "_" in value:
+        raise ValueError(f"not a plain number: {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError(f"number too large for a float: {str(value)[:40]}...") from None
+    if not math.isfinite(number):
+        raise ValueError(f"not a finite number: {value!r}")
+    return number
+
+
 def parse_timestamp(value: Any) -> tuple[float, str, str]:
     """``(time, text, kind)`` of a timestamp value.
 
@@ -58,9 +86,8 @@ def parse_timestamp(value: Any) -> tuple[float, str, str]:
     if isinstance(value, bool) or value is None:
         raise ValueError(f"not a timestamp: {value!r}")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise ValueError(f"not a finite timestamp: {value!r}")
-        return float(value), str(value), NUMERIC
+        number = _finite_float(value)
+        return number, str(value), NUMERIC
     if isinstance(value, dt.datetime):
         moment = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
         return moment.timestamp(), value.isoformat(), DATETIME
@@ -68,14 +95,8 @@ def parse_timestamp(value: Any) -> tuple[float, str, str]:
         moment = dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
         return moment.timestamp(), value.isoformat(), DATETIME
     text = str(value).strip()
-    try:
-        number = float(text)
-    except ValueError:
-        pass
-    else:
-        if math.isfinite(number):
-            return number, text, NUMERIC
-        raise ValueError(f"not a finite timestamp: {text!r}")
+    if _looks_numeric(text):
+        return _finite_float(text), text, NUMERIC
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -95,16 +116,13 @@ def parse_value(value: Any) -> float:
         return math.nan
     if isinstance(value, bool):
         raise ValueError(f"boolean is not a value: {value!r}")
-    if isinstance(value, (int, float)):
-        number = float(value)
-    else:
-        text = str(value).strip()
-        if text in _MISSING_TEXT:
+    if isinstance(value, float) and math.isnan(value):
+        return math.nan
+    if not isinstance(value, (int, float)):
+        value = str(value).strip()
+        if value.lower() in _MISSING_TEXT:
             return math.nan
-        number = float(text)  # ValueError for non-numbers.
-    if math.isinf(number):
-        raise ValueError(f"infinite value {value!r}")
-    return number
+    return _finite_float(value)
 
 
 def parse_row(row: Mapping[str, Any], columns: Columns, source: str) -> Row | Rejection:
@@ -178,28 +196,32 @@ def check_columns(header: Sequence[str], columns: Columns, path: str) -> None:
         raise ValueError(f"{path!r} lacks column(s) {missing}; its header is {list(header)}.")
 
 
-def _numbered_lines(path: str, skip_header: bool) -> Iterator[tuple[str, str]]:
+def _numbered_lines(path: str, csv_header: bool
+                    ) -> Iterator[tuple[str, str, tuple[str, ...] | None]]:
+    """``(file:line, line, header)`` for every non-blank data line; ``header`` is the
+    file's own CSV header (files of one glob may order their columns differently)."""
     import tensorflow as tf
 
+    header = None
     with tf.io.gfile.GFile(path, "r") as f:
         for number, line in enumerate(f, start=1):
             if number == 1:
-                if skip_header:
-                    continue
                 line = line.lstrip(_BOM)
+                if csv_header:
+                    header = _csv_fields(line)
+                    continue
             if line.strip():
-                yield f"{path}:{number}", line.rstrip("\r\n")
+                yield f"{path}:{number}", line.rstrip("\r\n"), header
 
 
 class _ParseLine(beam.DoFn):
-    def __init__(self, columns: Columns, header: tuple[str, ...] | None) -> None:
+    def __init__(self, columns: Columns) -> None:
         self._columns = columns
-        self._header = header  # None: JSON Lines.
 
-    def process(self, numbered: tuple[str, str]) -> Iterator[Any]:
-        source, line = numbered
-        row = (parse_jsonl_line(line) if self._header is None
-               else parse_csv_line(line, self._header))
+    def process(self, numbered: tuple[str, str, tuple[str, ...] | None]) -> Iterator[Any]:
+        source, line, header = numbered  # header None: JSON Lines.
+        row = (parse_jsonl_line(line) if header is None
+               else parse_csv_line(line, header))
         if row is None:
             result: Row | Rejection = Rejection(
                 key=source, source=source, reason=dead_letters.MALFORMED_ROW,
@@ -248,16 +270,14 @@ class ReadTimeSeriesRows(beam.PTransform):
         if fmt == "parquet":
             return start | "ReadParquet" >> beam.FlatMap(
                 _parquet_rows, columns=self._columns).with_outputs(REJECTED, main="rows")
-        header = None
         if fmt == "csv":
-            header = read_csv_header(files[0])
             for path in files:
                 check_columns(read_csv_header(path), self._columns, path)
         return (
             start
-            | "NumberLines" >> beam.FlatMap(_numbered_lines, skip_header=header is not None)
+            | "NumberLines" >> beam.FlatMap(_numbered_lines, csv_header=fmt == "csv")
             | "ReshuffleLines" >> beam.Reshuffle()
-            | "ParseLines" >> beam.ParDo(_ParseLine(self._columns, header)).with_outputs(
+            | "ParseLines" >> beam.ParDo(_ParseLine(self._columns)).with_outputs(
                 REJECTED, main="rows")
         )
 
@@ -290,13 +310,18 @@ def read_labels(path: str, series_column: str, label_column: str = "label"
     elif fmt == "jsonl":
         rows = [(f"{path}:{n}", parse_jsonl_line(line))
                 for n, line in enumerate(lines, start=1) if line.strip()]
+        objects = [row for _, row in rows if row is not None]
+        for column in (series_column, label_column):
+            if objects and not any(column in row for row in objects):
+                raise ValueError(f"Labels file {path!r} has no {column!r} field in any "
+                                 f"line.")
     else:
         raise ValueError(f"Labels file {path!r} must be .csv or .jsonl.")
     labels: dict[str, str] = {}
     rejected: list[Rejection] = []
     conflicting: set[str] = set()
     for source, row in rows:
-        if row is None or row.get(series_column) in (None, ""):
+        if row is None or not str(row.get(series_column) or "").strip():
             rejected.append(Rejection(key=source, source=source,
                                       reason=dead_letters.MALFORMED_ROW,
                                       message="Labels row without a series id."))
