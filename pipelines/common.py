@@ -19,32 +19,50 @@ from etl.output_dir import prepare_output_dir
 from pipelines import runner_defaults, summary
 
 
-def add_output_args(parser: Any, default_name: str, split_help: str) -> None:
-    """Adds the flags about where and how a dataset is written."""
-    parser.add_argument(
-        "--output_dir", default=None,
-        help="Where shards, transform_fn/, transformed_metadata/, errors/ and "
-             "manifest.json are written (local path or gs://...).")
-    parser.add_argument(
-        "--name", default=default_name,
-        help="Dataset name, the shard file prefix: <name>-<split>-SSSSS-of-NNNNN.")
-    parser.add_argument("--split_fractions", default="0.8,0.1,0.1", help=split_help)
-    parser.add_argument(
-        "--num_shards", type=int, default=None,
-        help="Shards per split (capped at the split's record count). Default: from "
-             "--target_shard_mb.")
-    parser.add_argument(
-        "--target_shard_mb", type=float,
-        default=sharding.DEFAULT_TARGET_SHARD_BYTES / (1024 * 1024),
-        help="Target shard size in MiB of serialized examples (before GZIP), used when "
-             "--num_shards is not given.")
-    parser.add_argument(
-        "--overwrite", action="store_true",
-        help="Replace a finished dataset already in --output_dir (refused otherwise).")
-    parser.add_argument(
-        "--tft_temp_dir", default=None,
-        help="tf.Transform scratch directory (must be shared storage on a distributed "
-             "runner). Default: <output_dir>/tmp.")
+class DatasetOptions(PipelineOptions):
+    """Flags every job shares: input, output and sharding.
+
+    Defined once: Beam builds one parser from every PipelineOptions subclass loaded
+    in the process, so two jobs declaring the same flag would collide.
+    """
+
+    @classmethod
+    def _add_argparse_args(cls, parser: Any) -> None:
+        parser.add_argument(
+            "--input", default=None,
+            help="pipelines.images: an image folder (<root>/<class>/<image> or "
+                 "<root>/<split>/<class>/<image>) or a .csv/.jsonl manifest with columns "
+                 "path,label[,split] (paths relative to it). pipelines.timeseries: a "
+                 ".csv/.jsonl/.parquet file, or glob, of long-format rows.")
+        parser.add_argument(
+            "--output_dir", default=None,
+            help="Where shards, transform_fn/, transformed_metadata/, errors/ and "
+                 "manifest.json are written (local path or gs://...).")
+        parser.add_argument(
+            "--name", default=None,
+            help="Dataset name, the shard file prefix: <name>-<split>-SSSSS-of-NNNNN. "
+                 "Default: the job's name (images, timeseries).")
+        parser.add_argument(
+            "--split_fractions", default="0.8,0.1,0.1",
+            help="train,validation,test fractions. Images: of keys, by hash (split "
+                 "folders or a split column win). Time series: of each series' rows in "
+                 "time order (--split_by=time) or of series (--split_by=series).")
+        parser.add_argument(
+            "--num_shards", type=int, default=None,
+            help="Shards per split (capped at the split's record count). Default: from "
+                 "--target_shard_mb.")
+        parser.add_argument(
+            "--target_shard_mb", type=float,
+            default=sharding.DEFAULT_TARGET_SHARD_BYTES / (1024 * 1024),
+            help="Target shard size in MiB of serialized examples (before GZIP), used "
+                 "when --num_shards is not given.")
+        parser.add_argument(
+            "--overwrite", action="store_true",
+            help="Replace a finished dataset already in --output_dir (refused otherwise).")
+        parser.add_argument(
+            "--tft_temp_dir", default=None,
+            help="tf.Transform scratch directory (must be shared storage on a "
+                 "distributed runner). Default: <output_dir>/tmp.")
 
 
 def require(options: Any, *flags: str) -> None:
@@ -71,13 +89,13 @@ class OutputSettings:
     overwrite: bool
 
     @classmethod
-    def from_options(cls, options: Any) -> OutputSettings:
+    def from_options(cls, options: Any, default_name: str) -> OutputSettings:
         require(options, "output_dir")
         target_shard_bytes = int(options.target_shard_mb * 1024 * 1024)
         sharding.plan_num_shards(1, 1, target_shard_bytes, options.num_shards)
         return cls(
             output_dir=options.output_dir,
-            name=options.name,
+            name=options.name or default_name,
             fractions=splits.SplitFractions.parse(options.split_fractions),
             num_shards=options.num_shards,
             target_shard_bytes=target_shard_bytes,

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from etl import contract, dead_letters, image_codec, image_preprocessing
 from etl.image_loading import REJECTED, LoadImages
@@ -30,16 +29,13 @@ from etl.transform import ANALYZE, AnalyzeAndTransform
 from pipelines import common
 
 
-class ImagesOptions(PipelineOptions):
-    """Options of the image job (Beam's own flags are parsed alongside)."""
+class ImagesOptions(common.DatasetOptions):
+    """Options of the image job. --input: an image folder (<root>/<class>/<image> or
+    <root>/<split>/<class>/<image>) or a manifest .csv/.jsonl with columns
+    path,label[,split] (paths relative to the manifest's folder)."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
-        parser.add_argument(
-            "--input", default=None,
-            help="Image folder (<root>/<class>/<image> or <root>/<split>/<class>/<image>)"
-                 " or a manifest .csv/.jsonl with columns path,label[,split]; paths "
-                 "are relative to the manifest's folder.")
         parser.add_argument(
             "--image_size", type=int, default=224,
             help="Output images are image_size x image_size: shorter side resized to "
@@ -52,10 +48,6 @@ class ImagesOptions(PipelineOptions):
         parser.add_argument(
             "--jpeg_quality", type=int, default=95,
             help="JPEG quality 1-100 when --image_format=jpeg.")
-        common.add_output_args(
-            parser, default_name="images",
-            split_help="train,validation,test fractions for hashing keys into splits; "
-                       "split folders or a split column in the input take precedence.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +66,7 @@ class ImageJob:
             ValueError: naming the flag (or input) at fault.
         """
         common.require(options, "input")
-        output = common.OutputSettings.from_options(options)
+        output = common.OutputSettings.from_options(options, default_name="images")
         check_input(options.input)
         return cls(
             input=options.input,

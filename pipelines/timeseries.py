@@ -47,14 +47,12 @@ STATS = "stats"
 _LABEL_FILE_SUFFIXES = (".csv", ".jsonl", ".json")
 
 
-class TimeSeriesOptions(PipelineOptions):
-    """Options of the time-series job (Beam's own flags are parsed alongside)."""
+class TimeSeriesOptions(common.DatasetOptions):
+    """Options of the time-series job. --input: long-format rows, a .csv (with header),
+    .jsonl or .parquet file, or a glob of them."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
-        parser.add_argument("--input", default=None,
-                            help="Long-format rows: a .csv (with header), .jsonl or "
-                                 ".parquet file, or a glob of them.")
         parser.add_argument("--series_id_column", default="series_id")
         parser.add_argument("--timestamp_column", default="timestamp",
                             help="Numbers, or ISO 8601 dates/times (naive = UTC).")
@@ -100,10 +98,6 @@ class TimeSeriesOptions(PipelineOptions):
                             choices=("global", "per_series"),
                             help="z-score statistics over all train rows, or per series "
                                  "(needs --split_by=time).")
-        common.add_output_args(
-            parser, default_name="timeseries",
-            split_help="train,validation,test fractions: of each series' rows in time "
-                       "order (--split_by=time) or of series (--split_by=series).")
 
 
 def labels_path(options: PipelineOptions) -> str | None:
@@ -174,7 +168,7 @@ class TimeSeriesJob:
             ValueError: naming the flag (or file) at fault.
         """
         common.require(options, "input", "window_size")
-        output = common.OutputSettings.from_options(options)
+        output = common.OutputSettings.from_options(options, default_name="timeseries")
         input_format(options.input)
         matched_files(options.input)
         values = tuple(v.strip() for v in options.value_columns.split(",") if v.strip())
@@ -265,12 +259,14 @@ class ProcessSeries(beam.DoFn):
                 ) -> Iterator[Any]:
         series_id, rows = element
         rows = list(rows)
+        # GroupByKey order varies by runner: name the series by its first input row.
+        first_source = min(row.source for row in rows)
         stats: collections.Counter = collections.Counter(series=1)
         label = labels.get(series_id) if self._classification else None
         if self._classification and label is None:
             stats.update(rows_read=len(rows), rows_rejected=len(rows))
             yield from self._reject(Rejection(
-                key=series_id, source=rows[0].source, reason=dead_letters.UNLABELLED_SERIES,
+                key=series_id, source=first_source, reason=dead_letters.UNLABELLED_SERIES,
                 message=f"No label for this series in --labels ({len(rows)} rows)."))
             yield from self._stats(stats)
             return
@@ -289,7 +285,7 @@ class ProcessSeries(beam.DoFn):
             if stats["rows_kept"]:
                 stats.update(series_too_short=1, rows_in_short_series=stats["rows_kept"])
                 yield from self._reject(Rejection(
-                    key=series_id, source=rows[0].source,
+                    key=series_id, source=first_source,
                     reason=dead_letters.SERIES_TOO_SHORT,
                     message=f"{stats['rows_kept']} clean rows in {len(cleaned.segments)} "
                             f"segment(s) give no window of span {self._windowing.span}."))
