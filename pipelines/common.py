@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
 from etl import sharding, splits
 from etl.contract import load_manifest
@@ -126,6 +126,14 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
     """
     options = runner_defaults.pipeline_options(argv, options_class)
     job = make_job(options.view_as(options_class))
+    if options.view_as(TestOptions).dry_run:
+        # DataflowRunner builds, validates and stages the job locally; nothing is
+        # submitted and the output directory is not touched.
+        pipeline = beam.Pipeline(options=options)
+        build_pipeline(pipeline, job)
+        pipeline.run()
+        print("Dry run: job graph built and validated; nothing submitted or written.")
+        return {}
     started = time.monotonic()
     prepare_output_dir(job.output.output_dir, job.output.overwrite)
     pipeline = beam.Pipeline(options=options)

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Checks that setup.py packages the whole project, as Dataflow's --setup_file uses it:
+#
+#   1. copies the checkout's files (tracked + untracked, not ignored; so no egg-info,
+#      no __pycache__) to a temp dir and builds an sdist there the way Beam's stager
+#      does: `python -m build --sdist --no-isolation` if `build` is installed, else
+#      `python setup.py sdist`;
+#   2. checks that the sdist holds every file of the etl/, reader/ and pipelines/
+#      packages;
+#   3. installs it with --no-deps into a fresh venv and, from a folder outside the
+#      checkout, imports every module of the three packages (asserting each comes
+#      from the fresh venv, not from the checkout) and runs the jobs' --help.
+#
+# Dependencies: the fresh venv does not reinstall TensorFlow/Beam/tf.Transform (~3 GB):
+# a .pth file appends .venv's site-packages to its sys.path. A plain path line in a
+# .pth does not process .venv's own .pth files, so .venv's editable install of this
+# project (a meta-path finder that maps `etl` to the checkout) is never activated,
+# and the fresh venv's site-packages comes first on sys.path. (`--system-site-packages`
+# would not help: it exposes the base interpreter's site-packages, not .venv's.)
+#
+# Offline: nothing is downloaded (pip runs with --no-index --no-build-isolation).
+# Usage: bash scripts/check_sdist_install.sh   (PYTHON=/path/to/python to override)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+python_bin="${PYTHON:-$repo/.venv/bin/python}"
+packages=(etl reader pipelines)
+
+if [ ! -x "$python_bin" ]; then
+  echo "error: $python_bin not found; run scripts/setup_env.sh first or set PYTHON=..." >&2
+  exit 1
+fi
+work="$(mktemp -d "${TMPDIR:-/tmp}/check_sdist.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# 1. A clean copy of the sources, then the sdist.
+mkdir -p "$work/src" "$work/dist"
+if git -C "$repo" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  git -C "$repo" ls-files -z --cached --others --exclude-standard \
+    | while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\0' "$f"; done \
+    | xargs -0 cp --parents -t "$work/src"
+else
+  cp -r setup.py README.md "${packages[@]}" "$work/src/"
+  find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
+fi
+(
+  cd "$work/src"
+  if "$python_bin" -c "import build" 2>/dev/null; then
+    echo "Building the sdist with python -m build --sdist --no-isolation"
+    "$python_bin" -m build --sdist --no-isolation --outdir "$work/dist" . >"$work/build.log" 2>&1
+  else
+    echo "Building the sdist with python setup.py sdist ('build' is not installed)"
+    "$python_bin" setup.py sdist --dist-dir "$work/dist" >"$work/build.log" 2>&1
+  fi
+) || { cat "$work/build.log" >&2; fail "building the sdist failed"; }
+shopt -s nullglob
+sdists=("$work"/dist/*.tar.gz)
+[ "${#sdists[@]}" -eq 1 ] || fail "expected one sdist in dist/, found ${#sdists[@]}"
+sdist="${sdists[0]}"
+echo "sdist: $(basename "$sdist") ($(stat -c %s "$sdist") bytes)"
+if grep -i "warning" "$work/build.log" >&2; then
+  echo "(warnings from the sdist build above)" >&2
+fi
+
+# 2. Every file of the packages is in the sdist (paths without the top-level folder).
+tar -tzf "$sdist" | sed -n 's#^[^/]*/##p' | grep -v '/$' | sort >"$work/in_sdist.txt"
+(cd "$work/src" && find "${packages[@]}" -type f ! -path '*/__pycache__/*' | sort) \
+  >"$work/expected.txt"
+missing="$(comm -23 "$work/expected.txt" "$work/in_sdist.txt")"
+if [ -n "$missing" ]; then
+  printf '%s\n' "$missing" >&2
+  fail "the sdist lacks the files above"
+fi
+echo "sdist holds all $(wc -l <"$work/expected.txt") files of ${packages[*]}"
+
+# 3. A fresh venv, the sdist installed without dependencies, .venv's libraries reused.
+"$python_bin" -m venv "$work/venv"
+venv_python="$work/venv/bin/python"
+fresh_site="$("$venv_python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+reused_site="$("$python_bin" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+[ "$fresh_site" != "$reused_site" ] || fail "the fresh venv shares .venv's site-packages"
+echo "$reused_site" >"$fresh_site/zz_reuse_dependencies.pth"
+"$venv_python" -m pip install --quiet --no-deps --no-index --no-build-isolation \
+  --disable-pip-version-check "$sdist" >"$work/install.log" 2>&1 \
+  || { cat "$work/install.log" >&2; fail "pip install of the sdist failed"; }
+
+mkdir "$work/elsewhere"
+cd "$work/elsewhere"  # Not the checkout: `import etl` must not find ./etl.
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"
+"$venv_python" - "$fresh_site" "${packages[@]}" <<'EOF' || fail "importing the installed packages failed"
+import importlib
+import os
+import pkgutil
+import sys
+
+site, packages = os.path.realpath(sys.argv[1]), sys.argv[2:]
+imported = []
+for name in packages:
+    package = importlib.import_module(name)
+    modules = [name] + [m.name for m in pkgutil.walk_packages(package.__path__, name + ".")]
+    for module_name in modules:
+        module = importlib.import_module(module_name)
+        where = os.path.realpath(module.__file__)
+        if not where.startswith(site + os.sep):
+            sys.exit(f"{module_name} was imported from {where}, not from {site}")
+        imported.append(module_name)
+print(f"imported {len(imported)} modules from the fresh venv: {' '.join(sorted(imported))}")
+EOF
+
+for job in images timeseries; do
+  if grep -qx "pipelines/$job.py" "$work/in_sdist.txt"; then
+    "$venv_python" -m "pipelines.$job" --help >"$work/help_$job.txt" 2>&1 \
+      || { cat "$work/help_$job.txt" >&2; fail "python -m pipelines.$job --help failed"; }
+    grep -q -- "--output_dir" "$work/help_$job.txt" \
+      || fail "python -m pipelines.$job --help does not list --output_dir"
+    echo "python -m pipelines.$job --help: ok"
+  fi
+done
+echo "OK: the sdist of setup.py installs and runs"
