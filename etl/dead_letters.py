@@ -33,14 +33,23 @@ MISSING_VALUE = "missing_value"
 SERIES_TOO_SHORT = "series_too_short"
 UNLABELLED_SERIES = "unlabelled_series"
 CONFLICTING_LABEL = "conflicting_label"
+# Limits and input hygiene.
+FILE_TOO_LARGE = "file_too_large"
+IMAGE_TOO_LARGE = "image_too_large"
+DUPLICATE_KEY = "duplicate_key"
+PATH_OUTSIDE_ROOT = "path_outside_root"
+UNKNOWN_LABEL = "unknown_label"
 
 REASONS: tuple[str, ...] = (
     UNREADABLE_FILE, EMPTY_FILE, UNDECODABLE_IMAGE, UNSUPPORTED_FORMAT,
     MISSING_LABEL, INVALID_LABEL, INVALID_SPLIT, MALFORMED_MANIFEST_ROW,
     MALFORMED_ROW, MISSING_SERIES_ID, UNPARSABLE_TIMESTAMP, UNPARSABLE_VALUE,
     INCONSISTENT_TIMESTAMPS, DUPLICATE_TIMESTAMP, MISSING_VALUE, SERIES_TOO_SHORT,
-    UNLABELLED_SERIES, CONFLICTING_LABEL,
+    UNLABELLED_SERIES, CONFLICTING_LABEL, FILE_TOO_LARGE, IMAGE_TOO_LARGE, DUPLICATE_KEY,
+    PATH_OUTSIDE_ROOT, UNKNOWN_LABEL,
 )
+# Examples of each reason kept in the manifest and in error messages.
+EXAMPLES_PER_REASON = 3
 
 METRICS_NAMESPACE = "etl"
 
@@ -72,22 +81,28 @@ def _write_sorted_jsonl(rejections: Iterable[Rejection], path: str) -> dict[str,
 
     ordered = sorted(rejections, key=lambda r: (r.key, r.source, r.reason, r.message))
     by_reason: dict[str, int] = {}
+    examples: dict[str, list[dict[str, str]]] = {}
     for rejection in ordered:
         by_reason[rejection.reason] = by_reason.get(rejection.reason, 0) + 1
+        kept = examples.setdefault(rejection.reason, [])
+        if len(kept) < EXAMPLES_PER_REASON:
+            kept.append({"key": rejection.key, "message": rejection.message})
     tf.io.gfile.makedirs(os.path.dirname(path))
     tmp_path = path + ".incomplete"
     with tf.io.gfile.GFile(tmp_path, "w") as f:
         # One write call, even when empty: GFile creates the file on first write.
         f.write("".join(rejection.to_json() + "\n" for rejection in ordered))
     tf.io.gfile.rename(tmp_path, path, overwrite=True)
-    return {"count": len(ordered), "by_reason": dict(sorted(by_reason.items()))}
+    return {"count": len(ordered), "by_reason": dict(sorted(by_reason.items())),
+            "examples": dict(sorted(examples.items()))}
 
 
 class WriteRejections(beam.PTransform):
     """Writes all rejections, sorted by key, to ``<output_dir>/errors/rejected.jsonl``.
 
-    Returns a single-element PCollection ``{"count": N, "by_reason": {...}}`` for the
-    manifest. Rejections are expected to be few (they are gathered on one worker).
+    Returns a single-element PCollection ``{"count": N, "by_reason": {...},
+    "examples": {reason: [{"key", "message"}, ...]}}`` for the manifest. Rejections
+    are gathered on one worker, which ``--max_error_fraction`` keeps bounded.
     """
 
     def __init__(self, output_dir: str) -> None:

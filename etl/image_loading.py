@@ -6,7 +6,12 @@ tf.Transform batch would fail the whole batch (and with it the job).
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import re
+import struct
+import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,15 +31,54 @@ RAW_LABEL_KEY = "label"
 RAW_SOURCE_KEY = "key"
 
 
-def read_bytes(uri: str) -> bytes:
-    """All bytes of ``uri`` through Beam's filesystems (local, gs://, s3://, ...).
+DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class InputLimits:
+    """Limits that keep one hostile or broken input from exhausting a worker."""
+
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+
+    def __post_init__(self) -> None:
+        if self.max_file_bytes < 1 or self.max_image_pixels < 1:
+            raise ValueError("--max_file_mb and --max_image_pixels must be positive.")
+
+
+def read_bytes(uri: str, max_bytes: int | None = None) -> bytes:
+    """The bytes of ``uri`` through Beam's filesystems (local, gs://, s3://, ...).
+
+    Reads at most ``max_bytes + 1`` bytes, so an oversized file is detected without
+    loading it whole.
 
     Raises:
         OSError: if the file cannot be opened or read.
     """
     # UNCOMPRESSED: never let a ".gz"-looking name be silently decompressed.
     with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return f.read()
+        return f.read() if max_bytes is None else f.read(max_bytes + 1)
+
+
+def declared_pixels(data: bytes) -> int | None:
+    """Width × height from the image header, without decoding pixels (Pillow reads
+    only the header on open); None if Pillow cannot read the header (TensorFlow's
+    full decode then decides)."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                width, height = image.size
+        except Image.DecompressionBombError as e:
+            # Pillow refuses > 2x its own limit at open: the size is in the message.
+            sizes = [int(n) for n in re.findall(r"\d+", str(e))]
+            return sizes[0] if sizes else sys.maxsize
+        except (OSError, SyntaxError, ValueError, EOFError, struct.error):
+            return None  # A header Pillow cannot parse: TensorFlow's decode decides.
+    return width * height
 
 
 def tf_error_detail(message: str) -> str:
@@ -45,14 +89,27 @@ def tf_error_detail(message: str) -> str:
     return " ".join(message.split())[:300]
 
 
-def validate_image_bytes(data: bytes) -> tuple[str, str] | None:
-    """``(reason, message)`` if ``data`` cannot be preprocessed, else None."""
+def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()
+                         ) -> tuple[str, str] | None:
+    """``(reason, message)`` if ``data`` cannot be preprocessed, else None.
+
+    Checks, cheapest first: size, container format, the header's pixel count
+    (a decompression bomb is refused before any decoding), then a full decode.
+    """
     if not data:
         return dead_letters.EMPTY_FILE, "File is empty (0 bytes)."
+    if len(data) > limits.max_file_bytes:
+        return (dead_letters.FILE_TOO_LARGE,
+                f"File exceeds --max_file_mb ({limits.max_file_bytes} bytes).")
     image_format = image_codec.sniff_format(data)
     if image_format is None:
         return (dead_letters.UNSUPPORTED_FORMAT,
                 f"Not a JPEG, PNG, GIF, BMP or WebP file (starts with {data[:8]!r}).")
+    pixels = declared_pixels(data)
+    if pixels is not None and pixels > limits.max_image_pixels:
+        message = (f"Header declares {pixels} pixels, above --max_image_pixels "
+                   f"({limits.max_image_pixels}); not decoded.")
+        return dead_letters.IMAGE_TOO_LARGE, message
     import tensorflow as tf
 
     try:
@@ -73,21 +130,29 @@ class LoadImages(beam.DoFn):
     split is the record's explicit split or a stable hash of its key.
     """
 
-    def __init__(self, fractions: splits.SplitFractions) -> None:
+    def __init__(self, fractions: splits.SplitFractions,
+                 limits: InputLimits = InputLimits(),
+                 allowed_labels: frozenset[str] | None = None) -> None:
         self._fractions = fractions
+        self._limits = limits
+        self._allowed_labels = allowed_labels
 
     def setup(self) -> None:
         self._loaded = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
                                                     "images_loaded")
 
     def process(self, record: ImageRecord) -> Iterator[Any]:
+        if self._allowed_labels is not None and record.label not in self._allowed_labels:
+            yield self._reject(record, dead_letters.UNKNOWN_LABEL,
+                               f"Label {record.label!r} is not in --label_vocabulary.")
+            return
         try:
-            data = read_bytes(record.uri)
+            data = read_bytes(record.uri, self._limits.max_file_bytes)
         except OSError as e:
             yield self._reject(record, dead_letters.UNREADABLE_FILE,
                                f"Cannot read file: {e}")
             return
-        problem = validate_image_bytes(data)
+        problem = validate_image_bytes(data, self._limits)
         if problem is not None:
             yield self._reject(record, *problem)
             return

@@ -21,7 +21,7 @@ import dataclasses
 import json
 import os
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import apache_beam as beam
@@ -122,9 +122,19 @@ def record_from_folder_path(path: str, root: str, split_layout: bool
     return ImageRecord(key=relative, uri=path, label=parts[0], split=split)
 
 
-def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str
-                    ) -> ImageRecord | Rejection:
-    """Validates one manifest row (already parsed into a mapping)."""
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
+                    allow_outside_root: bool = False) -> ImageRecord | Rejection:
+    """Validates one manifest row (already parsed into a mapping).
+
+    Paths are resolved against the manifest's folder (the input root). A path that
+    resolves outside it (``../``, an absolute path or a URI elsewhere) is rejected as
+    ``path_outside_root`` unless ``allow_outside_root``: a manifest must not make the
+    job read arbitrary files by accident.
+    """
     path = row.get(PATH_COLUMN)
     if not isinstance(path, str) or not path.strip():
         return Rejection(key=source, source=source,
@@ -132,10 +142,17 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str
                          message=f"Row has no usable {PATH_COLUMN!r} value: {dict(row)!r}")
     path = path.strip()
     if _has_scheme(path) or os.path.isabs(path):
-        key, uri = path, path
+        key = uri = path if _has_scheme(path) else posixpath.normpath(path)
     else:
         key = posixpath.normpath(path.replace("\\", "/"))
-        uri = posixpath.join(manifest_dir, key)
+        uri = posixpath.normpath(posixpath.join(manifest_dir, key)) if not _has_scheme(
+            manifest_dir) else f"{manifest_dir.rstrip('/')}/{key}"
+    if not allow_outside_root and (key.startswith("../") or key == ".."
+                                   or not _inside(uri, manifest_dir)):
+        return Rejection(key=key, source=source, reason=dead_letters.PATH_OUTSIDE_ROOT,
+                         message=f"{path!r} resolves outside the manifest's folder "
+                                 f"{manifest_dir!r}; pass --allow_paths_outside_root "
+                                 f"to read it.")
     label = row.get(LABEL_COLUMN)
     reason = validate_label(label)
     if reason is not None:
@@ -212,10 +229,12 @@ def check_input(input_path: str) -> None:
 
 
 class _ParseManifestLine(beam.DoFn):
-    def __init__(self, manifest_path: str, header: tuple[str, ...] | None) -> None:
+    def __init__(self, manifest_path: str, header: tuple[str, ...] | None,
+                 allow_outside_root: bool) -> None:
         self._manifest_path = manifest_path
         self._manifest_dir = posixpath.dirname(manifest_path)
         self._header = header  # None: JSON Lines.
+        self._allow_outside_root = allow_outside_root
 
     def process(self, numbered_line: tuple[int, str]) -> Iterator[Any]:
         line_number, line = numbered_line
@@ -229,7 +248,8 @@ class _ParseManifestLine(beam.DoFn):
                 key=source, source=source, reason=dead_letters.MALFORMED_MANIFEST_ROW,
                 message=f"Cannot parse manifest line: {line[:200]!r}")
         else:
-            result = record_from_row(row, self._manifest_dir, source)
+            result = record_from_row(row, self._manifest_dir, source,
+                                     self._allow_outside_root)
         yield from _route(result)
 
 
@@ -242,6 +262,19 @@ class _FolderPathToRecord(beam.DoFn):
         result = record_from_folder_path(path, self._root, self._split_layout)
         if result is not None:
             yield from _route(result)
+
+
+def _keep_first_of_duplicates(element: tuple[str, Iterable[ImageRecord]]
+                              ) -> Iterator[Any]:
+    """One record per key: the first by (uri, label, split); the others are dead
+    letters (``duplicate_key``), so a listed image never silently appears twice."""
+    key, records = element
+    ordered = sorted(records, key=lambda r: (r.uri, r.label, r.split or ""))
+    yield ordered[0]
+    for extra in ordered[1:]:
+        yield from _route(Rejection(
+            key=key, source=extra.uri, reason=dead_letters.DUPLICATE_KEY,
+            message=f"Key listed {len(ordered)} times; kept the row for {ordered[0].uri!r}."))
 
 
 def _route(result: ImageRecord | Rejection) -> Iterator[Any]:
@@ -267,38 +300,51 @@ def _numbered_lines(path: str, skip_header: bool) -> Iterator[tuple[int, str]]:
 class ReadImageRecords(beam.PTransform):
     """Lists the input (folder or manifest) as ``ImageRecord``s plus rejections.
 
-    Returns a ``DoOutputsTuple``: the main output holds ``ImageRecord``s and the
-    ``"rejected"`` tag holds ``Rejection``s (rows or files that name no usable image).
+    Returns ``(records, rejected)``: a PCollection of ``ImageRecord``s with unique
+    keys and one of ``Rejection``s (rows or files that name no usable image, and
+    duplicate keys). Every listed input ends in exactly one of the two.
     """
 
-    def __init__(self, input_path: str) -> None:
+    def __init__(self, input_path: str, allow_outside_root: bool = False) -> None:
         super().__init__()
         self._input = input_path
+        self._allow_outside_root = allow_outside_root
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> Any:
-        lowered = self._input.lower()
-        if is_manifest(self._input):
-            path = self._input if _has_scheme(self._input) else os.path.abspath(
-                self._input)
-            header = read_csv_header(path) if lowered.endswith(".csv") else None
-            return (
+    def expand(self, pbegin: beam.pvalue.PBegin) -> tuple[beam.PCollection, ...]:
+        if not is_manifest(self._input):
+            root = _normalise_root(self._input)
+            split_layout = detect_split_layout(root)
+            # File paths are unique keys by construction.
+            listed = (
                 pbegin
-                | "StartManifest" >> beam.Create([path])
-                # Manifests are read line by line on a worker (not pickled into the
-                # job graph) so that large ones stay within Dataflow's graph limits.
-                | "NumberManifestLines" >> beam.FlatMap(
-                    _numbered_lines, skip_header=header is not None)
-                | "ReshuffleManifestLines" >> beam.Reshuffle()
-                | "ParseManifestLines" >> beam.ParDo(
-                    _ParseManifestLine(path, header)).with_outputs(REJECTED, main="records")
+                | "MatchImageFiles" >> fileio.MatchFiles(root + "/**")
+                | "TakePaths" >> beam.Map(lambda metadata: metadata.path)
+                | "PathsToRecords" >> beam.ParDo(
+                    _FolderPathToRecord(root, split_layout)).with_outputs(
+                        REJECTED, main="records")
             )
-        root = _normalise_root(self._input)
-        split_layout = detect_split_layout(root)
-        return (
+            return listed.records, listed[REJECTED]
+        path = self._input if _has_scheme(self._input) else os.path.abspath(self._input)
+        header = read_csv_header(path) if path.lower().endswith(".csv") else None
+        parsed = (
             pbegin
-            | "MatchImageFiles" >> fileio.MatchFiles(root + "/**")
-            | "TakePaths" >> beam.Map(lambda metadata: metadata.path)
-            | "PathsToRecords" >> beam.ParDo(
-                _FolderPathToRecord(root, split_layout)).with_outputs(
+            | "StartManifest" >> beam.Create([path])
+            # Manifests are read line by line on a worker (not pickled into the job
+            # graph) so that large ones stay within Dataflow's graph limits.
+            | "NumberManifestLines" >> beam.FlatMap(
+                _numbered_lines, skip_header=header is not None)
+            | "ReshuffleManifestLines" >> beam.Reshuffle()
+            | "ParseManifestLines" >> beam.ParDo(
+                _ParseManifestLine(path, header, self._allow_outside_root)).with_outputs(
                     REJECTED, main="records")
         )
+        unique = (
+            parsed.records
+            | "KeyByKey" >> beam.Map(lambda record: (record.key, record))
+            | "GroupByKey" >> beam.GroupByKey()
+            | "DropDuplicateKeys" >> beam.FlatMap(_keep_first_of_duplicates).with_outputs(
+                REJECTED, main="records")
+        )
+        rejected = ((parsed[REJECTED], unique[REJECTED])
+                    | "FlattenListingRejections" >> beam.Flatten())
+        return unique.records, rejected

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -110,6 +110,8 @@ FORECAST = "forecast"
 
 # Called with the written tft.TFTransformOutput; returns extra manifest entries.
 TransformDescriber = Callable[[Any], Mapping[str, Any]]
+# Called with the finished manifest dict; raises to stop it from being published.
+ManifestCheck = Callable[[Mapping[str, Any]], None]
 
 
 def _read_transform_output(output_dir: str, task: str) -> tuple[dict[str, Any], list[str],
@@ -130,19 +132,27 @@ def _write_manifest(unused: None, *, output_dir: str, name: str, kind: str, task
                     preprocessing: Mapping[str, Any], shards: list[dict[str, Any]],
                     label_counts: list[tuple[tuple[str, str], int]],
                     rejected: dict[str, Any], transform_written: list[Any],
-                    extra: Mapping[str, Any],
-                    describe_transform: TransformDescriber | None) -> str:
+                    extras: list[Mapping[str, Any]],
+                    describe_transform: TransformDescriber | None,
+                    check: ManifestCheck | None) -> str:
     import tensorflow as tf
 
     del unused, transform_written  # Only ordering: the transform output is final.
     features, vocab, transform_output = _read_transform_output(output_dir, task)
-    extra = dict(extra)
+    extra: dict[str, Any] = {}
+    for entry in sorted(extras, key=lambda e: sorted(e)):
+        clashes = sorted(set(entry) & set(extra))
+        if clashes:
+            raise ValueError(f"Two extra manifest entries named {clashes}.")
+        extra.update(entry)
     if describe_transform is not None:
         extra.update(describe_transform(transform_output))
     manifest = build_manifest(
         name=name, kind=kind, task=task, shards=shards, label_counts=label_counts,
         rejected=rejected, features=features, label_vocab=vocab,
         preprocessing=preprocessing, versions=library_versions(), extra=extra)
+    if check is not None:
+        check(manifest)  # Raises to withhold the manifest (accounting, error rate).
     path = os.path.join(output_dir, contract.MANIFEST_FILENAME)
     tmp_path = path + ".incomplete"
     with tf.io.gfile.GFile(tmp_path, "w") as f:
@@ -164,9 +174,11 @@ class WriteManifest(beam.PTransform):
         label_counts: PCollection of ``((split, label_name), count)``.
         rejected: single-element PCollection from ``WriteRejections``.
         transform_written: PCollection produced by ``tft_beam.WriteTransformFn``.
-        extra: optional single-element PCollection of extra top-level entries.
+        extras: single-element PCollections of extra top-level entries (dicts).
         describe_transform: optional module-level function of the written
             ``TFTransformOutput`` returning more extra entries.
+        check: optional module-level function of the finished manifest that raises
+            to withhold it (see ``etl/accounting.py``).
 
     Returns:
         A single-element PCollection holding the manifest's path.
@@ -176,15 +188,17 @@ class WriteManifest(beam.PTransform):
                  kind: str, task: str,
                  shards: beam.PCollection, label_counts: beam.PCollection,
                  rejected: beam.PCollection, transform_written: beam.PCollection,
-                 extra: beam.PCollection | None = None,
-                 describe_transform: TransformDescriber | None = None) -> None:
+                 extras: Sequence[beam.PCollection] = (),
+                 describe_transform: TransformDescriber | None = None,
+                 check: ManifestCheck | None = None) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._name = name
         self._kind = kind
         self._task = task
-        self._extra = extra
+        self._extras = tuple(extras)
         self._describe_transform = describe_transform
+        self._check = check
         self._preprocessing = dict(preprocessing)
         self._shards = shards
         self._label_counts = label_counts
@@ -192,7 +206,12 @@ class WriteManifest(beam.PTransform):
         self._transform_written = transform_written
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        extra = {} if self._extra is None else beam.pvalue.AsSingleton(self._extra)
+        extras: Any = []
+        if self._extras:
+            extras = beam.pvalue.AsSingleton(
+                self._extras
+                | "FlattenExtras" >> beam.Flatten()
+                | "GatherExtras" >> beam.combiners.ToList())
         return (
             pbegin
             | "StartManifest" >> beam.Create([None])
@@ -202,8 +221,9 @@ class WriteManifest(beam.PTransform):
                 name=self._name,
                 kind=self._kind,
                 task=self._task,
-                extra=extra,
+                extras=extras,
                 describe_transform=self._describe_transform,
+                check=self._check,
                 preprocessing=self._preprocessing,
                 shards=beam.pvalue.AsList(self._shards),
                 label_counts=beam.pvalue.AsList(self._label_counts),

@@ -13,7 +13,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
-from etl import sharding, splits
+from etl import accounting, sharding, splits
 from etl.contract import load_manifest
 from etl.output_dir import prepare_output_dir
 from pipelines import runner_defaults, summary
@@ -57,6 +57,11 @@ class DatasetOptions(PipelineOptions):
             help="Target shard size in MiB of serialized examples (before GZIP), used "
                  "when --num_shards is not given.")
         parser.add_argument(
+            "--max_error_fraction", type=float,
+            default=accounting.DEFAULT_MAX_ERROR_FRACTION,
+            help="Fail (and publish no manifest) if more than this fraction of the inputs "
+                 "is rejected. Default %(default)s.")
+        parser.add_argument(
             "--overwrite", action="store_true",
             help="Replace a finished dataset already in --output_dir (refused otherwise).")
         parser.add_argument(
@@ -87,10 +92,14 @@ class OutputSettings:
     target_shard_bytes: int
     tft_temp_dir: str
     overwrite: bool
+    max_error_fraction: float
 
     @classmethod
     def from_options(cls, options: Any, default_name: str) -> OutputSettings:
         require(options, "output_dir")
+        if not 0 <= options.max_error_fraction <= 1:
+            raise ValueError(f"--max_error_fraction must be in [0, 1], got "
+                             f"{options.max_error_fraction}.")
         target_shard_bytes = int(options.target_shard_mb * 1024 * 1024)
         sharding.plan_num_shards(1, 1, target_shard_bytes, options.num_shards)
         return cls(
@@ -101,6 +110,7 @@ class OutputSettings:
             target_shard_bytes=target_shard_bytes,
             tft_temp_dir=options.tft_temp_dir or os.path.join(options.output_dir, "tmp"),
             overwrite=options.overwrite,
+            max_error_fraction=options.max_error_fraction,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -147,9 +157,18 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
 
 
 def main(run: Callable[[Sequence[str]], Any]) -> None:
-    """Console entry: quiet logs, and option errors as one line instead of a trace."""
+    """Console entry: quiet logs; option errors and withheld datasets (too many
+    rejections, counts that do not reconcile) as one line instead of a trace."""
     logging.getLogger().setLevel(logging.WARNING)
     try:
         run(sys.argv[1:])
     except ValueError as e:
         sys.exit(f"error: {e}")
+    except RuntimeError as e:
+        text = str(e)
+        for error in (accounting.TooManyRejectionsError, accounting.ReconciliationError):
+            # Runners re-raise our error or wrap it; keep the sentence that explains it.
+            if isinstance(e, error) or f"{error.__name__}: " in text:
+                message = text.split(f"{error.__name__}: ", 1)[-1].split(" [while", 1)[0]
+                sys.exit(f"error: {message}")
+        raise

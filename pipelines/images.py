@@ -19,7 +19,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl import contract, dead_letters, image_codec, image_preprocessing
+from etl import accounting, contract, dead_letters, image_codec, image_loading, image_preprocessing
 from etl.image_loading import REJECTED, LoadImages
 from etl.image_sources import ReadImageRecords, check_input
 from etl.manifest import CLASSIFICATION, WriteManifest
@@ -48,6 +48,23 @@ class ImagesOptions(common.DatasetOptions):
         parser.add_argument(
             "--jpeg_quality", type=int, default=95,
             help="JPEG quality 1-100 when --image_format=jpeg.")
+        parser.add_argument(
+            "--max_image_pixels", type=int, default=image_loading.DEFAULT_MAX_IMAGE_PIXELS,
+            help="Reject images whose header declares more pixels (decompression bombs "
+                 "are refused before decoding). Default %(default)s.")
+        parser.add_argument(
+            "--max_file_mb", type=float,
+            default=image_loading.DEFAULT_MAX_FILE_BYTES / (1024 * 1024),
+            help="Reject input files larger than this (read at most this much). "
+                 "Default %(default)s.")
+        parser.add_argument(
+            "--label_vocabulary", default=None,
+            help="Optional text file, one label per line: images with any other label "
+                 "are rejected (unknown_label).")
+        parser.add_argument(
+            "--allow_paths_outside_root", action="store_true",
+            help="Let manifest paths resolve outside the manifest's folder (../, absolute "
+                 "paths, other URIs); rejected as path_outside_root otherwise.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +74,9 @@ class ImageJob:
     input: str
     preprocessing: image_preprocessing.ImagePreprocessing
     output: common.OutputSettings
+    limits: image_loading.InputLimits
+    allowed_labels: frozenset[str] | None
+    allow_outside_root: bool
 
     @classmethod
     def from_options(cls, options: ImagesOptions) -> ImageJob:
@@ -74,6 +94,11 @@ class ImageJob:
                 image_size=options.image_size, image_format=options.image_format,
                 jpeg_quality=options.jpeg_quality),
             output=output,
+            limits=image_loading.InputLimits(
+                max_file_bytes=int(options.max_file_mb * 1024 * 1024),
+                max_image_pixels=options.max_image_pixels),
+            allowed_labels=_read_vocabulary(options.label_vocabulary),
+            allow_outside_root=options.allow_paths_outside_root,
         )
 
     def describe_preprocessing(self) -> dict[str, Any]:
@@ -83,7 +108,30 @@ class ImageJob:
             "split_fractions": self.output.fractions.as_dict(),
             "split_rule": "explicit split folder/column, else sha256-based hash of the key",
             **self.output.describe(),
+            "max_image_pixels": self.limits.max_image_pixels,
+            "max_file_bytes": self.limits.max_file_bytes,
+            "label_vocabulary": sorted(self.allowed_labels) if self.allowed_labels else None,
+            "max_error_fraction": self.output.max_error_fraction,
         }
+
+
+def _read_vocabulary(path: str | None) -> frozenset[str] | None:
+    """The allowed labels from a one-label-per-line file (blank lines ignored)."""
+    if path is None:
+        return None
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(path):
+        raise ValueError(f"--label_vocabulary {path!r} does not exist.")
+    with tf.io.gfile.GFile(path, "r") as f:
+        labels = frozenset(line.strip() for line in f if line.strip())
+    if not labels:
+        raise ValueError(f"--label_vocabulary {path!r} lists no label.")
+    return labels
+
+
+def _inputs_entry(count: int) -> dict[str, int]:
+    return {"inputs": count}
 
 
 def _label_of(element: tuple[str, dict[str, Any]]) -> tuple[tuple[str, str], int]:
@@ -95,14 +143,23 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     """Adds the image job's transforms to ``pipeline``."""
     output_dir = job.output.output_dir
 
-    listed = pipeline | "ReadImageRecords" >> ReadImageRecords(job.input)
-    loaded = listed.records | "LoadImages" >> beam.ParDo(
-        LoadImages(job.output.fractions)).with_outputs(REJECTED, main="images")
+    records, listing_rejected = pipeline | "ReadImageRecords" >> ReadImageRecords(
+        job.input, job.allow_outside_root)
+    # Every listed input is a record or a listing rejection: that count is the inputs.
+    inputs = (
+        (records, listing_rejected)
+        | "FlattenListed" >> beam.Flatten()
+        | "CountInputs" >> beam.combiners.Count.Globally()
+        | "InputsEntry" >> beam.Map(_inputs_entry)
+    )
+    loaded = records | "LoadImages" >> beam.ParDo(
+        LoadImages(job.output.fractions, job.limits, job.allowed_labels)).with_outputs(
+            REJECTED, main="images")
     # (split, {"image": bytes, "label": str, "key": str})
     images = loaded.images
 
     rejected_summary = (
-        (listed[REJECTED], loaded[REJECTED])
+        (listing_rejected, loaded[REJECTED])
         | "FlattenRejections" >> beam.Flatten()
         | "WriteRejections" >> dead_letters.WriteRejections(output_dir)
     )
@@ -128,7 +185,9 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         output_dir, job.output.name, job.describe_preprocessing(), kind="images",
         task=CLASSIFICATION, shards=shards,
         label_counts=label_counts, rejected=rejected_summary,
-        transform_written=transform_written)
+        transform_written=transform_written, extras=[inputs],
+        check=functools.partial(accounting.check_images,
+                                max_error_fraction=job.output.max_error_fraction))
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-from etl import contract, dead_letters
+from etl import accounting, contract, dead_letters
 from etl import timeseries_preprocessing as ts_preprocessing
 from etl import timeseries_series as ts_series
 from etl.dead_letters import Rejection
@@ -316,9 +316,14 @@ def _label_count(element: tuple[str, dict[str, Any]]) -> tuple[tuple[str, str], 
     return (split, instance[contract.LABEL_NAME_KEY]), 1
 
 
-def _timeseries_entry(counts: dict[str, int], job_params: dict[str, Any]
-                      ) -> dict[str, Any]:
-    return {"timeseries": {**job_params, "counts": dict(sorted(counts.items()))}}
+def _timeseries_entry(counts: dict[str, int], job_params: dict[str, Any],
+                      parse_rejected: int) -> dict[str, Any]:
+    return {"timeseries": {**job_params, "counts": dict(sorted(counts.items())),
+                           "parse_rejected": parse_rejected}}
+
+
+def _inputs_entry(count: int) -> dict[str, int]:
+    return {"inputs": count}
 
 
 def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
@@ -345,6 +350,14 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         windows | "KeyBySplitAndLabel" >> beam.Map(_label_count)
         | "CountLabels" >> beam.CombinePerKey(sum)
     ) if job.classification else pipeline | "NoLabels" >> beam.Create([])
+    # Input rows: every parsed row plus every line rejected while parsing.
+    parse_rejected = read[REJECTED] | "CountParseRejections" >> beam.combiners.Count.Globally()
+    inputs = (
+        (read.rows, read[REJECTED])
+        | "FlattenInputRows" >> beam.Flatten()
+        | "CountInputRows" >> beam.combiners.Count.Globally()
+        | "InputsEntry" >> beam.Map(_inputs_entry)
+    )
     counts = (
         processed[STATS]
         | "SumStats" >> beam.CombinePerKey(sum)
@@ -352,7 +365,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         | "TimeSeriesEntry" >> beam.Map(_timeseries_entry, job_params={
             "value_columns": list(job.columns.values),
             "num_features": job.preprocessing.num_features,
-            **dataclasses.asdict(job.windowing)})
+            **dataclasses.asdict(job.windowing)},
+            parse_rejected=beam.pvalue.AsSingleton(parse_rejected))
     )
     by_split = windows | "PartitionBySplit" >> beam.Partition(split_index,
                                                              len(contract.SPLITS))
@@ -370,7 +384,9 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         output_dir, job.output.name, job.describe(), kind="timeseries",
         task=CLASSIFICATION if job.classification else FORECAST, shards=shards,
         label_counts=label_counts, rejected=rejected_summary,
-        transform_written=transform_written, extra=counts,
+        transform_written=transform_written, extras=[counts, inputs],
+        check=functools.partial(accounting.check_timeseries,
+                                max_error_fraction=job.output.max_error_fraction),
         describe_transform=functools.partial(ts_preprocessing.describe_normalisation,
                                              config=job.preprocessing))
 

@@ -72,8 +72,13 @@ def test_write_rejections_sorts_by_key_and_counts_by_reason(tmp_path):
     ]
     out = str(tmp_path / "out")
     summary = _write(rejections, out, str(tmp_path / "summary.json"))
-    assert summary == {"count": 4, "by_reason": {"empty_file": 1, "missing_label": 1,
-                                                 "undecodable_image": 2}}
+    assert summary == {
+        "count": 4,
+        "by_reason": {"empty_file": 1, "missing_label": 1, "undecodable_image": 2},
+        "examples": {"empty_file": [{"key": "cat/z.png", "message": "empty"}],
+                     "missing_label": [{"key": "a.png", "message": "no folder"}],
+                     "undecodable_image": [{"key": "cat/c.png", "message": "bad"},
+                                           {"key": "dog/b.jpg", "message": "bad"}]}}
     assert list(summary["by_reason"]) == sorted(summary["by_reason"])
     with open(_rejected_path(out), encoding="utf-8") as f:
         lines = f.read().splitlines()
@@ -92,10 +97,16 @@ def test_write_rejections_is_independent_of_input_order(tmp_path):
         assert a.read() == b.read()
 
 
+def test_write_rejections_keeps_a_few_examples_per_reason(tmp_path):
+    rejections = [Rejection(f"k{i}", f"/src/{i}", "empty_file", "m") for i in range(9)]
+    summary = _write(rejections, str(tmp_path / "out"), str(tmp_path / "s.json"))
+    assert [e["key"] for e in summary["examples"]["empty_file"]] == ["k0", "k1", "k2"]
+
+
 def test_write_rejections_with_none_writes_empty_file(tmp_path):
     out = str(tmp_path / "out")
     summary = _write([], out, str(tmp_path / "summary.json"))
-    assert summary == {"count": 0, "by_reason": {}}
+    assert summary == {"count": 0, "by_reason": {}, "examples": {}}
     with open(_rejected_path(out), "rb") as f:
         assert f.read() == b""
     assert os.listdir(os.path.join(out, "errors")) == ["rejected.jsonl"]

@@ -1,0 +1,90 @@
+"""Every input accounted for: reconciliation and the error-fraction threshold.
+
+Run on the finished manifest dict just before it is written. Raising here means
+no manifest is published, so a dataset whose counts do not add up, or with too
+many rejected inputs, never becomes visible to readers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from etl import contract
+
+DEFAULT_MAX_ERROR_FRACTION = 0.1
+
+
+class ReconciliationError(RuntimeError):
+    """Inputs ≠ written + rejected: something was dropped or duplicated silently."""
+
+
+class TooManyRejectionsError(RuntimeError):
+    """The rejected fraction exceeds ``--max_error_fraction``."""
+
+
+def _written(manifest: Mapping[str, Any]) -> int:
+    return sum(manifest["splits"][split]["num_records"] for split in contract.SPLITS)
+
+
+def _check_fraction(rejected: int, inputs: int, max_error_fraction: float,
+                    manifest: Mapping[str, Any], unit: str) -> None:
+    if inputs and rejected / inputs > max_error_fraction:
+        by_reason = manifest["rejected"]["by_reason"]
+        top = sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+        examples = manifest["rejected"].get("examples", {})
+        details = "; ".join(
+            f"{reason} x{count} (e.g. {', '.join(e['key'] for e in examples.get(reason, []))})"
+            for reason, count in top)
+        raise TooManyRejectionsError(
+            f"{rejected} of {inputs} {unit} ({rejected / inputs:.1%}) were rejected, above "
+            f"--max_error_fraction={max_error_fraction}. Top reasons: {details}. See "
+            f"{contract.ERRORS_DIRNAME}/{contract.REJECTED_FILENAME}; no manifest was "
+            f"published.")
+
+
+def check_images(manifest: Mapping[str, Any], max_error_fraction: float) -> None:
+    """Images: every listed input is written or rejected, exactly once.
+
+    Raises:
+        ReconciliationError: if ``inputs != written + rejected``.
+        TooManyRejectionsError: if ``rejected / inputs > max_error_fraction``.
+    """
+    inputs, rejected = manifest["inputs"], manifest["rejected"]["count"]
+    written = _written(manifest)
+    if written + rejected != inputs:
+        raise ReconciliationError(
+            f"{inputs} inputs but {written} written + {rejected} rejected = "
+            f"{written + rejected}: an input was lost or duplicated. No manifest was "
+            f"published.")
+    _check_fraction(rejected, inputs, max_error_fraction, manifest, "inputs")
+
+
+def check_timeseries(manifest: Mapping[str, Any], max_error_fraction: float) -> None:
+    """Time series: every input row is parsed or rejected, and every parsed row is
+    kept, merged, dropped by the missing-value policy, or rejected.
+
+    Rows rejected with their whole series (too short, unlabelled, inconsistent
+    timestamps) count as rejected rows for the threshold.
+
+    Raises:
+        ReconciliationError: if either identity fails.
+        TooManyRejectionsError: if rejected rows / input rows > max_error_fraction.
+    """
+    counts = manifest["timeseries"]["counts"]
+    rows_read = counts.get("rows_read", 0)
+    lines, parse_rejected = manifest["inputs"], manifest["timeseries"]["parse_rejected"]
+    if rows_read + parse_rejected != lines:
+        raise ReconciliationError(
+            f"{lines} input rows but {rows_read} parsed + {parse_rejected} rejected while "
+            f"parsing. No manifest was published.")
+    outcome = sum(counts.get(k, 0) for k in ("rows_kept", "rows_rejected",
+                                             "rows_dropped_missing",
+                                             "rows_merged_duplicates"))
+    if outcome != rows_read:
+        raise ReconciliationError(
+            f"{rows_read} parsed rows but kept + rejected + dropped + merged = {outcome}. "
+            f"No manifest was published.")
+    rejected_rows = (parse_rejected + counts.get("rows_rejected", 0)
+                     + counts.get("rows_in_short_series", 0))
+    _check_fraction(rejected_rows, lines, max_error_fraction, manifest, "rows")
