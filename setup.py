@@ -13,12 +13,15 @@ INSTALL_REQUIRES = [
     "tensorflow>=2.21,<2.22",
     "tensorflow-transform>=1.21,<1.22",
     "tfx-bsl>=1.21,<1.22",
+    # Reads image headers (pixel counts) without decoding, to refuse decompression bombs.
+    "pillow>=10",
 ]
 
 EXTRAS_REQUIRE = {
-    # Test-time only: pytest runs the suite, Pillow writes fixture images in formats
-    # TensorFlow cannot encode (GIF, BMP, palette PNG), ruff keeps the tree lint-clean.
-    "test": ["pytest>=8", "pillow>=10", "ruff>=0.6"],
+    # Test-time only: pytest runs the suite, hypothesis fuzzes the input validation,
+    # ruff keeps the tree lint-clean. (Pillow, a runtime dependency, also writes the
+    # fixture images in formats TensorFlow cannot encode: GIF, BMP, palette PNG.)
+    "test": ["pytest>=8", "ruff>=0.6", "hypothesis>=6"],
     # Sample data shipped inside packages (no download): scikit-learn's handwritten
     # digits and two photos, statsmodels' Mauna Loa CO2 series; matplotlib draws the
     # benchmark charts.

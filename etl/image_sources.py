@@ -170,8 +170,12 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
 
 
 def parse_csv_line(line: str, header: tuple[str, ...]) -> dict[str, str] | None:
-    """One CSV data line as a dict, or None if its column count differs."""
-    values = next(csv.reader([line]), [])
+    """One CSV data line as a dict, or None if it is not a well-formed row (column
+    count differs, or a stray carriage return the csv module refuses)."""
+    try:
+        values = next(csv.reader([line]), [])
+    except csv.Error:
+        return None
     if len(values) != len(header):
         return None
     return dict(zip(header, values, strict=True))
@@ -196,7 +200,10 @@ def read_csv_header(manifest_path: str) -> tuple[str, ...]:
 
     with tf.io.gfile.GFile(manifest_path, "r") as f:
         first_line = f.readline().lstrip(_BOM)
-    header = tuple(c.strip() for c in next(csv.reader([first_line]), []))
+    try:
+        header = tuple(c.strip() for c in next(csv.reader([first_line]), []))
+    except csv.Error as e:
+        raise ValueError(f"Manifest {manifest_path!r} has an unreadable header: {e}") from None
     missing = [c for c in (PATH_COLUMN, LABEL_COLUMN) if c not in header]
     if missing:
         raise ValueError(

@@ -178,7 +178,15 @@ def matched_files(pattern: str) -> list[str]:
 
 
 def _csv_fields(line: str) -> tuple[str, ...]:
-    return tuple(c.strip() for c in next(csv.reader([line]), []))
+    """Fields of a CSV header line.
+
+    Raises:
+        ValueError: if the csv module cannot parse it (e.g. a stray carriage return).
+    """
+    try:
+        return tuple(c.strip() for c in next(csv.reader([line]), []))
+    except csv.Error as e:
+        raise ValueError(f"Unreadable CSV header {line[:80]!r}: {e}") from None
 
 
 def read_csv_header(path: str) -> tuple[str, ...]:
