@@ -89,6 +89,7 @@ def make_dataset(
     data_service_job: str | None = None,
     prefetch_to_device: str | None = None,
     verify: bool = False,
+    skip_corrupt: bool = False,
 ) -> tf.data.Dataset:
     """Streams a split of an ETL output directory as ``(features, label)`` batches.
 
@@ -140,6 +141,9 @@ def make_dataset(
         data_service_job: shared job name so several trainers split one epoch.
         prefetch_to_device: e.g. ``"/gpu:0"``: prefetch batches onto that device.
         verify: check every shard's sha256 before reading (reads all bytes once).
+        skip_corrupt: skip records that fail their CRC (logging each) instead of
+            raising ``DataLossError``; off by default. ``python -m reader.verify``
+            reports how many records each damaged shard lost.
 
     Returns:
         ``tf.data.Dataset`` of ``(features, label)`` with ``label`` ``int64 [batch]``.
@@ -185,9 +189,16 @@ def make_dataset(
     if shuffle and not reuse and not shard_records:
         paths = paths.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     # [serialized example]
+    def read_shard(path: tf.Tensor) -> tf.data.Dataset:
+        shard = tf.data.TFRecordDataset(path, compression_type=contract.COMPRESSION)
+        if skip_corrupt:
+            # Each error is logged with its message; a damaged GZIP stream ends the
+            # shard there. python -m reader.verify counts what each shard lost.
+            shard = shard.apply(tf.data.experimental.ignore_errors(log_warning=True))
+        return shard
+
     records = paths.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=contract.COMPRESSION),
-        cycle_length=min(len(files), 16), num_parallel_calls=AUTOTUNE,
+        read_shard, cycle_length=min(len(files), 16), num_parallel_calls=AUTOTUNE,
         deterministic=True if (shard_records or reuse) else deterministic)
     if shard_records:
         records = records.shard(num_workers, worker)

@@ -18,8 +18,10 @@ from etl import contract
 from reader.dataset_info import DatasetError, check_shards, open_dataset
 
 
-def _count_records(path: str) -> int:
+def _count_records(path: str, skip_errors: bool = False) -> int:
     dataset = tf.data.TFRecordDataset(path, compression_type=contract.COMPRESSION)
+    if skip_errors:
+        dataset = dataset.apply(tf.data.experimental.ignore_errors())
     return int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
 
 
@@ -36,20 +38,28 @@ def find_damaged_shards(data_dir: str) -> list[tuple[str, str]]:
     damaged: list[tuple[str, str]] = []
     for split, entry in info.manifest["splits"].items():
         for shard, path in zip(entry["shards"], info.shard_paths(split), strict=True):
+            problems = []
             try:
                 # One shard at a time, so a failure names exactly this file.
                 check_shards({"splits": {split: {"shards": [shard]}}}, data_dir, [split],
                              verify=True)
-                count = _count_records(path)
             except DatasetError as e:
-                damaged.append((path, str(e)))
-                continue
+                problems.append(str(e))
+                if not tf.io.gfile.exists(path):
+                    damaged.append((path, problems[0]))
+                    continue
+            expected = shard["num_records"]
+            try:
+                count = _count_records(path)
             except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-                damaged.append((path, f"unreadable record: {e.message.strip()[:200]}"))
-                continue
-            if count != shard["num_records"]:
-                expected = shard["num_records"]
-                damaged.append((path, f"holds {count} records, manifest says {expected}"))
+                readable = _count_records(path, skip_errors=True)
+                problems.append(f"unreadable record ({e.message.strip()[:120]}); "
+                                f"{readable} of {expected} records readable")
+            else:
+                if count != expected:
+                    problems.append(f"holds {count} records, manifest says {expected}")
+            if problems:
+                damaged.append((path, " ".join(problems)))
     return damaged
 
 

@@ -95,3 +95,17 @@ def test_import_reader_does_not_import_apache_beam():
             "assert not bad, bad")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_skip_corrupt_reads_around_damage_and_verify_counts_the_loss(dataset_copy):
+    shard = first_train_shard(dataset_copy)
+    flip_byte_in_middle(shard)
+    info = reader.open_dataset(dataset_copy)
+    keys = [k for features, _ in reader.make_dataset(
+        dataset_copy, shuffle=False, skip_corrupt=True, features=["key"]).as_numpy_iterator()
+        for k in features["key"]]
+    # Every other shard is read in full; the damaged one loses at least one record.
+    assert len(set(keys)) == len(keys) < info.num_records("train")
+    [(path, problem)] = verify.find_damaged_shards(dataset_copy)
+    assert path == shard
+    assert "records readable" in problem and "sha256" in problem
