@@ -140,11 +140,28 @@ def test_record_from_row_normalises_relative_key(path):
 
 @pytest.mark.parametrize("path", ["/abs/images/cat/1.png", "gs://bucket/cat/1.png",
                                   "s3://bucket/a/../b.png"])
-def test_record_from_row_keeps_absolute_paths_and_uris(path):
+def test_record_from_row_keeps_absolute_paths_and_uris_when_allowed(path):
     record = image_sources.record_from_row({"path": path, "label": "cat"},
-                                           MANIFEST_DIR, SOURCE)
+                                           MANIFEST_DIR, SOURCE, allow_outside_root=True)
     assert isinstance(record, ImageRecord)
     assert (record.key, record.uri) == (path, path)
+
+
+@pytest.mark.parametrize("path", ["/abs/images/cat/1.png", "gs://bucket/cat/1.png",
+                                  "../up.png", "a/../../up.png"])
+def test_record_from_row_rejects_paths_outside_the_manifest_folder(path):
+    rejection = image_sources.record_from_row({"path": path, "label": "cat"},
+                                              MANIFEST_DIR, SOURCE)
+    assert isinstance(rejection, Rejection)
+    assert rejection.reason == "path_outside_root"
+    assert "--allow_paths_outside_root" in rejection.message
+
+
+def test_record_from_row_accepts_absolute_path_inside_the_manifest_folder():
+    record = image_sources.record_from_row(
+        {"path": f"{MANIFEST_DIR}/cat/./1.png", "label": "cat"}, MANIFEST_DIR, SOURCE)
+    assert isinstance(record, ImageRecord)
+    assert record.uri == f"{MANIFEST_DIR}/cat/1.png"
 
 
 def test_record_from_row_strips_label():

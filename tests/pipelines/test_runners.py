@@ -56,7 +56,7 @@ def small_input(tmp_path_factory: pytest.TempPathFactory) -> str:
     """27 good images (every format, 3 labels) plus 4 inputs that are rejected."""
     root = str(tmp_path_factory.mktemp("runners_input"))
     image_fixtures.write_image_folder(root, copies=1)
-    image_fixtures.write_bad_files(root)
+    image_fixtures.write_bad_files(root)  # 4 of 31 inputs: above the default 10%.
     return root
 
 
@@ -64,7 +64,8 @@ def small_input(tmp_path_factory: pytest.TempPathFactory) -> str:
 def default_runner_output(small_input, tmp_path_factory: pytest.TempPathFactory
                           ) -> tuple[str, dict]:
     out = str(tmp_path_factory.mktemp("runners_default") / "out")
-    return out, run_images_job(small_input, out, "--num_shards=2")
+    return out, run_images_job(small_input, out, "--num_shards=2",
+                               "--max_error_fraction=0.5")
 
 
 # An SDK harness subprocess started by the embedded job service, as on a real
@@ -84,7 +85,7 @@ def test_portable_runner_output_is_byte_identical(small_input, default_runner_ou
                                                   tmp_path, environment):
     base_out, base_manifest = default_runner_output
     out = str(tmp_path / "out")
-    manifest = run_images_job(small_input, out, "--num_shards=2",
+    manifest = run_images_job(small_input, out, "--num_shards=2", "--max_error_fraction=0.5",
                               "--runner=PortableRunner", "--job_endpoint=embed",
                               *environment)
     assert manifest == base_manifest
@@ -162,3 +163,20 @@ def test_dataflow_job_graph_builds_offline(small_input, tmp_path, monkeypatch):
                    for p in glob.glob(os.path.join(os.path.dirname(setup_file), package,
                                                    "**", "*.py"), recursive=True)}
         assert modules and modules <= in_sdist, sorted(modules - in_sdist)
+
+
+def test_cli_dry_run_touches_no_output(small_input, tmp_path, monkeypatch, capsys):
+    from pipelines import images
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    setup_file = _copy_project(str(tmp_path / "src"))
+    out = tmp_path / "would_be_output"
+    manifest = images.run([
+        f"--input={small_input}", f"--output_dir={out}",
+        f"--tft_temp_dir={tmp_path / 'tft_tmp'}",
+        "--runner=DataflowRunner", "--project=example-project", "--region=us-central1",
+        "--temp_location=gs://example-bucket/tmp", f"--setup_file={setup_file}",
+        "--dry_run=True"])
+    assert manifest == {}
+    assert "nothing submitted or written" in capsys.readouterr().out
+    assert not out.exists()
