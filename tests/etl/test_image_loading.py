@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
 import pytest
+import tensorflow as tf
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -137,3 +139,30 @@ def test_load_images_rejection_message_for_missing_file(tmp_path):
                     equal_to([True]))
 
 
+
+
+def test_validate_image_bytes_truncated_png_is_undecodable():
+    rng = np.random.default_rng(0)
+    png = tf.io.encode_png(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).numpy()
+    reason, message = image_loading.validate_image_bytes(png[: len(png) // 2])
+    assert reason == "undecodable_image"
+    assert "PNG" in message
+
+
+def test_validate_image_bytes_refuses_large_header_before_decoding(monkeypatch):
+    png = tf.io.encode_png(np.zeros((3000, 3000, 1), np.uint8)).numpy()
+
+    def no_decode(data: bytes) -> tuple[int, int]:
+        raise AssertionError("decoded an image whose header is over the limit")
+
+    monkeypatch.setattr(image_loading.image_codec, "check_decodable", no_decode)
+    reason, _ = image_loading.validate_image_bytes(
+        png, image_loading.InputLimits(max_image_pixels=1_000_000))
+    assert reason == "image_too_large"
+
+
+def test_validate_image_bytes_file_too_large():
+    data = b"\x89PNG\r\n\x1a\n" + bytes(2000)
+    reason, _ = image_loading.validate_image_bytes(
+        data, image_loading.InputLimits(max_file_bytes=1000))
+    assert reason == "file_too_large"
