@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -52,6 +52,8 @@ REASONS: tuple[str, ...] = (
 EXAMPLES_PER_REASON = 3
 
 METRICS_NAMESPACE = "etl"
+# Tag of the dead-letter output of every DoFn that can reject an input.
+REJECTED = "rejected"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +76,16 @@ class Rejection:
 def count_rejection(reason: str) -> None:
     """Increments the Beam counter ``rejected_<reason>`` (call from inside a DoFn)."""
     beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"rejected_{reason}").inc()
+
+
+def route(result: Any) -> Iterator[Any]:
+    """Inside a DoFn: a ``Rejection`` goes, counted, to the ``REJECTED`` output;
+    anything else to the main output."""
+    if isinstance(result, Rejection):
+        count_rejection(result.reason)
+        yield beam.pvalue.TaggedOutput(REJECTED, result)
+    else:
+        yield result
 
 
 def _write_sorted_jsonl(rejections: Iterable[Rejection], path: str) -> dict[str, Any]:

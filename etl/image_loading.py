@@ -23,7 +23,7 @@ from etl import dead_letters, image_codec, splits
 from etl.dead_letters import Rejection
 from etl.image_sources import ImageRecord
 
-REJECTED = "rejected"
+REJECTED = dead_letters.REJECTED
 
 # Raw feature keys: the input of preprocessing_fn (see etl/image_preprocessing.py).
 RAW_IMAGE_KEY = "image"
@@ -143,18 +143,18 @@ class LoadImages(beam.DoFn):
 
     def process(self, record: ImageRecord) -> Iterator[Any]:
         if self._allowed_labels is not None and record.label not in self._allowed_labels:
-            yield self._reject(record, dead_letters.UNKNOWN_LABEL,
+            yield from self._reject(record, dead_letters.UNKNOWN_LABEL,
                                f"Label {record.label!r} is not in --label_vocabulary.")
             return
         try:
             data = read_bytes(record.uri, self._limits.max_file_bytes)
         except OSError as e:
-            yield self._reject(record, dead_letters.UNREADABLE_FILE,
+            yield from self._reject(record, dead_letters.UNREADABLE_FILE,
                                f"Cannot read file: {e}")
             return
         problem = validate_image_bytes(data, self._limits)
         if problem is not None:
-            yield self._reject(record, *problem)
+            yield from self._reject(record, *problem)
             return
         split = record.split or splits.assign_split(record.key, self._fractions)
         self._loaded.inc()
@@ -162,8 +162,6 @@ class LoadImages(beam.DoFn):
                       RAW_SOURCE_KEY: record.key}
 
     @staticmethod
-    def _reject(record: ImageRecord, reason: str, message: str) -> Any:
-        dead_letters.count_rejection(reason)
-        return beam.pvalue.TaggedOutput(
-            REJECTED, Rejection(key=record.key, source=record.uri, reason=reason,
-                                message=message))
+    def _reject(record: ImageRecord, reason: str, message: str) -> Iterator[Any]:
+        return dead_letters.route(Rejection(key=record.key, source=record.uri,
+                                            reason=reason, message=message))

@@ -35,7 +35,7 @@ LABEL_COLUMN = "label"
 SPLIT_COLUMN = "split"
 MANIFEST_COLUMNS: tuple[str, ...] = (PATH_COLUMN, LABEL_COLUMN, SPLIT_COLUMN)
 
-REJECTED = "rejected"
+REJECTED = dead_letters.REJECTED
 # Byte-order mark that Excel's "CSV UTF-8" and some editors put before the first line.
 _BOM = "\ufeff"
 
@@ -257,7 +257,7 @@ class _ParseManifestLine(beam.DoFn):
         else:
             result = record_from_row(row, self._manifest_dir, source,
                                      self._allow_outside_root)
-        yield from _route(result)
+        yield from dead_letters.route(result)
 
 
 class _FolderPathToRecord(beam.DoFn):
@@ -268,7 +268,7 @@ class _FolderPathToRecord(beam.DoFn):
     def process(self, path: str) -> Iterator[Any]:
         result = record_from_folder_path(path, self._root, self._split_layout)
         if result is not None:
-            yield from _route(result)
+            yield from dead_letters.route(result)
 
 
 def _keep_first_of_duplicates(element: tuple[str, Iterable[ImageRecord]]
@@ -279,17 +279,10 @@ def _keep_first_of_duplicates(element: tuple[str, Iterable[ImageRecord]]
     ordered = sorted(records, key=lambda r: (r.uri, r.label, r.split or ""))
     yield ordered[0]
     for extra in ordered[1:]:
-        yield from _route(Rejection(
+        yield from dead_letters.route(Rejection(
             key=key, source=extra.uri, reason=dead_letters.DUPLICATE_KEY,
             message=f"Key listed {len(ordered)} times; kept the row for {ordered[0].uri!r}."))
 
-
-def _route(result: ImageRecord | Rejection) -> Iterator[Any]:
-    if isinstance(result, Rejection):
-        dead_letters.count_rejection(result.reason)
-        yield beam.pvalue.TaggedOutput(REJECTED, result)
-    else:
-        yield result
 
 
 def _numbered_lines(path: str, skip_header: bool) -> Iterator[tuple[int, str]]:

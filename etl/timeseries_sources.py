@@ -21,7 +21,7 @@ from etl import dead_letters
 from etl.dead_letters import Rejection
 from etl.image_sources import parse_csv_line, parse_jsonl_line
 
-REJECTED = "rejected"
+REJECTED = dead_letters.REJECTED
 NUMERIC = "numeric"
 DATETIME = "datetime"
 # Compared case-insensitively.
@@ -236,15 +236,8 @@ class _ParseLine(beam.DoFn):
                 message=f"Cannot parse line: {line[:200]!r}")
         else:
             result = parse_row(row, self._columns, source)
-        yield from _route(result)
+        yield from dead_letters.route(result)
 
-
-def _route(result: Row | Rejection) -> Iterator[Any]:
-    if isinstance(result, Rejection):
-        dead_letters.count_rejection(result.reason)
-        yield beam.pvalue.TaggedOutput(REJECTED, result)
-    else:
-        yield result
 
 
 def _parquet_rows(path: str, columns: Columns) -> Iterator[Any]:
@@ -256,7 +249,7 @@ def _parquet_rows(path: str, columns: Columns) -> Iterator[Any]:
     if missing:
         raise ValueError(f"{path!r} lacks column(s) {missing}; it has {table.column_names}.")
     for number, row in enumerate(table.to_pylist(), start=1):
-        yield from _route(parse_row(row, columns, f"{path}:row{number}"))
+        yield from dead_letters.route(parse_row(row, columns, f"{path}:row{number}"))
 
 
 class ReadTimeSeriesRows(beam.PTransform):

@@ -302,8 +302,7 @@ class ProcessSeries(beam.DoFn):
 
     @staticmethod
     def _reject(rejection: Rejection) -> Iterator[Any]:
-        dead_letters.count_rejection(rejection.reason)
-        yield beam.pvalue.TaggedOutput(REJECTED, rejection)
+        return dead_letters.route(rejection)
 
     @staticmethod
     def _stats(stats: collections.Counter) -> Iterator[Any]:
