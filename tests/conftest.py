@@ -6,8 +6,12 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import glob
+import hashlib
+
 import pytest
 
+from etl import contract
 from tests import image_fixtures
 
 # Small images keep the DirectRunner tests fast; the code path is the same at 224.
@@ -20,6 +24,19 @@ def run_images_job(input_path: str, output_dir: str, *flags: str) -> dict:
 
     return images.run([f"--input={input_path}", f"--output_dir={output_dir}",
                        f"--image_size={TEST_IMAGE_SIZE}", *flags])
+
+
+def output_digests(out: str) -> dict[str, str]:
+    """sha256 of every shard, the manifest and the rejected-records file of a job's
+    output: what "byte-identical output" compares."""
+    paths = [*glob.glob(os.path.join(out, "*", "*" + contract.SHARD_SUFFIX)),
+             os.path.join(out, contract.MANIFEST_FILENAME),
+             os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)]
+    digests = {}
+    for path in sorted(paths):
+        with open(path, "rb") as f:
+            digests[os.path.relpath(path, out)] = hashlib.sha256(f.read()).hexdigest()
+    return digests
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from etl import contract, splits
-from tests.conftest import TEST_IMAGE_SIZE, run_images_job
+from tests.conftest import TEST_IMAGE_SIZE, output_digests, run_images_job
 
 
 def read_split(out: str, manifest: dict, split: str) -> dict[str, dict]:
@@ -39,13 +39,6 @@ def all_records(out: str, manifest: dict) -> dict[str, tuple[str, dict]]:
             for key, row in read_split(out, manifest, split).items()}
 
 
-def file_digests(out: str) -> dict[str, str]:
-    """sha256 of every shard, the manifest and the rejected-records file."""
-    paths = [*glob.glob(os.path.join(out, "*", "*.tfrecord.gz")),
-             os.path.join(out, contract.MANIFEST_FILENAME),
-             os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)]
-    return {os.path.relpath(p, out): hashlib.sha256(open(p, "rb").read()).hexdigest()
-            for p in sorted(paths)}
 
 
 def test_images_job_round_trips_pixels_and_labels(image_folder, png_dataset):
@@ -161,11 +154,11 @@ def test_images_job_is_byte_identical_across_workers(image_folder, tmp_path, fla
     base = run_images_job(root, str(tmp_path / "a"), "--num_shards=3")
     other = run_images_job(root, str(tmp_path / "b"), "--num_shards=3", *flags)
     assert base == other
-    digests = file_digests(str(tmp_path / "a"))
+    digests = output_digests(str(tmp_path / "a"))
     assert len(base["splits"]["train"]["shards"]) == 3
     num_shards = sum(len(base["splits"][s]["shards"]) for s in contract.SPLITS)
     assert len([p for p in digests if p.endswith(".tfrecord.gz")]) == num_shards
-    assert digests == file_digests(str(tmp_path / "b"))
+    assert digests == output_digests(str(tmp_path / "b"))
 
 
 def test_images_job_sizes_shards_from_target(image_folder, tmp_path):

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import shutil
 import sys
@@ -26,7 +25,7 @@ import pytest
 
 from etl import contract
 from tests import image_fixtures
-from tests.conftest import run_images_job
+from tests.conftest import output_digests, run_images_job
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ("etl", "pipelines", "reader")
@@ -39,16 +38,6 @@ JOB_TRANSFORMS = {
 }
 
 
-def output_digests(out: str) -> dict[str, str]:
-    """sha256 of every shard, the manifest and the rejected-records file."""
-    paths = [*glob.glob(os.path.join(out, "*", "*" + contract.SHARD_SUFFIX)),
-             os.path.join(out, contract.MANIFEST_FILENAME),
-             os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)]
-    digests = {}
-    for path in sorted(paths):
-        with open(path, "rb") as f:
-            digests[os.path.relpath(path, out)] = hashlib.sha256(f.read()).hexdigest()
-    return digests
 
 
 @pytest.fixture(scope="module")

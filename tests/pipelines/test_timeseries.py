@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import glob
-import hashlib
 import json
 import os
 
@@ -15,6 +13,7 @@ import tensorflow as tf
 import reader
 from etl import contract, splits
 from pipelines import timeseries
+from tests.conftest import output_digests
 
 
 def write_jsonl(path, rows) -> str:
@@ -249,12 +248,6 @@ def test_timeseries_job_rejects_bad_rows_and_reconciles(tmp_path):
     assert counts["rows_kept"] == 30
 
 
-def file_digests(out: str) -> dict[str, str]:
-    paths = [*glob.glob(os.path.join(out, "*", "*.tfrecord.gz")),
-             os.path.join(out, contract.MANIFEST_FILENAME),
-             os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)]
-    return {os.path.relpath(p, out): hashlib.sha256(open(p, "rb").read()).hexdigest()
-            for p in sorted(paths)}
 
 
 def test_timeseries_job_is_byte_identical_across_workers(three_series, tmp_path):
@@ -262,7 +255,7 @@ def test_timeseries_job_is_byte_identical_across_workers(three_series, tmp_path)
     other = str(tmp_path / "other")
     run_job(path, other, *GEOMETRY, "--direct_num_workers=2",
             "--direct_running_mode=multi_processing")
-    assert file_digests(out) == file_digests(other)
+    assert output_digests(out) == output_digests(other)
 
 
 def test_reader_serves_windows_and_keras_learns_them(tmp_path):
