@@ -1,26 +1,157 @@
-"""tf.Transform stage shared by the jobs: analyze on train, transform every split."""
+"""tf.Transform stage shared by the jobs: analyze on train, transform every split.
+
+Data path (chosen by profiling, see docs/RUNNING_AT_SCALE.md):
+
+* Raw instance dicts are gathered here into Arrow ``RecordBatch``es of tf.Transform's
+  TFXIO in-memory tf.Example format (``_ToRecordBatches``). Handing tf.Transform
+  instance dicts instead makes it encode every instance as a ``tf.train.Example`` and
+  decode the batch again, with extra Beam steps per dataset (each a per-bundle cost
+  on every runner). The analyze input, usually the train PCollection itself, is
+  batched once for both uses.
+* Batches are bounded by row count *and* bytes, so a batch of large photos stays
+  small in memory while a batch of small ones is large enough to keep every core busy
+  inside the transform graph.
+* ``TransformDataset(output_record_batches=True)``: transformed batches stay columnar
+  and are encoded to ``tf.train.Example`` bytes by tfx_bsl's C++ encoder, instead of
+  being exploded into per-instance dicts of numpy arrays and rebuilt in Python.
+
+The stored bytes are unchanged: ``serialize_example`` of an instance and the
+record-batch path give identical bytes (both sort features by name; tested in
+tests/pipelines/test_scale.py).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 import tensorflow_transform.beam as tft_beam
+from apache_beam.transforms import window
 from tensorflow_transform.tf_metadata import dataset_metadata
 
 from etl import contract
-from etl.examples import serialize_example
 from etl.sharding import KeyedExample
 
 ANALYZE = "analyze"
 
+# Bounds of one batch fed to the transform graph: rows (tfx_bsl's own cap is 1000)
+# and raw bytes (encoded images dominate). Output bytes never depend on batching:
+# every preprocessing_fn output is computed per instance.
+MAX_BATCH_ROWS = 512
+MAX_BATCH_BYTES = 16 * 1024 * 1024
 
-def to_keyed_example(instance: Mapping[str, Any], split: str) -> KeyedExample:
-    """Serializes a transformed instance, keyed by its ``key`` feature for sharding."""
-    key = instance[contract.SOURCE_KEY]
-    key = key.decode("utf-8") if isinstance(key, bytes) else str(key)
-    return KeyedExample(split, key, serialize_example(instance))
+
+def _string_values(value: Any) -> list[bytes]:
+    if isinstance(value, (bytes, str)):
+        value = [value]
+    return [v.encode("utf-8") if isinstance(v, str) else bytes(v)
+            for v in np.asarray(value, dtype=object).reshape(-1)]
+
+
+def instance_bytes(instance: Mapping[str, Any]) -> int:
+    """Approximate in-memory size of a raw instance (its batching weight)."""
+    size = 0
+    for value in instance.values():
+        if isinstance(value, (bytes, str)):
+            size += len(value)
+        else:
+            size += int(getattr(value, "nbytes", 8))
+    return size
+
+
+class RecordBatchBuilder:
+    """Instance dicts → ``pa.RecordBatch`` in TFXIO's in-memory tf.Example layout.
+
+    Every ``FixedLenFeature`` becomes a ``large_list`` column holding, per instance,
+    its values flattened row-major: exactly the batch tf.Transform builds itself from
+    instance dicts (``ExampleProtoCoder`` then tfx_bsl's tf.Example decoder), without
+    the round trip through serialized tf.Examples.
+    """
+
+    def __init__(self, feature_spec: Mapping[str, Any], arrow_schema: pa.Schema) -> None:
+        self._schema = arrow_schema
+        self._sizes = {name: int(np.prod(feature_spec[name].shape, dtype=np.int64))
+                       for name in arrow_schema.names}
+
+    def _column(self, name: str, values: Sequence[Any]) -> pa.Array:
+        list_type = self._schema.field(name).type
+        value_type = list_type.value_type
+        size = self._sizes[name]
+        if pa.types.is_large_binary(value_type) or pa.types.is_binary(value_type):
+            parts = [_string_values(value) for value in values]
+            flat = pa.array([v for part in parts for v in part], type=value_type)
+            counts = [len(part) for part in parts]
+        else:
+            dtype = np.int64 if pa.types.is_integer(value_type) else np.float32
+            arrays = [np.asarray(value, dtype=dtype).reshape(-1) for value in values]
+            flat = pa.array(np.concatenate(arrays) if arrays else np.zeros([0], dtype),
+                            type=value_type)
+            counts = [array.size for array in arrays]
+        for count in counts:
+            if count != size:
+                raise ValueError(f"Feature {name!r} must have {size} value(s) per "
+                                 f"instance, got {count}.")
+        offsets = pa.array(np.arange(len(values) + 1, dtype=np.int64) * size)
+        return pa.LargeListArray.from_arrays(offsets, flat, type=list_type)
+
+    def build(self, instances: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
+        columns = [self._column(name, [instance[name] for instance in instances])
+                   for name in self._schema.names]
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+
+class _ToRecordBatches(beam.DoFn):
+    """Gathers instance dicts into record batches of bounded rows and bytes."""
+
+    def __init__(self, builder: RecordBatchBuilder, max_rows: int, max_bytes: int) -> None:
+        self._builder = builder
+        self._max_rows = max_rows
+        self._max_bytes = max_bytes
+
+    def start_bundle(self) -> None:
+        self._buffer: list[Mapping[str, Any]] = []
+        self._bytes = 0
+
+    def process(self, instance: Mapping[str, Any]) -> Iterator[pa.RecordBatch]:
+        self._buffer.append(instance)
+        self._bytes += instance_bytes(instance)
+        if len(self._buffer) >= self._max_rows or self._bytes >= self._max_bytes:
+            yield self._flush()
+
+    def finish_bundle(self) -> Iterator[Any]:
+        if self._buffer:
+            yield window.GlobalWindows.windowed_value(self._flush())
+
+    def _flush(self) -> pa.RecordBatch:
+        batch = self._builder.build(self._buffer)
+        self._buffer, self._bytes = [], 0
+        return batch
+
+
+def serialize_record_batch(transformed: tuple[pa.RecordBatch, Any], split: str
+                           ) -> Iterator[KeyedExample]:
+    """One ``KeyedExample`` per row of a ``TransformDataset`` output record batch.
+
+    tfx_bsl's C++ encoder writes each tf.Example's features in no fixed order;
+    re-serializing with ``deterministic=True`` sorts them by name, which makes the
+    bytes identical to ``serialize_example`` of the same instance.
+    """
+    import tensorflow as tf
+    from tfx_bsl.coders.example_coder import RecordBatchToExamplesEncoder
+
+    record_batch, _ = transformed
+    keys = record_batch.column(record_batch.schema.get_field_index(contract.SOURCE_KEY))
+    example = tf.train.Example()
+    for key, serialized in zip(keys.to_pylist(),
+                               RecordBatchToExamplesEncoder().encode(record_batch),
+                               strict=True):
+        example.ParseFromString(serialized)
+        key = key[0]
+        yield KeyedExample(split, key.decode("utf-8") if isinstance(key, bytes) else key,
+                           example.SerializeToString(deterministic=True))
 
 
 class AnalyzeAndTransform(beam.PTransform):
@@ -45,18 +176,37 @@ class AnalyzeAndTransform(beam.PTransform):
         self._temp_dir = temp_dir
 
     def expand(self, raw: dict[str, beam.PCollection]) -> tuple[beam.PCollection, Any]:
+        from tfx_bsl.tfxio import tf_example_record
+
         metadata = dataset_metadata.DatasetMetadata.from_feature_spec(self._raw_feature_spec)
-        examples = []
+        tfxio = tf_example_record.TFExampleBeamRecord(
+            physical_format="inmem", telemetry_descriptors=["etl"], schema=metadata.schema)
+        tensor_adapter_config = tfxio.TensorAdapterConfig()
+        builder = RecordBatchBuilder(self._raw_feature_spec, tfxio.ArrowSchema())
         with tft_beam.Context(temp_dir=self._temp_dir):
+            # A batch size set on an enclosing tft_beam.Context caps the row count.
+            max_rows = tft_beam.Context.get_desired_batch_size() or MAX_BATCH_ROWS
+            batched: dict[int, beam.PCollection] = {}
+
+            def batches(name: str) -> beam.PCollection:
+                # The analyze input is often the train PCollection itself: batch it once.
+                pcoll = raw[name]
+                if id(pcoll) not in batched:
+                    batched[id(pcoll)] = pcoll | f"ToRecordBatches[{name}]" >> beam.ParDo(
+                        _ToRecordBatches(builder, max_rows, MAX_BATCH_BYTES))
+                return batched[id(pcoll)]
+
             transform_fn = (
-                (raw[ANALYZE], metadata)
+                (batches(ANALYZE), tensor_adapter_config)
                 | "AnalyzeTrain" >> tft_beam.AnalyzeDataset(self._preprocessing_fn))
             transform_written = transform_fn | "WriteTransformFn" >> (
                 tft_beam.WriteTransformFn(self._output_dir))
+            examples = []
             for split in contract.SPLITS:
                 transformed, _ = (
-                    ((raw[split], metadata), transform_fn)
-                    | f"Transform[{split}]" >> tft_beam.TransformDataset())
-                examples.append(transformed | f"Serialize[{split}]" >> beam.Map(
-                    to_keyed_example, split=split))
+                    ((batches(split), tensor_adapter_config), transform_fn)
+                    | f"Transform[{split}]" >> tft_beam.TransformDataset(
+                        output_record_batches=True))
+                examples.append(transformed | f"Serialize[{split}]" >> beam.FlatMap(
+                    serialize_record_batch, split=split))
         return examples | "FlattenSplits" >> beam.Flatten(), transform_written
