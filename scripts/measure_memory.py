@@ -1,11 +1,21 @@
 """Peak memory of the image job at 1x and 10x input: is it flat in data size?
 
 Writes N and 10N small real-photo crops (random windows of scikit-learn's two sample
-photos, 48-96 px, as JPEG) and runs ``python -m pipelines.images`` on each as a
-subprocess, sampling the resident set size of the job and all its child processes
-every 50 ms. Prints a table and writes JSON.
+photos, 48-96 px, as JPEG) and runs the image job on each as a subprocess, sampling
+the resident set size of the job and all its child processes every 50 ms. Each input
+size runs twice: with the default shard size (one shard per split here, so the
+shard being written grows with the input up to --target_shard_mb) and with
+--target_shard_mb=--small_shard_mb (every shard, and so every GroupByKey group our
+code gathers, stays small), which separates the growth our sharding allows from the
+growth of the runner itself.
 
-Usage: python scripts/measure_memory.py [--base 2000] [--out docs/benchmarks/memory.json]
+Inside the job process, the local runner's stage buffers are measured too: after
+every stage, the bytes held by every live ``ListBuffer`` / ``GroupingBuffer`` of
+Beam's FnApiRunner (encoded PCollection data kept between stages) are summed, and the
+peak is reported. Prints a table and writes JSON.
+
+Usage: python scripts/measure_memory.py [--base 2000] [--factor 10]
+       [--out docs/benchmarks/memory.json]
 """
 
 from __future__ import annotations
@@ -21,6 +31,74 @@ import time
 
 import numpy as np
 import psutil
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Runs the image job with the FnApiRunner's stage buffers accounted for, and prints
+# one JSON line with the job's wall time and the peak bytes those buffers held.
+_DRIVER = r"""
+import json, re, resource, sys, time, weakref
+from apache_beam.runners.portability.fn_api_runner import execution, fn_runner
+
+live = weakref.WeakSet()
+for cls in (execution.ListBuffer, execution.GroupingBuffer):
+    def patched_init(self, *args, _orig=cls.__init__, **kwargs):
+        _orig(self, *args, **kwargs)
+        live.add(self)
+    cls.__init__ = patched_init
+
+def approx(obj):
+    if isinstance(obj, (bytes, bytearray, str)):
+        return len(obj)
+    if isinstance(obj, (tuple, list)):
+        return sum(approx(x) for x in obj)
+    if hasattr(obj, "value") and hasattr(obj, "windows"):  # WindowedValue
+        return approx(obj.value)
+    return 8
+
+def buffered_bytes():
+    total = 0
+    for buf in list(live):
+        if getattr(buf, "cleared", False) is True:
+            continue
+        total += sum(len(x) for x in getattr(buf, "_inputs", ()))
+        for part in getattr(buf, "_grouped_output", None) or ():
+            total += sum(len(x) for x in part)
+        for values in getattr(buf, "_table", {}).values():
+            total += approx(values)
+    return total
+
+def short(stage_name):
+    # "((a)+(ref_AppliedPTransform_Preprocess-Transform-train-Transform_224))+..." ->
+    # the transform names it fuses, shortened.
+    names = re.findall(r"ref_AppliedPTransform_([A-Za-z0-9_.\[\]-]+?)_\d+\)", stage_name)
+    names += re.findall(r"\(([A-Za-z0-9_.\[\]/-]+)/(?:Read|Write)\)", stage_name)
+    return ", ".join(dict.fromkeys(n.replace("-", "/") for n in names))[:120] or stage_name[:120]
+
+peak = {"bytes": 0, "stage": ""}
+stages = []
+orig_execute = fn_runner.FnApiRunner._execute_bundle
+def execute(self, ctx, bundle_context_manager, *args, **kwargs):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = orig_execute(self, ctx, bundle_context_manager, *args, **kwargs)
+    held = buffered_bytes()
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    name = short(bundle_context_manager.stage.name)
+    stages.append({"stage": name, "maxrss_rise_mib": round((after - before) / 1024, 1),
+                   "buffered_mib_after": round(held / 2**20, 1)})
+    if held > peak["bytes"]:
+        peak.update(bytes=held, stage=name)
+    return result
+fn_runner.FnApiRunner._execute_bundle = execute
+
+from pipelines import images
+start = time.perf_counter()
+images.run(json.loads(sys.argv[1]))
+print("MEMORY_RESULT " + json.dumps({"job_s": time.perf_counter() - start,
+                                     "peak_buffered_bytes": peak["bytes"],
+                                     "peak_buffered_after_stage": peak["stage"],
+                                     "stages": stages}))
+"""
 
 
 def write_crops(root: str, count: int, seed: int = 0) -> None:
@@ -41,25 +119,32 @@ def write_crops(root: str, count: int, seed: int = 0) -> None:
             np.ascontiguousarray(photo[top:top + h, left:left + w]), quality=90))
 
 
-def peak_rss(command: list[str]) -> tuple[int, float]:
-    """(peak total RSS in bytes over the process tree, wall seconds) of ``command``."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+def run_sampled(argv: list[str]) -> dict:
+    """Runs the job; returns peak tree RSS, wall time and the driver's result."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
+           "PYTHONPATH": os.pathsep.join([REPO_ROOT, os.environ.get("PYTHONPATH", "")])}
     start = time.monotonic()
-    process = psutil.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE)
-    peak = 0
+    process = psutil.Popen([sys.executable, "-c", _DRIVER, json.dumps(argv)], env=env,
+                           cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    peak = peak_single = 0
     while process.poll() is None:
         total = 0
         try:
             for p in [process, *process.children(recursive=True)]:
-                total += p.memory_info().rss
+                rss = p.memory_info().rss
+                total += rss
+                peak_single = max(peak_single, rss)
         except psutil.NoSuchProcess:
             pass
         peak = max(peak, total)
         time.sleep(0.05)
+    stdout, stderr = process.communicate()
     if process.returncode != 0:
-        raise RuntimeError(f"{command} failed: {process.stderr.read().decode()[-2000:]}")
-    return peak, time.monotonic() - start
+        raise RuntimeError(f"job failed: {stderr.decode()[-3000:]}")
+    line = next(x for x in stdout.decode().splitlines() if x.startswith("MEMORY_RESULT "))
+    return {"peak_rss_bytes": peak, "peak_single_process_rss_bytes": peak_single,
+            "process_wall_s": time.monotonic() - start,
+            **json.loads(line.split(" ", 1)[1])}
 
 
 def main() -> None:
@@ -67,26 +152,78 @@ def main() -> None:
     parser.add_argument("--base", type=int, default=2000, help="Images at 1x.")
     parser.add_argument("--factor", type=int, default=10)
     parser.add_argument("--image_size", type=int, default=64)
+    parser.add_argument("--small_shard_mb", type=float, default=1.0,
+                        help="--target_shard_mb of the bounded-shard runs.")
+    parser.add_argument("--work_dir", default=None,
+                        help="Keep inputs here (default: a temporary directory).")
     parser.add_argument("--out", default="docs/benchmarks/memory.json")
     args = parser.parse_args()
-    results = []
-    with tempfile.TemporaryDirectory() as work:
+
+    mib = 2**20
+    configs = {"default_shards": [],
+               "small_shards": [f"--target_shard_mb={args.small_shard_mb}"]}
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work_dir or tmp
         for count in (args.base, args.base * args.factor):
             root = os.path.join(work, f"in{count}")
-            write_crops(root, count)
-            command = [sys.executable, "-m", "pipelines.images", f"--input={root}",
-                       f"--output_dir={os.path.join(work, f'out{count}')}",
-                       f"--image_size={args.image_size}"]
-            peak, wall = peak_rss(command)
-            results.append({"images": count, "peak_rss_mib": round(peak / 2**20, 1),
-                            "wall_s": round(wall, 1)})
-            print(f"{count:>7} images: peak RSS {peak / 2**20:8.1f} MiB, {wall:6.1f} s")
-    growth = results[1]["peak_rss_mib"] / results[0]["peak_rss_mib"]
-    print(f"peak RSS ratio {args.factor}x input: {growth:.2f}")
+            if not os.path.isdir(root):
+                write_crops(root, count)
+            for config, flags in configs.items():
+                out = os.path.join(work, f"out{count}_{config}")
+                result = run_sampled([f"--input={root}", f"--output_dir={out}",
+                                      f"--image_size={args.image_size}", "--overwrite",
+                                      *flags])
+                with open(os.path.join(out, "manifest.json")) as f:
+                    manifest = json.load(f)
+                shards = sum(len(s["shards"]) for s in manifest["splits"].values())
+                runs.append({
+                    "images": count, "config": config, "flags": flags, "shards": shards,
+                    "output_mib": round(sum(s["num_bytes"] for s in
+                                            manifest["splits"].values()) / mib, 1),
+                    "peak_rss_mib": round(result["peak_rss_bytes"] / mib, 1),
+                    "peak_single_process_rss_mib": round(
+                        result["peak_single_process_rss_bytes"] / mib, 1),
+                    "peak_runner_buffers_mib": round(
+                        result["peak_buffered_bytes"] / mib, 1),
+                    "peak_runner_buffers_after_stage": result["peak_buffered_after_stage"],
+                    "largest_maxrss_rises": sorted(
+                        result["stages"], key=lambda st: -st["maxrss_rise_mib"])[:4],
+                    "job_s": round(result["job_s"], 1),
+                    "process_wall_s": round(result["process_wall_s"], 1),
+                })
+                r = runs[-1]
+                print(f"{count:>7} images, {config:<14} {shards:>3} shards: peak RSS "
+                      f"{r['peak_rss_mib']:8.1f} MiB, runner buffers "
+                      f"{r['peak_runner_buffers_mib']:7.1f} MiB, job {r['job_s']:6.1f} s",
+                      flush=True)
+    growth = {}
+    for config in configs:
+        small, large = (r for r in runs if r["config"] == config)
+        growth[config] = {
+            "peak_rss_ratio": round(large["peak_rss_mib"] / small["peak_rss_mib"], 3),
+            "peak_rss_growth_mib": round(large["peak_rss_mib"] - small["peak_rss_mib"], 1),
+            "runner_buffers_growth_mib": round(
+                large["peak_runner_buffers_mib"] - small["peak_runner_buffers_mib"], 1),
+            "peak_rss_growth_kib_per_extra_image": round(
+                (large["peak_rss_mib"] - small["peak_rss_mib"]) * 1024
+                / (large["images"] - small["images"]), 1),
+        }
+        print(f"{config}: {args.factor}x input -> {growth[config]['peak_rss_ratio']:.2f}x "
+              f"peak RSS (+{growth[config]['peak_rss_growth_mib']} MiB; runner buffers "
+              f"+{growth[config]['runner_buffers_growth_mib']} MiB)")
     report = {"date": time.strftime("%Y-%m-%d"), "cpu_cores": os.cpu_count(),
-              "machine": platform.machine(), "image_size": args.image_size,
-              "runner": "default (FnApiRunner, in_memory)", "runs": results,
-              "peak_rss_ratio": round(growth, 3)}
+              "machine": platform.processor() or platform.machine(),
+              "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+              "image_size": args.image_size,
+              "input": "random 48-96 px crops of sklearn's sample photos, JPEG q90",
+              "runner": "default (FnApiRunner, in_memory)", "runs": runs,
+              "growth": growth,
+              "definitions": {
+                  "peak_rss": "max over 50 ms samples of the summed RSS of the job "
+                              "process and its children",
+                  "runner_buffers": "bytes held by the FnApiRunner's live ListBuffer / "
+                                    "GroupingBuffer objects, measured after each stage"}}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2, sort_keys=True)
