@@ -6,8 +6,11 @@ tf.Transform batch would fail the whole batch (and with it the job).
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import io
+import os
 import re
 import struct
 import sys
@@ -18,6 +21,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms import window
 
 from etl import dead_letters, image_codec, splits
 from etl.dead_letters import Rejection
@@ -123,45 +127,96 @@ def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()
     return None
 
 
+def load_image(record: ImageRecord, fractions: splits.SplitFractions,
+               limits: InputLimits = InputLimits(),
+               allowed_labels: frozenset[str] | None = None
+               ) -> tuple[str, dict[str, Any]] | Rejection:
+    """Reads and validates one image: ``(split, raw instance dict)`` or a ``Rejection``.
+
+    The raw instance dict is ``{"image": bytes, "label": str, "key": str}``; the
+    split is the record's explicit split or a stable hash of its key. Pure apart from
+    reading the file, so it may run on any thread.
+    """
+    def rejection(reason: str, message: str) -> Rejection:
+        return Rejection(key=record.key, source=record.uri, reason=reason, message=message)
+
+    if allowed_labels is not None and record.label not in allowed_labels:
+        return rejection(dead_letters.UNKNOWN_LABEL,
+                         f"Label {record.label!r} is not in --label_vocabulary.")
+    try:
+        data = read_bytes(record.uri, limits.max_file_bytes)
+    except OSError as e:
+        return rejection(dead_letters.UNREADABLE_FILE, f"Cannot read file: {e}")
+    problem = validate_image_bytes(data, limits)
+    if problem is not None:
+        return rejection(*problem)
+    split = record.split or splits.assign_split(record.key, fractions)
+    return split, {RAW_IMAGE_KEY: data, RAW_LABEL_KEY: record.label,
+                   RAW_SOURCE_KEY: record.key}
+
+
+def default_load_threads() -> int:
+    """Threads per ``LoadImages`` instance: one per core, at least 2, at most 16.
+
+    Reading is I/O-bound (remote storage is latency-bound) and TensorFlow's decode
+    releases the GIL, so threads overlap both; more than a few per core only adds
+    memory (each in-flight image is held whole).
+    """
+    return max(2, min(16, os.cpu_count() or 1))
+
+
 class LoadImages(beam.DoFn):
     """``ImageRecord`` → ``(split, raw instance dict)``, or a tagged ``Rejection``.
 
-    The raw instance dict is ``{"image": bytes, "label": str, "key": str}``; the
-    split is the record's explicit split or a stable hash of its key.
+    Each record goes through :func:`load_image` on a thread pool, with at most
+    ``2 × threads`` records in flight per bundle, so reading and validating overlap
+    across records. Outputs leave in input order, and every metric and output is
+    emitted from the bundle's own thread (Beam's metrics are per-thread). What is
+    emitted does not depend on the thread count: each record's result is a pure
+    function of the record and its file.
     """
 
     def __init__(self, fractions: splits.SplitFractions,
                  limits: InputLimits = InputLimits(),
-                 allowed_labels: frozenset[str] | None = None) -> None:
+                 allowed_labels: frozenset[str] | None = None,
+                 threads: int | None = None) -> None:
+        if threads is not None and threads < 1:
+            raise ValueError(f"LoadImages needs at least one thread, got {threads}.")
         self._fractions = fractions
         self._limits = limits
         self._allowed_labels = allowed_labels
+        self._threads = threads
 
     def setup(self) -> None:
         self._loaded = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
                                                     "images_loaded")
+        threads = self._threads or default_load_threads()
+        self._max_in_flight = 2 * threads
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=threads, thread_name_prefix="LoadImages")
+
+    def teardown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def start_bundle(self) -> None:
+        self._in_flight: collections.deque[concurrent.futures.Future] = collections.deque()
 
     def process(self, record: ImageRecord) -> Iterator[Any]:
-        if self._allowed_labels is not None and record.label not in self._allowed_labels:
-            yield from self._reject(record, dead_letters.UNKNOWN_LABEL,
-                               f"Label {record.label!r} is not in --label_vocabulary.")
-            return
-        try:
-            data = read_bytes(record.uri, self._limits.max_file_bytes)
-        except OSError as e:
-            yield from self._reject(record, dead_letters.UNREADABLE_FILE,
-                               f"Cannot read file: {e}")
-            return
-        problem = validate_image_bytes(data, self._limits)
-        if problem is not None:
-            yield from self._reject(record, *problem)
-            return
-        split = record.split or splits.assign_split(record.key, self._fractions)
-        self._loaded.inc()
-        yield split, {RAW_IMAGE_KEY: data, RAW_LABEL_KEY: record.label,
-                      RAW_SOURCE_KEY: record.key}
+        self._in_flight.append(self._pool.submit(
+            load_image, record, self._fractions, self._limits, self._allowed_labels))
+        while len(self._in_flight) >= self._max_in_flight:
+            yield from self._emit(self._in_flight.popleft().result())
 
-    @staticmethod
-    def _reject(record: ImageRecord, reason: str, message: str) -> Iterator[Any]:
-        return dead_letters.route(Rejection(key=record.key, source=record.uri,
-                                            reason=reason, message=message))
+    def finish_bundle(self) -> Iterator[Any]:
+        while self._in_flight:
+            for output in self._emit(self._in_flight.popleft().result()):
+                if isinstance(output, beam.pvalue.TaggedOutput):
+                    yield beam.pvalue.TaggedOutput(
+                        output.tag, window.GlobalWindows.windowed_value(output.value))
+                else:
+                    yield window.GlobalWindows.windowed_value(output)
+
+    def _emit(self, result: tuple[str, dict[str, Any]] | Rejection) -> Iterator[Any]:
+        if not isinstance(result, Rejection):
+            self._loaded.inc()
+        return dead_letters.route(result)

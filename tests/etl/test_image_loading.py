@@ -166,3 +166,51 @@ def test_validate_image_bytes_file_too_large():
     reason, _ = image_loading.validate_image_bytes(
         data, image_loading.InputLimits(max_file_bytes=1000))
     assert reason == "file_too_large"
+
+
+def test_load_image_is_a_pure_function_of_the_record_and_its_file(tmp_path):
+    data = _encode("png", 5, 7, (3, 2, 1))
+    (tmp_path / "a.png").write_bytes(data)
+    record = ImageRecord(key="cat/a.png", uri=str(tmp_path / "a.png"), label="cat",
+                         split="validation")
+    assert image_loading.load_image(record, splits.SplitFractions()) == (
+        "validation", {"image": data, "label": "cat", "key": "cat/a.png"})
+    rejection = image_loading.load_image(record, splits.SplitFractions(),
+                                         allowed_labels=frozenset({"dog"}))
+    assert (rejection.key, rejection.reason) == ("cat/a.png", "unknown_label")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_load_images_output_and_counts_do_not_depend_on_threads(tmp_path, threads):
+    # 20 records (more than 2 x threads in flight), every fourth one broken: the
+    # outputs and their order within the bundle are the same for any
+    # thread count, and every record comes out exactly once.
+    records = []
+    for i in range(20):
+        path = tmp_path / f"{i:02d}.png"
+        path.write_bytes(b"not an image" if i % 4 == 3 else _encode("png", 3, 3, (i, i, i)))
+        records.append(ImageRecord(key=f"cat/{i:02d}.png", uri=str(path), label="cat",
+                                   split="train"))
+    fn = image_loading.LoadImages(splits.SplitFractions(), threads=threads)
+    fn.setup()
+    try:
+        fn.start_bundle()
+        outputs = [o for record in records for o in fn.process(record)]
+        outputs += [o for o in fn.finish_bundle()]
+    finally:
+        fn.teardown()
+
+    def key_of(output):
+        value = getattr(output, "value", output)  # TaggedOutput / WindowedValue
+        value = getattr(value, "value", value)
+        return value.key if isinstance(value, image_loading.Rejection) else value[1]["key"]
+
+    assert [key_of(o) for o in outputs] == [r.key for r in records]
+    rejected = [o for o in outputs if isinstance(o, beam.pvalue.TaggedOutput)]
+    assert [key_of(o) for o in rejected] == [f"cat/{i:02d}.png" for i in (3, 7, 11, 15, 19)]
+    assert {o.tag for o in rejected} == {image_loading.REJECTED}
+
+
+def test_load_images_refuses_zero_threads():
+    with pytest.raises(ValueError, match="at least one thread"):
+        image_loading.LoadImages(splits.SplitFractions(), threads=0)
