@@ -11,6 +11,11 @@ random, so reruns give different files. Here everything derives from the key:
    so no file is ever empty and names stay ``-SSSSS-of-NNNNN`` contiguous.
 
 A shard's records are gathered on one worker (one shard at a time, ~target size).
+
+Files are GZIP (zlib) streams at ``gzip_level`` 0-9. The default, zlib's own 6,
+shrinks raw pixels and time-series floats several-fold but JPEG/PNG records only by
+~3 %, at ~0.4 ms of one core per 20 KB JPEG record; level 0 keeps the GZIP container
+(every reader unchanged) and stores the records uncompressed, ~13x faster to write.
 """
 
 from __future__ import annotations
@@ -25,6 +30,15 @@ import apache_beam as beam
 from etl import contract, hashing
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
+DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
+
+
+def check_gzip_level(level: int) -> int:
+    """``level`` if it is a zlib compression level (0-9), else ValueError."""
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
+        raise ValueError(f"--gzip_level must be an integer from 0 (store) to 9 "
+                         f"(smallest), got {level!r}.")
+    return level
 
 
 class KeyedExample(NamedTuple):
@@ -102,9 +116,10 @@ def _assign_shard(example: KeyedExample, num_shards_by_split: dict[str, int]
 class _WriteShardFile(beam.DoFn):
     """Writes one shard (all its records, sorted) and returns its manifest entry."""
 
-    def __init__(self, output_dir: str, name: str) -> None:
+    def __init__(self, output_dir: str, name: str, gzip_level: int) -> None:
         self._output_dir = output_dir
         self._name = name
+        self._gzip_level = gzip_level
 
     def process(self, element: tuple[tuple[str, int], Iterable[tuple[int, str, bytes]]],
                 occupied: list[tuple[str, int]]) -> Iterator[dict[str, Any]]:
@@ -119,7 +134,8 @@ class _WriteShardFile(beam.DoFn):
         ordered = sorted(records)  # (order, key, serialized): total, deterministic.
         tf.io.gfile.makedirs(os.path.dirname(path))
         tmp_path = path + ".incomplete"
-        options = tf.io.TFRecordOptions(compression_type=contract.COMPRESSION)
+        options = tf.io.TFRecordOptions(compression_type=contract.COMPRESSION,
+                                        compression_level=self._gzip_level)
         with tf.io.TFRecordWriter(tmp_path, options) as writer:
             for _, _, serialized in ordered:
                 writer.write(serialized)
@@ -143,12 +159,14 @@ class WriteShards(beam.PTransform):
     """
 
     def __init__(self, output_dir: str, name: str, *, num_shards: int | None = None,
-                 target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES) -> None:
+                 target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
+                 gzip_level: int = DEFAULT_GZIP_LEVEL) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._name = name
         self._num_shards = num_shards
         self._target_shard_bytes = target_shard_bytes
+        self._gzip_level = check_gzip_level(gzip_level)
         # Fail at construction, not on a worker, for bad settings.
         plan_num_shards(1, 1, target_shard_bytes, num_shards)
 
@@ -174,6 +192,6 @@ class WriteShards(beam.PTransform):
             placed
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShardFiles" >> beam.ParDo(
-                _WriteShardFile(self._output_dir, self._name),
+                _WriteShardFile(self._output_dir, self._name, self._gzip_level),
                 occupied=beam.pvalue.AsList(occupied))
         )

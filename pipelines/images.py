@@ -180,7 +180,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
 
     shards = examples | "WriteShards" >> WriteShards(
         output_dir, job.output.name, num_shards=job.output.num_shards,
-        target_shard_bytes=job.output.target_shard_bytes)
+        target_shard_bytes=job.output.target_shard_bytes, gzip_level=job.output.gzip_level)
     _ = pipeline | "WriteManifest" >> WriteManifest(
         output_dir, job.output.name, job.describe_preprocessing(), kind="images",
         task=CLASSIFICATION, shards=shards,

@@ -378,7 +378,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         job.preprocessing.raw_feature_spec(), output_dir, job.output.tft_temp_dir)
     shards = examples | "WriteShards" >> WriteShards(
         output_dir, job.output.name, num_shards=job.output.num_shards,
-        target_shard_bytes=job.output.target_shard_bytes)
+        target_shard_bytes=job.output.target_shard_bytes, gzip_level=job.output.gzip_level)
     _ = pipeline | "WriteManifest" >> WriteManifest(
         output_dir, job.output.name, job.describe(), kind="timeseries",
         task=CLASSIFICATION if job.classification else FORECAST, shards=shards,

@@ -14,7 +14,9 @@ measures in one run, interleaving the variants over --rounds rounds, images/s fo
                 in_memory), as a subprocess;
   (d) job_mp2   the same job with --direct_running_mode=multi_processing
                 --direct_num_workers=2;
-and, for (c) and (d), the fixed overhead (the same job's wall time on --tiny_images
+  (e) job_gzip0 (c) with --gzip_level=0: the GZIP container with the (already
+                compressed) JPEG records stored, not deflated;
+and, for (c), (d) and (e), the fixed overhead (the same job's wall time on --tiny_images
 images) and the steady-state rate N / (T_N - T_tiny).
 
 Job times are the wall time of ``pipelines.images.run(...)`` inside the subprocess
@@ -75,6 +77,7 @@ NAMES = {
     "b_seeds": "(b) seeds: single-process loop + TFRecordWriter",
     "c_job": "(c) image job, default runner",
     "d_job_mp2": "(d) image job, multi_processing x2",
+    "e_job_gzip0": "(e) image job, default runner, --gzip_level=0",
     "c_job_baseline": "(c') image job, baseline code",
 }
 
@@ -262,6 +265,9 @@ def main() -> None:
         "c_job_tiny": (job(REPO_ROOT, "c_tiny", tiny_root), tiny_files),
         "d_job_mp2": (job(REPO_ROOT, "d", big_root, *mp2), big_files),
         "d_job_mp2_tiny": (job(REPO_ROOT, "d_tiny", tiny_root, *mp2), tiny_files),
+        "e_job_gzip0": (job(REPO_ROOT, "e", big_root, "--gzip_level=0"), big_files),
+        "e_job_gzip0_tiny": (job(REPO_ROOT, "e_tiny", tiny_root, "--gzip_level=0"),
+                             tiny_files),
     }
     if args.baseline_dir:
         baseline = os.path.abspath(args.baseline_dir)

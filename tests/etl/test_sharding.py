@@ -59,6 +59,12 @@ def test_write_shards_rejects_bad_settings_at_construction():
         sharding.WriteShards("/unused", NAME, num_shards=0)
 
 
+@pytest.mark.parametrize("level", [-1, 10, 1.5, True, "6"])
+def test_write_shards_rejects_a_gzip_level_outside_0_to_9(level):
+    with pytest.raises(ValueError, match="--gzip_level must be an integer from 0"):
+        sharding.WriteShards("/unused", NAME, gzip_level=level)
+
+
 # --- shard_of / order_in_shard --------------------------------------------------------
 
 def test_shard_of_is_shard_hash_modulo_count():
@@ -264,3 +270,22 @@ def test_write_shards_target_size_sets_shard_count(tmp_path):
     assert len({sharding.shard_of(r.key, 2) for r in records}) == 2
     assert [e["path"] for e in entries] == [
         contract.shard_relpath(NAME, "train", i, 2) for i in range(2)]
+
+
+def test_gzip_level_changes_only_the_compression(tmp_path, written):
+    # Level 0 (stored) and level 9 hold the same records in the same order as the
+    # default; level 0 files are GZIP streams larger than their default-level twins.
+    default_out, default_entries = written
+    for level in (0, 9):
+        out = str(tmp_path / f"level{level}")
+        entries = _write(_records(), out, str(tmp_path / f"e{level}.json"), num_shards=4,
+                         gzip_level=level)
+        assert [e["path"] for e in entries] == [e["path"] for e in default_entries]
+        for entry, default in zip(entries, default_entries, strict=True):
+            path = os.path.join(out, entry["path"])
+            with open(path, "rb") as f:
+                assert f.read(2) == b"\x1f\x8b"  # the GZIP magic number
+            assert _read_shard(path) == _read_shard(os.path.join(default_out,
+                                                                 default["path"]))
+            if level == 0:
+                assert entry["num_bytes"] > default["num_bytes"]

@@ -202,6 +202,22 @@ def test_images_job_reads_manifest_with_split_column(image_folder, tmp_path, suf
     assert manifest["rejected"]["by_reason"] == {"malformed_manifest_row": 1}
 
 
+def test_images_job_gzip_level_changes_file_bytes_not_records(image_folder, png_dataset,
+                                                             tmp_path):
+    root, _, _ = image_folder
+    default_out, default_manifest = png_dataset
+    out = str(tmp_path / "stored")
+    manifest = run_images_job(root, out, "--image_format=png", "--gzip_level=0")
+    assert manifest["preprocessing"]["gzip_level"] == 0
+    assert default_manifest["preprocessing"]["gzip_level"] == 6
+    assert all_records(out, manifest) == all_records(default_out, default_manifest)
+    assert (manifest["splits"]["train"]["num_bytes"]
+            > default_manifest["splits"]["train"]["num_bytes"])
+    with pytest.raises(ValueError, match="--gzip_level must be an integer from 0"):
+        run_images_job(root, str(tmp_path / "refused"), "--gzip_level=10")
+    assert not os.path.exists(tmp_path / "refused")
+
+
 def test_images_cli_reports_missing_input_flag(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pipelines.images",
                              f"--output_dir={tmp_path}"], capture_output=True, text=True)
