@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
+import posixpath
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
 
-from etl import contract
+from etl import contract, hashing
 
 # Stable reason codes. They appear in errors/rejected.jsonl, the manifest and the
 # Beam counters, so they are part of the contract: add new ones, never rename.
@@ -88,43 +88,134 @@ def route(result: Any) -> Iterator[Any]:
         yield result
 
 
-def _write_sorted_jsonl(rejections: Iterable[Rejection], path: str) -> dict[str, Any]:
+# Rejections one worker sorts and writes at a time (~0.5 KB each). Up to this many,
+# errors/rejected.jsonl is one part: every line sorted by key.
+REJECTIONS_PER_PART = 100_000
+_PARTS_DIRNAME = "rejected.parts"
+
+
+def _sort_key(rejection: Rejection) -> tuple[str, str, str, str]:
+    return rejection.key, rejection.source, rejection.reason, rejection.message
+
+
+def num_parts(count: int, per_part: int = REJECTIONS_PER_PART) -> int:
+    """How many parts ``count`` rejections are written in (at least 1)."""
+    return max(1, -(-count // per_part))
+
+
+def part_of(rejection: Rejection, parts: int) -> int:
+    """The part a rejection is sorted in: a stable hash of its key."""
+    return hashing.stable_hash64(rejection.key, "rejection") % parts if parts > 1 else 0
+
+
+class SummarizeRejections(beam.CombineFn):
+    """Rejections → ``{"count", "by_reason", "examples"}``, the manifest's summary.
+
+    ``examples`` keeps, per reason, the ``EXAMPLES_PER_REASON`` rejections first in
+    key order, so the summary never depends on arrival order, and the accumulator
+    stays small however many rejections there are.
+    """
+
+    def create_accumulator(self) -> dict[str, tuple[int, list[Rejection]]]:
+        return {}
+
+    def add_input(self, accumulator: dict[str, tuple[int, list[Rejection]]],
+                  rejection: Rejection) -> dict[str, tuple[int, list[Rejection]]]:
+        count, kept = accumulator.get(rejection.reason, (0, []))
+        kept = sorted([*kept, rejection], key=_sort_key)[:EXAMPLES_PER_REASON]
+        accumulator[rejection.reason] = (count + 1, kept)
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[dict[str, tuple[int, list[Rejection]]]]
+                           ) -> dict[str, tuple[int, list[Rejection]]]:
+        merged: dict[str, tuple[int, list[Rejection]]] = {}
+        for accumulator in accumulators:
+            for reason, (count, kept) in accumulator.items():
+                total, so_far = merged.get(reason, (0, []))
+                merged[reason] = (total + count, sorted(
+                    [*so_far, *kept], key=_sort_key)[:EXAMPLES_PER_REASON])
+        return merged
+
+    def extract_output(self, accumulator: dict[str, tuple[int, list[Rejection]]]
+                       ) -> dict[str, Any]:
+        reasons = sorted(accumulator)
+        return {
+            "count": sum(accumulator[r][0] for r in reasons),
+            "by_reason": {r: accumulator[r][0] for r in reasons},
+            "examples": {r: [{"key": x.key, "message": x.message}
+                             for x in accumulator[r][1]] for r in reasons},
+        }
+
+
+def _write_part(element: tuple[int, Iterable[Rejection]], parts_dir: str) -> tuple[int, str]:
+    """Writes one part, sorted by key, under a temporary name; returns (index, path)."""
     import tensorflow as tf
 
-    ordered = sorted(rejections, key=lambda r: (r.key, r.source, r.reason, r.message))
-    by_reason: dict[str, int] = {}
-    examples: dict[str, list[dict[str, str]]] = {}
-    for rejection in ordered:
-        by_reason[rejection.reason] = by_reason.get(rejection.reason, 0) + 1
-        kept = examples.setdefault(rejection.reason, [])
-        if len(kept) < EXAMPLES_PER_REASON:
-            kept.append({"key": rejection.key, "message": rejection.message})
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    tmp_path = path + ".incomplete"
-    with tf.io.gfile.GFile(tmp_path, "w") as f:
-        # One write call, even when empty: GFile creates the file on first write.
+    index, rejections = element
+    path = posixpath.join(parts_dir, f"part-{index:05d}.jsonl")
+    tf.io.gfile.makedirs(parts_dir)
+    ordered = sorted(rejections, key=_sort_key)
+    with tf.io.gfile.GFile(path + ".incomplete", "w") as f:
         f.write("".join(rejection.to_json() + "\n" for rejection in ordered))
+    tf.io.gfile.rename(path + ".incomplete", path, overwrite=True)
+    return index, path
+
+
+def _concatenate_parts(parts: list[tuple[int, str]], path: str, parts_dir: str,
+                       summary: dict[str, Any]) -> dict[str, Any]:
+    """Streams the parts, in part order, into ``path`` (constant memory); returns
+    ``summary``. With no rejection there is no part, and the file is empty."""
+    import tensorflow as tf
+
+    tmp_path = path + ".incomplete"
+    tf.io.gfile.makedirs(posixpath.dirname(path))
+    with tf.io.gfile.GFile(tmp_path, "wb") as out:
+        out.write(b"")  # GFile creates the file on first write, even an empty one.
+        for _, part in sorted(parts):
+            with tf.io.gfile.GFile(part, "rb") as f:
+                while chunk := f.read(8 * 1024 * 1024):
+                    out.write(chunk)
     tf.io.gfile.rename(tmp_path, path, overwrite=True)
-    return {"count": len(ordered), "by_reason": dict(sorted(by_reason.items())),
-            "examples": dict(sorted(examples.items()))}
+    if tf.io.gfile.exists(parts_dir):
+        tf.io.gfile.rmtree(parts_dir)
+    return summary
 
 
 class WriteRejections(beam.PTransform):
-    """Writes all rejections, sorted by key, to ``<output_dir>/errors/rejected.jsonl``.
+    """Writes all rejections to ``<output_dir>/errors/rejected.jsonl``, deterministically.
 
     Returns a single-element PCollection ``{"count": N, "by_reason": {...},
-    "examples": {reason: [{"key", "message"}, ...]}}`` for the manifest. Rejections
-    are gathered on one worker, which ``--max_error_fraction`` keeps bounded.
+    "examples": {reason: [{"key", "message"}, ...]}}`` for the manifest.
+
+    Memory stays bounded however many inputs are rejected: rejections are placed in
+    ``ceil(N / REJECTIONS_PER_PART)`` parts by a stable hash of their key, each part
+    is sorted by key and written by one worker, and the parts are then streamed into
+    the one file in part order. Up to ``REJECTIONS_PER_PART`` rejections that is a
+    single part, so the whole file is sorted by key.
     """
 
-    def __init__(self, output_dir: str) -> None:
+    def __init__(self, output_dir: str, per_part: int = REJECTIONS_PER_PART) -> None:
         super().__init__()
-        self._path = os.path.join(output_dir, contract.ERRORS_DIRNAME,
-                                  contract.REJECTED_FILENAME)
+        if per_part < 1:
+            raise ValueError(f"per_part must be >= 1, got {per_part}.")
+        errors_dir = posixpath.join(output_dir, contract.ERRORS_DIRNAME)
+        self._path = posixpath.join(errors_dir, contract.REJECTED_FILENAME)
+        self._parts_dir = posixpath.join(errors_dir, _PARTS_DIRNAME)
+        self._per_part = per_part
 
     def expand(self, rejections: beam.PCollection) -> beam.PCollection:
-        return (
+        summary = rejections | "SummarizeRejections" >> beam.CombineGlobally(
+            SummarizeRejections())
+        parts = summary | "PlanRejectionParts" >> beam.Map(
+            lambda s, per_part: num_parts(s["count"], per_part), per_part=self._per_part)
+        written = (
             rejections
-            | "GatherRejections" >> beam.combiners.ToList()
-            | "WriteRejectionsFile" >> beam.Map(_write_sorted_jsonl, path=self._path)
+            | "AssignRejectionParts" >> beam.Map(
+                lambda r, n: (part_of(r, n), r), n=beam.pvalue.AsSingleton(parts))
+            | "GroupRejectionParts" >> beam.GroupByKey()
+            | "WriteRejectionParts" >> beam.Map(_write_part, parts_dir=self._parts_dir)
+            | "GatherPartPaths" >> beam.combiners.ToList()
         )
+        return written | "ConcatenateRejectionParts" >> beam.Map(
+            _concatenate_parts, path=self._path, parts_dir=self._parts_dir,
+            summary=beam.pvalue.AsSingleton(summary))

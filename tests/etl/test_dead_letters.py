@@ -16,7 +16,8 @@ from etl.dead_letters import Rejection
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 
 
-def _write(rejections: list[Rejection], output_dir: str, result_path: str) -> dict:
+def _write(rejections: list[Rejection], output_dir: str, result_path: str,
+           **kwargs) -> dict:
     """Runs WriteRejections; returns the summary it produced."""
 
     def dump(summary: dict) -> None:
@@ -25,7 +26,7 @@ def _write(rejections: list[Rejection], output_dir: str, result_path: str) -> di
 
     with TestPipeline(runner=RUNNER) as p:
         _ = (p | beam.Create(rejections, reshuffle=False)
-             | dead_letters.WriteRejections(output_dir)
+             | dead_letters.WriteRejections(output_dir, **kwargs)
              | beam.Map(dump))
     with open(result_path) as f:
         return json.load(f)
@@ -110,3 +111,38 @@ def test_write_rejections_with_none_writes_empty_file(tmp_path):
     with open(_rejected_path(out), "rb") as f:
         assert f.read() == b""
     assert os.listdir(os.path.join(out, "errors")) == ["rejected.jsonl"]
+
+
+@pytest.mark.parametrize(("count", "parts"), [(0, 1), (1, 1), (100_000, 1), (100_001, 2),
+                                              (250_000, 3)])
+def test_num_parts_is_ceil_of_count_over_part_size(count, parts):
+    assert dead_letters.num_parts(count) == parts
+
+
+def test_write_rejections_in_parts_streams_every_line_once_deterministically(tmp_path):
+    # 3 rejections per part: 23 rejections go to 8 parts by key hash; the file holds
+    # each part sorted by key, parts in order, the same bytes for any input order,
+    # and the summary equals the single-part one.
+    rejections = [Rejection(f"k{i:02d}", f"/src/{i}", ("empty_file", "missing_label")[i % 2],
+                            f"m{i}") for i in range(23)]
+    single = str(tmp_path / "single")
+    expected_summary = _write(rejections, single, str(tmp_path / "s0.json"))
+    outputs = []
+    for name, order in (("a", rejections), ("b", rejections[::-1])):
+        out = str(tmp_path / name)
+        summary = _write(order, out, str(tmp_path / f"{name}.json"), per_part=3)
+        assert summary == expected_summary
+        assert os.listdir(os.path.join(out, "errors")) == ["rejected.jsonl"]
+        with open(_rejected_path(out), "rb") as f:
+            outputs.append(f.read())
+    assert outputs[0] == outputs[1]
+    keys = [json.loads(line)["key"] for line in outputs[0].decode().splitlines()]
+    assert sorted(keys) == [r.key for r in rejections]
+    expected = sorted((dead_letters.part_of(r, 8), r.key) for r in rejections)
+    assert keys == [key for _, key in expected]
+    assert len({part for part, _ in expected}) > 1
+
+
+def test_write_rejections_refuses_empty_parts():
+    with pytest.raises(ValueError, match="per_part must be >= 1"):
+        dead_letters.WriteRejections("/unused", per_part=0)
