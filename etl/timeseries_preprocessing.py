@@ -87,11 +87,32 @@ def _moments_by_key(batch: tuple[np.ndarray, np.ndarray]
         yield key, exact_stats.moments_of(rows[keys == key])
 
 
+# Series ids are looked up by a 63-bit FarmHash fingerprint (binary search), so the
+# transform needs O(batch) memory for any number of series.
+_FINGERPRINT_BUCKETS = 2**63 - 1
+
+
+def fingerprint(ids: Any) -> Any:
+    """Fingerprints of string ids, the same in the analyzer and in the graph."""
+    return tf.strings.to_hash_bucket_fast(ids, _FINGERPRINT_BUCKETS)
+
+
 def _emit_per_key(pairs: list[tuple[bytes, exact_stats.Moments]], num_columns: int
                   ) -> Iterator[Any]:
-    pairs = sorted(pairs, key=lambda pair: pair[0])
+    keys = [key for key, _ in pairs]
+    fingerprints = (fingerprint(tf.constant(keys, tf.string)).numpy() if keys
+                    else np.zeros([0], np.int64))
+    order = sorted(range(len(pairs)), key=lambda i: (int(fingerprints[i]), keys[i]))
+    fingerprints = fingerprints[order]
+    if np.any(fingerprints[1:] == fingerprints[:-1]):
+        clash = int(np.flatnonzero(fingerprints[1:] == fingerprints[:-1])[0])
+        raise ValueError(
+            f"Series ids {keys[order[clash]]!r} and {keys[order[clash + 1]]!r} have the "
+            f"same 63-bit fingerprint; rename one of them to use --normalize=per_series.")
+    pairs = [pairs[i] for i in order]
     stats = [moments.mean_and_variance() for _, moments in pairs]
     yield beam.pvalue.TaggedOutput("keys", np.array([k for k, _ in pairs], dtype=object))
+    yield beam.pvalue.TaggedOutput("fingerprints", fingerprints.astype(np.int64))
     for index, tag in enumerate(("mean", "variance")):
         values = [s[index] for s in stats]
         yield beam.pvalue.TaggedOutput(tag, np.stack(values) if values else np.zeros(
@@ -99,8 +120,8 @@ def _emit_per_key(pairs: list[tuple[bytes, exact_stats.Moments]], num_columns: i
 
 
 class _ExactMeanAndVariancePerKey(beam.PTransform):
-    """Analyzer body: batches ``([rows, F], [rows] keys)`` → keys ``[K]`` (sorted),
-    mean ``[K, F]``, variance ``[K, F]``."""
+    """Analyzer body: batches ``([rows, F], [rows] keys)`` → keys ``[K]`` and their
+    fingerprints ``[K]`` (sorted by fingerprint), mean ``[K, F]``, variance ``[K, F]``."""
 
     def __init__(self, num_columns: int) -> None:
         super().__init__()
@@ -115,8 +136,8 @@ class _ExactMeanAndVariancePerKey(beam.PTransform):
             | "Gather" >> beam.combiners.ToList()
             | "PerKeyStats" >> beam.FlatMap(
                 _emit_per_key, num_columns=self._num_columns).with_outputs(
-                    "keys", "mean", "variance"))
-        return outputs.keys, outputs.mean, outputs.variance
+                    "keys", "fingerprints", "mean", "variance"))
+        return outputs.keys, outputs.fingerprints, outputs.mean, outputs.variance
 
 
 def _global_stats(flat: tf.Tensor, num_columns: int) -> tuple[tf.Tensor, tf.Tensor]:
@@ -131,16 +152,22 @@ def _per_series_stats(flat: tf.Tensor, series_ids: tf.Tensor, window_size: int,
                       ) -> tuple[tf.Tensor, tf.Tensor]:
     """``[batch, F]`` mean and variance of each instance's series (train rows only);
     series never seen in train fall back to the global statistics."""
-    keys, means, variances = tft.experimental.ptransform_analyzer(
+    keys, key_fingerprints, means, variances = tft.experimental.ptransform_analyzer(
         [flat, tf.repeat(series_ids, window_size)],
-        _ExactMeanAndVariancePerKey(num_columns), [tf.string, tf.float32, tf.float32],
-        [[None], [None, num_columns], [None, num_columns]],
+        _ExactMeanAndVariancePerKey(num_columns),
+        [tf.string, tf.int64, tf.float32, tf.float32],
+        [[None], [None], [None, num_columns], [None, num_columns]],
         name="exact_mean_and_variance_per_series")
-    matches = tf.equal(series_ids[:, None], keys[None, :])  # [batch, K]
-    found = tf.reduce_any(matches, axis=1, keepdims=True)
-    index = tf.argmax(tf.cast(matches, tf.int32), axis=1)
-    mean = tf.where(found, tf.gather(means, index), global_mean[None, :])
-    var = tf.where(found, tf.gather(variances, index), global_var[None, :])
+    # Binary search of each id's fingerprint among the sorted train fingerprints, then
+    # an exact string check; a miss (unseen series) takes index K, the appended row
+    # of global statistics.
+    num_keys = tf.size(keys, out_type=tf.int64)
+    position = tf.searchsorted(key_fingerprints, fingerprint(series_ids), out_type=tf.int64)
+    candidate = tf.gather(tf.concat([keys, [""]], axis=0), position)
+    index = tf.where((position < num_keys) & tf.equal(candidate, series_ids),
+                     position, num_keys)
+    mean = tf.gather(tf.concat([means, global_mean[None, :]], axis=0), index)
+    var = tf.gather(tf.concat([variances, global_var[None, :]], axis=0), index)
     return mean, var
 
 

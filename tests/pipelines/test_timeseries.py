@@ -152,6 +152,56 @@ def test_timeseries_job_per_series_normalisation(tmp_path):
                                rtol=1e-4, atol=1e-4)
 
 
+def test_per_series_lookup_in_job_and_serving_with_unseen_series_fallback(tmp_path):
+    # 16 series with distinct levels: every stored window is scaled by its own
+    # series' train rows (the first 40 of 50), found by the transform's fingerprint
+    # search; at serving time the exported transform_fn does the same, and a series
+    # it never saw gets the global train statistics.
+    import tensorflow_transform as tft
+
+    rng = np.random.default_rng(7)
+    values = {f"s{i:02d}": 10 * i + (1 + i % 3) * rng.normal(size=50) for i in range(16)}
+    rows = [row for sid, v in values.items() for row in series_rows(sid, v.tolist())]
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=5", "--horizon=1", "--normalize=per_series")
+    stored = {}
+    for split in contract.SPLITS:
+        for record in read_records(out, manifest, split):
+            sid, start = record["series_id"].decode(), int(record["window_start"])
+            train = values[sid][:40]
+            np.testing.assert_allclose(
+                record["window"][:, 0], (values[sid][start:start + 5] - train.mean())
+                / train.std(), rtol=1e-4, atol=1e-4, err_msg=f"{split} {sid} {start}")
+            stored[sid, start] = record["window"]
+    # Train rows 0-39 give 40 - (5 + 1) + 1 windows per series; the 5-row validation
+    # and test parts are shorter than a window, and no window crosses a split.
+    assert len(stored) == 16 * 35
+
+    raw_window = values["s03"][:5].astype(np.float32).reshape(1, 5, 1)
+    served = tft.TFTransformOutput(out).transform_raw_features({
+        "window": tf.constant(np.concatenate([raw_window, raw_window])),
+        "target": tf.zeros([2, 1, 1]),
+        "series_id": tf.constant([b"s03", b"never-seen"]),
+        "window_start": tf.constant([b"0", b"0"]),
+        "key": tf.constant([b"a", b"b"]),
+    })["window"].numpy()
+    np.testing.assert_array_equal(served[0], stored["s03", 0])
+    everything = np.concatenate([v[:40] for v in values.values()])
+    np.testing.assert_allclose(served[1][:, 0], (raw_window[0, :, 0] - everything.mean())
+                               / everything.std(), rtol=1e-4, atol=1e-4)
+
+
+def test_per_series_analyzer_refuses_fingerprint_clashes(monkeypatch):
+    from etl import exact_stats, timeseries_preprocessing
+
+    monkeypatch.setattr(timeseries_preprocessing, "fingerprint",
+                        lambda ids: tf.zeros_like(ids, tf.int64))
+    moments = exact_stats.moments_of(np.ones([2, 1], np.float32))
+    with pytest.raises(ValueError, match="same 63-bit fingerprint"):
+        list(timeseries_preprocessing._emit_per_key([(b"a", moments), (b"b", moments)], 1))
+
+
 def test_timeseries_job_multivariate_columns(tmp_path):
     rows = [{"id": "m", "t": f"2024-01-01T{h:02d}:00:00Z", "x": float(h), "y": -2.0 * h}
             for h in range(24)]
