@@ -56,6 +56,7 @@ sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
+from benchmark_reader import write_photo_crops  # noqa: E402  (the same photo crops)
 
 from etl import image_codec  # noqa: E402
 
@@ -80,31 +81,6 @@ NAMES = {
     "e_job_gzip0": "(e) image job, default runner, --gzip_level=0",
     "c_job_baseline": "(c') image job, baseline code",
 }
-
-
-def write_photo_crops(root: str, count: int, seed: int = 0) -> None:
-    """Random crops (140-420 px, random aspect and flip) of the sample photos.
-
-    The same generator as scripts/benchmark_reader.py.
-    """
-    from sklearn.datasets import load_sample_images
-
-    photos = load_sample_images().images  # two 427x640 RGB photos
-    rng = np.random.default_rng(seed)
-    for i in range(count):
-        photo = photos[i % len(photos)]
-        h = int(rng.integers(140, 421))
-        w = int(np.clip(h * rng.uniform(0.75, 1.33), 140, photo.shape[1]))
-        h = min(h, photo.shape[0])
-        top = int(rng.integers(0, photo.shape[0] - h + 1))
-        left = int(rng.integers(0, photo.shape[1] - w + 1))
-        crop = photo[top:top + h, left:left + w]
-        if rng.random() < 0.5:
-            crop = crop[:, ::-1]
-        label_dir = os.path.join(root, f"class{i % 10}")
-        os.makedirs(label_dir, exist_ok=True)
-        tf.io.write_file(os.path.join(label_dir, f"{i:05d}.jpg"),
-                         tf.io.encode_jpeg(np.ascontiguousarray(crop), quality=90))
 
 
 def input_files(root: str) -> list[str]:
