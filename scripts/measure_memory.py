@@ -14,7 +14,14 @@ every stage, the bytes held by every live ``ListBuffer`` / ``GroupingBuffer`` of
 Beam's FnApiRunner (encoded PCollection data kept between stages) are summed, and the
 peak is reported. Prints a table and writes JSON.
 
-Usage: python scripts/measure_memory.py [--base 2000] [--factor 10]
+A third configuration runs the same job on the PortableRunner with its SDK worker in a
+subprocess: the runner, with its buffers, stays in the job process ("launcher"), while
+every DoFn of ours runs in the worker, so the worker's peak shows what our code holds.
+
+--extra_factors adds larger inputs (e.g. 30 for 60,000 images), to see where growth
+levels off; the ratios compare 1x with 10x.
+
+Usage: python scripts/measure_memory.py [--base 2000] [--factor 10] [--extra_factors 30]
        [--out docs/benchmarks/memory.json]
 """
 
@@ -126,23 +133,26 @@ def run_sampled(argv: list[str]) -> dict:
     start = time.monotonic()
     process = psutil.Popen([sys.executable, "-c", _DRIVER, json.dumps(argv)], env=env,
                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak = peak_single = 0
+    peak = peak_single = peak_launcher = peak_workers = 0
     while process.poll() is None:
-        total = 0
         try:
-            for p in [process, *process.children(recursive=True)]:
-                rss = p.memory_info().rss
-                total += rss
-                peak_single = max(peak_single, rss)
-        except psutil.NoSuchProcess:
-            pass
-        peak = max(peak, total)
+            launcher = process.memory_info().rss
+            children = [p.memory_info().rss for p in process.children(recursive=True)]
+        except psutil.NoSuchProcess:  # A process ended between listing and reading.
+            time.sleep(0.05)
+            continue
+        workers = sum(children)
+        peak_single = max([peak_single, launcher, *children])
+        peak = max(peak, launcher + workers)
+        peak_launcher = max(peak_launcher, launcher)
+        peak_workers = max(peak_workers, workers)
         time.sleep(0.05)
     stdout, stderr = process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"job failed: {stderr.decode()[-3000:]}")
     line = next(x for x in stdout.decode().splitlines() if x.startswith("MEMORY_RESULT "))
     return {"peak_rss_bytes": peak, "peak_single_process_rss_bytes": peak_single,
+            "peak_launcher_rss_bytes": peak_launcher, "peak_workers_rss_bytes": peak_workers,
             "process_wall_s": time.monotonic() - start,
             **json.loads(line.split(" ", 1)[1])}
 
@@ -151,6 +161,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=int, default=2000, help="Images at 1x.")
     parser.add_argument("--factor", type=int, default=10)
+    parser.add_argument("--extra_factors", default="",
+                        help="Comma-separated further multiples of --base to run.")
     parser.add_argument("--image_size", type=int, default=64)
     parser.add_argument("--small_shard_mb", type=float, default=1.0,
                         help="--target_shard_mb of the bounded-shard runs.")
@@ -161,11 +173,20 @@ def main() -> None:
 
     mib = 2**20
     configs = {"default_shards": [],
-               "small_shards": [f"--target_shard_mb={args.small_shard_mb}"]}
+               "small_shards": [f"--target_shard_mb={args.small_shard_mb}"],
+               # Our code in an SDK worker process, the runner (and its buffers) in
+               # the launcher: separates the two.
+               "portable_worker": [f"--target_shard_mb={args.small_shard_mb}",
+                                   "--runner=PortableRunner", "--job_endpoint=embed",
+                                   ("--environment_type="
+                                    "beam:env:harness_subprocess_python:v1"),
+                                   (f"--environment_config={sys.executable} "
+                                    "-m apache_beam.runners.worker.sdk_worker_main")]}
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work_dir or tmp
-        for count in (args.base, args.base * args.factor):
+        factors = [1, args.factor, *(int(f) for f in filter(None, args.extra_factors.split(",")))]
+        for count in (args.base * f for f in factors):
             root = os.path.join(work, f"in{count}")
             if not os.path.isdir(root):
                 write_crops(root, count)
@@ -184,6 +205,8 @@ def main() -> None:
                     "peak_rss_mib": round(result["peak_rss_bytes"] / mib, 1),
                     "peak_single_process_rss_mib": round(
                         result["peak_single_process_rss_bytes"] / mib, 1),
+                    "peak_launcher_rss_mib": round(result["peak_launcher_rss_bytes"] / mib, 1),
+                    "peak_workers_rss_mib": round(result["peak_workers_rss_bytes"] / mib, 1),
                     "peak_runner_buffers_mib": round(
                         result["peak_buffered_bytes"] / mib, 1),
                     "peak_runner_buffers_after_stage": result["peak_buffered_after_stage"],
@@ -193,16 +216,23 @@ def main() -> None:
                     "process_wall_s": round(result["process_wall_s"], 1),
                 })
                 r = runs[-1]
-                print(f"{count:>7} images, {config:<14} {shards:>3} shards: peak RSS "
-                      f"{r['peak_rss_mib']:8.1f} MiB, runner buffers "
+                print(f"{count:>7} images, {config:<15} {shards:>3} shards: peak RSS "
+                      f"{r['peak_rss_mib']:8.1f} MiB (launcher {r['peak_launcher_rss_mib']:.1f},"
+                      f" workers {r['peak_workers_rss_mib']:.1f}), runner buffers "
                       f"{r['peak_runner_buffers_mib']:7.1f} MiB, job {r['job_s']:6.1f} s",
                       flush=True)
     growth = {}
     for config in configs:
-        small, large = (r for r in runs if r["config"] == config)
+        small, large = (r for r in runs if r["config"] == config
+                        and r["images"] in (args.base, args.base * args.factor))
         growth[config] = {
             "peak_rss_ratio": round(large["peak_rss_mib"] / small["peak_rss_mib"], 3),
             "peak_rss_growth_mib": round(large["peak_rss_mib"] - small["peak_rss_mib"], 1),
+            "peak_launcher_rss_ratio": round(
+                large["peak_launcher_rss_mib"] / small["peak_launcher_rss_mib"], 3),
+            "peak_workers_rss_ratio": round(
+                large["peak_workers_rss_mib"] / small["peak_workers_rss_mib"], 3)
+            if small["peak_workers_rss_mib"] else None,
             "runner_buffers_growth_mib": round(
                 large["peak_runner_buffers_mib"] - small["peak_runner_buffers_mib"], 1),
             "peak_rss_growth_kib_per_extra_image": round(
@@ -217,11 +247,15 @@ def main() -> None:
               "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
               "image_size": args.image_size,
               "input": "random 48-96 px crops of sklearn's sample photos, JPEG q90",
-              "runner": "default (FnApiRunner, in_memory)", "runs": runs,
+              "runner": "default (FnApiRunner, in_memory); portable_worker: "
+                        "PortableRunner, embedded job service, SDK worker subprocess",
+              "runs": runs,
               "growth": growth,
               "definitions": {
                   "peak_rss": "max over 50 ms samples of the summed RSS of the job "
                               "process and its children",
+                  "launcher / workers": "the job process alone / its child processes "
+                                        "(SDK workers) summed, peaks over the samples",
                   "runner_buffers": "bytes held by the FnApiRunner's live ListBuffer / "
                                     "GroupingBuffer objects, measured after each stage"}}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
