@@ -173,7 +173,9 @@ class LoadImages(beam.DoFn):
     across records. Outputs leave in input order, and every metric and output is
     emitted from the bundle's own thread (Beam's metrics are per-thread). What is
     emitted does not depend on the thread count: each record's result is a pure
-    function of the record and its file.
+    function of the record and its file. Memory: at most ``2 × threads`` files of
+    up to ``--max_file_mb`` each are held per DoFn instance (runners such as Dataflow
+    run several instances per worker process, one per bundle thread).
     """
 
     def __init__(self, fractions: splits.SplitFractions,
