@@ -214,3 +214,23 @@ def test_load_images_output_and_counts_do_not_depend_on_threads(tmp_path, thread
 def test_load_images_refuses_zero_threads():
     with pytest.raises(ValueError, match="at least one thread"):
         image_loading.LoadImages(splits.SplitFractions(), threads=0)
+
+
+def test_load_images_reports_beam_counters_from_its_pool(tmp_path):
+    # The pool's threads have no Beam metrics context: counters must still add up.
+    from apache_beam.metrics.metric import MetricsFilter
+
+    records = []
+    for i in range(12):
+        path = tmp_path / f"{i:02d}.png"
+        path.write_bytes(b"" if i % 3 == 0 else _encode("png", 3, 3, (i, i, i)))
+        records.append(ImageRecord(key=f"cat/{i:02d}.png", uri=str(path), label="cat"))
+    pipeline = TestPipeline(runner=RUNNER)
+    _ = (pipeline | beam.Create(records)
+         | beam.ParDo(image_loading.LoadImages(splits.SplitFractions(), threads=3))
+         .with_outputs(image_loading.REJECTED, main="loaded"))
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query(
+        MetricsFilter().with_namespace("etl"))["counters"]}
+    assert counters == {"images_loaded": 8, "rejected_empty_file": 4}
