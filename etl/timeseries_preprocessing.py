@@ -104,8 +104,9 @@ def _emit_per_key(pairs: list[tuple[bytes, exact_stats.Moments]], num_columns: i
                     else np.zeros([0], np.int64))
     order = sorted(range(len(pairs)), key=lambda i: (int(fingerprints[i]), keys[i]))
     fingerprints = fingerprints[order]
-    if np.any(fingerprints[1:] == fingerprints[:-1]):
-        clash = int(np.flatnonzero(fingerprints[1:] == fingerprints[:-1])[0])
+    clashes = np.flatnonzero(fingerprints[1:] == fingerprints[:-1])
+    if clashes.size:
+        clash = int(clashes[0])
         raise ValueError(
             f"Series ids {keys[order[clash]]!r} and {keys[order[clash + 1]]!r} have the "
             f"same 63-bit fingerprint; rename one of them to use --normalize=per_series.")
