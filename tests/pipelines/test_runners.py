@@ -33,8 +33,7 @@ PACKAGES = ("etl", "pipelines", "reader")
 # The Beam transforms that make up the job; each must appear in the Dataflow graph.
 JOB_TRANSFORMS = {
     "ReadImageRecords", "LoadImages", "WriteRejections", "CountLabels",
-    "AnalyzeTrain", "WriteTransformFn", "Transform[train]", "Transform[validation]",
-    "Transform[test]", "WriteShards", "WriteManifest",
+    "AnalyzeTrain", "WriteTransformFn", "Transform", "WriteShards", "WriteManifest",
 }
 
 
