@@ -5,7 +5,13 @@ crops, 140-420 px, of scikit-learn's two sample photos, as in benchmark_reader.p
 measures in one run, interleaving the variants over --rounds rounds, images/s for
   (a) ceiling   the job's per-image ops (etl.image_codec.preprocess: decode, resize,
                 crop, encode) in a parallel tf.data map over in-memory bytes, on all
-                cores, no Beam, nothing read or written;
+                cores (num_parallel_calls = cores, tf.data's autotuner off: see
+                below), no Beam, nothing read or written;
+  (a') ceiling_autotune  the same map with AUTOTUNE and the autotuner on, as a
+                diagnostic: on this 2-core VM it settles, in about half of the
+                passes, into a state that runs the map on one core at a time (583
+                vs ~1,100 images/s, both cores half idle), which made earlier runs
+                report half the true ceiling;
   (b) seeds     the seeds' approach: a hand-written single-process loop that reads
                 each file, preprocesses it (the same ops, one tf.function call per
                 image), serializes a tf.train.Example and writes it with
@@ -75,6 +81,7 @@ print("BENCHMARK_RESULT " + json.dumps({"import_s": imported - started,
 
 NAMES = {
     "a_ceiling": "(a) ceiling: tf.data map of the ops, all cores",
+    "a2_ceiling_autotune": "(a') the same map, AUTOTUNE (diagnostic)",
     "b_seeds": "(b) seeds: single-process loop + TFRecordWriter",
     "c_job": "(c) image job, default runner",
     "d_job_mp2": "(d) image job, multi_processing x2",
@@ -125,14 +132,23 @@ class Sample:
         return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def ceiling_pass(data: tf.Tensor, image_size: int, quality: int) -> dict:
-    """(a): every image through the ops once, parallel map on all cores."""
+def ceiling_pass(data: tf.Tensor, image_size: int, quality: int,
+                 autotune: bool = False) -> dict:
+    """(a): every image through the ops once, parallel map on all cores.
+
+    With ``autotune=False`` the map runs ``os.cpu_count()`` calls at a time and
+    tf.data's autotuner is off; with ``autotune=True`` (a'), tf.data picks.
+    """
+    parallel = AUTOTUNE if autotune else os.cpu_count()
+    options = tf.data.Options()
+    options.autotune.enabled = autotune
     dataset = (tf.data.Dataset.from_tensor_slices(data)
                .map(lambda b: image_codec.preprocess(b, image_size, image_codec.JPEG,
                                                      quality),
-                    num_parallel_calls=AUTOTUNE, deterministic=False)
+                    num_parallel_calls=parallel, deterministic=False)
                .batch(64)
-               .prefetch(AUTOTUNE))
+               .prefetch(AUTOTUNE if autotune else 2)
+               .with_options(options))
     count = 0
     for batch in dataset:
         count += int(batch.shape[0])
@@ -234,6 +250,8 @@ def main() -> None:
     mp2 = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
     variants: dict[str, tuple[Callable[[], dict], list[str]]] = {
         "a_ceiling": (lambda: ceiling_pass(data, args.image_size, args.jpeg_quality), []),
+        "a2_ceiling_autotune": (lambda: ceiling_pass(data, args.image_size,
+                                                     args.jpeg_quality, autotune=True), []),
         "b_seeds": (lambda: seeds_loop(big_files, big_root,
                                        os.path.join(args.work_dir, "seeds.tfrecord.gz")),
                     big_files),

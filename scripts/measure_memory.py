@@ -18,6 +18,13 @@ A third configuration runs the same job on the PortableRunner with its SDK worke
 subprocess: the runner, with its buffers, stays in the job process ("launcher"), while
 every DoFn of ours runs in the worker, so the worker's peak shows what our code holds.
 
+Controls ("beam_control", "beam_control_portable"): a Beam pipeline with no
+TensorFlow and none of our code that moves the same bytes across as many stage
+boundaries as the job does (one record per input image, of the input's mean file
+size, through a GroupByKey; then one of the job's mean output example size through
+two more), run the same way at every input size, in-process and with a portable SDK
+worker. What it gains with the data is what the local runner costs any pipeline.
+
 --extra_factors adds larger inputs (e.g. 30 for 60,000 images), to see where growth
 levels off; the ratios compare 1x with 10x.
 
@@ -40,6 +47,9 @@ import numpy as np
 import psutil
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from pipelines.runner_defaults import DEFAULT_RUNNER  # noqa: E402
 
 # Runs the image job with the FnApiRunner's stage buffers accounted for, and prints
 # one JSON line with the job's wall time and the peak bytes those buffers held.
@@ -107,6 +117,50 @@ print("MEMORY_RESULT " + json.dumps({"job_s": time.perf_counter() - start,
                                      "stages": stages}))
 """
 
+# The control: the same number of records and bytes as the image job's input, through
+# a trivial Beam pipeline on the same runner flags. Prints one JSON line.
+_CONTROL_DRIVER = r"""
+import hashlib, json, sys, time
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+args = json.loads(sys.argv[1])
+records = args["records"]
+
+def payload(i, size):
+    return (hashlib.sha256(str(i).encode()).digest() * (size // 32 + 1))[:size]
+
+def generate(_):
+    for i in range(records):
+        yield i % 64, (i, payload(i, args["input_bytes_per_record"]))
+
+def to_output(group):
+    key, values = group
+    for i, _ in values:
+        yield key, (i, payload(-i, args["output_bytes_per_record"]))
+
+def ungroup(group):
+    key, values = group
+    for value in values:
+        yield key, value
+
+start = time.perf_counter()
+with beam.Pipeline(options=PipelineOptions(args["flags"])) as p:
+    _ = (p | beam.Impulse() | "Generate" >> beam.FlatMap(generate)
+         | "Boundary1" >> beam.GroupByKey() | "ToOutput" >> beam.FlatMap(to_output)
+         | "Boundary2" >> beam.GroupByKey() | "Ungroup" >> beam.FlatMap(ungroup)
+         | "Boundary3" >> beam.GroupByKey()
+         | "Sizes" >> beam.Map(lambda kv: sum(len(v) for _, v in kv[1]))
+         | beam.combiners.Count.Globally())
+print("MEMORY_RESULT " + json.dumps({"job_s": time.perf_counter() - start,
+                                     "peak_buffered_bytes": 0,
+                                     "peak_buffered_after_stage": "", "stages": []}))
+"""
+
+PORTABLE_WORKER_FLAGS = [
+    "--runner=PortableRunner", "--job_endpoint=embed",
+    "--environment_type=beam:env:harness_subprocess_python:v1",
+    f"--environment_config={sys.executable} -m apache_beam.runners.worker.sdk_worker_main"]
+
 
 def write_crops(root: str, count: int, seed: int = 0) -> None:
     """``count`` JPEG crops, 48-96 px, in 10 class folders."""
@@ -126,12 +180,13 @@ def write_crops(root: str, count: int, seed: int = 0) -> None:
             np.ascontiguousarray(photo[top:top + h, left:left + w]), quality=90))
 
 
-def run_sampled(argv: list[str]) -> dict:
-    """Runs the job; returns peak tree RSS, wall time and the driver's result."""
+def run_sampled(argv: list[str] | dict, driver: str = _DRIVER) -> dict:
+    """Runs ``driver`` (the job, or the control) with ``argv``; returns peak tree RSS,
+    wall time and the driver's result."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
            "PYTHONPATH": os.pathsep.join([REPO_ROOT, os.environ.get("PYTHONPATH", "")])}
     start = time.monotonic()
-    process = psutil.Popen([sys.executable, "-c", _DRIVER, json.dumps(argv)], env=env,
+    process = psutil.Popen([sys.executable, "-c", driver, json.dumps(argv)], env=env,
                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     peak = peak_single = peak_launcher = peak_workers = 0
     while process.poll() is None:
@@ -177,12 +232,37 @@ def main() -> None:
                # Our code in an SDK worker process, the runner (and its buffers) in
                # the launcher: separates the two.
                "portable_worker": [f"--target_shard_mb={args.small_shard_mb}",
-                                   "--runner=PortableRunner", "--job_endpoint=embed",
-                                   ("--environment_type="
-                                    "beam:env:harness_subprocess_python:v1"),
-                                   (f"--environment_config={sys.executable} "
-                                    "-m apache_beam.runners.worker.sdk_worker_main")]}
+                                   *PORTABLE_WORKER_FLAGS]}
+    controls = {"beam_control": [f"--runner={DEFAULT_RUNNER}"],
+                "beam_control_portable": PORTABLE_WORKER_FLAGS}
     runs = []
+
+    def record(count: int, config: str, flags: list[str], result: dict,
+               manifest: dict | None) -> None:
+        splits = manifest["splits"].values() if manifest else []
+        runs.append({
+            "images": count, "config": config, "flags": flags,
+            "shards": sum(len(s["shards"]) for s in splits) if manifest else None,
+            "output_mib": round(sum(s["num_bytes"] for s in splits) / mib, 1)
+            if manifest else None,
+            "peak_rss_mib": round(result["peak_rss_bytes"] / mib, 1),
+            "peak_single_process_rss_mib": round(
+                result["peak_single_process_rss_bytes"] / mib, 1),
+            "peak_launcher_rss_mib": round(result["peak_launcher_rss_bytes"] / mib, 1),
+            "peak_workers_rss_mib": round(result["peak_workers_rss_bytes"] / mib, 1),
+            "peak_runner_buffers_mib": round(result["peak_buffered_bytes"] / mib, 1),
+            "peak_runner_buffers_after_stage": result["peak_buffered_after_stage"],
+            "largest_maxrss_rises": sorted(
+                result["stages"], key=lambda st: -st["maxrss_rise_mib"])[:4],
+            "job_s": round(result["job_s"], 1),
+            "process_wall_s": round(result["process_wall_s"], 1),
+        })
+        r = runs[-1]
+        print(f"{count:>7} images, {config:<21} peak RSS {r['peak_rss_mib']:8.1f} MiB "
+              f"(launcher {r['peak_launcher_rss_mib']:.1f}, workers "
+              f"{r['peak_workers_rss_mib']:.1f}), runner buffers "
+              f"{r['peak_runner_buffers_mib']:7.1f} MiB, job {r['job_s']:6.1f} s", flush=True)
+
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work_dir or tmp
         factors = [1, args.factor, *(int(f) for f in filter(None, args.extra_factors.split(",")))]
@@ -196,33 +276,20 @@ def main() -> None:
                                       f"--image_size={args.image_size}", "--overwrite",
                                       *flags])
                 with open(os.path.join(out, "manifest.json")) as f:
-                    manifest = json.load(f)
-                shards = sum(len(s["shards"]) for s in manifest["splits"].values())
-                runs.append({
-                    "images": count, "config": config, "flags": flags, "shards": shards,
-                    "output_mib": round(sum(s["num_bytes"] for s in
-                                            manifest["splits"].values()) / mib, 1),
-                    "peak_rss_mib": round(result["peak_rss_bytes"] / mib, 1),
-                    "peak_single_process_rss_mib": round(
-                        result["peak_single_process_rss_bytes"] / mib, 1),
-                    "peak_launcher_rss_mib": round(result["peak_launcher_rss_bytes"] / mib, 1),
-                    "peak_workers_rss_mib": round(result["peak_workers_rss_bytes"] / mib, 1),
-                    "peak_runner_buffers_mib": round(
-                        result["peak_buffered_bytes"] / mib, 1),
-                    "peak_runner_buffers_after_stage": result["peak_buffered_after_stage"],
-                    "largest_maxrss_rises": sorted(
-                        result["stages"], key=lambda st: -st["maxrss_rise_mib"])[:4],
-                    "job_s": round(result["job_s"], 1),
-                    "process_wall_s": round(result["process_wall_s"], 1),
-                })
-                r = runs[-1]
-                print(f"{count:>7} images, {config:<15} {shards:>3} shards: peak RSS "
-                      f"{r['peak_rss_mib']:8.1f} MiB (launcher {r['peak_launcher_rss_mib']:.1f},"
-                      f" workers {r['peak_workers_rss_mib']:.1f}), runner buffers "
-                      f"{r['peak_runner_buffers_mib']:7.1f} MiB, job {r['job_s']:6.1f} s",
-                      flush=True)
+                    record(count, config, flags, result, json.load(f))
+            input_bytes = sum(os.path.getsize(os.path.join(d, name))
+                              for d, _, names in os.walk(root) for name in names)
+            job_run = next(r for r in runs if r["images"] == count
+                           and r["config"] == "default_shards")
+            for config, flags in controls.items():
+                result = run_sampled({
+                    "records": count, "flags": flags,
+                    "input_bytes_per_record": round(input_bytes / count),
+                    "output_bytes_per_record": round(job_run["output_mib"] * mib / count)},
+                    driver=_CONTROL_DRIVER)
+                record(count, config, flags, result, None)
     growth = {}
-    for config in configs:
+    for config in [*configs, *controls]:
         small, large = (r for r in runs if r["config"] == config
                         and r["images"] in (args.base, args.base * args.factor))
         growth[config] = {
@@ -257,7 +324,13 @@ def main() -> None:
                   "launcher / workers": "the job process alone / its child processes "
                                         "(SDK workers) summed, peaks over the samples",
                   "runner_buffers": "bytes held by the FnApiRunner's live ListBuffer / "
-                                    "GroupingBuffer objects, measured after each stage"}}
+                                    "GroupingBuffer objects, measured after each stage",
+                  "beam_control": "no TensorFlow, none of our code: one record per "
+                                  "input image of the input's mean file size -> "
+                                  "GroupByKey (64 keys) -> one record of the job's mean "
+                                  "output size each -> GroupByKey -> GroupByKey -> "
+                                  "count; default runner (beam_control) or portable "
+                                  "SDK worker subprocess (beam_control_portable)"}}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2, sort_keys=True)
