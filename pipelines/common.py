@@ -23,7 +23,11 @@ class DatasetOptions(PipelineOptions):
     """Flags every job shares: input, output and sharding.
 
     Defined once: Beam builds one parser from every PipelineOptions subclass loaded
-    in the process, so two jobs declaring the same flag would collide.
+    in the process, so two jobs declaring the same flag would collide. A job's options
+    class derives from this one *and* directly from ``PipelineOptions``
+    (``class ImagesOptions(DatasetOptions, PipelineOptions)``): Beam gathers the flags
+    it knows from PipelineOptions' direct subclasses only, and warned "Unparseable
+    argument" for every job-specific flag otherwise.
     """
 
     @classmethod

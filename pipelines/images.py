@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from etl import accounting, contract, dead_letters, image_codec, image_loading, image_preprocessing
 from etl.image_loading import REJECTED, LoadImages
@@ -29,7 +30,7 @@ from etl.transform import ANALYZE, AnalyzeAndTransform
 from pipelines import common
 
 
-class ImagesOptions(common.DatasetOptions):
+class ImagesOptions(common.DatasetOptions, PipelineOptions):
     """Options of the image job. --input: an image folder (<root>/<class>/<image> or
     <root>/<split>/<class>/<image>) or a manifest .csv/.jsonl with columns
     path,label[,split] (paths relative to the manifest's folder)."""

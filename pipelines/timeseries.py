@@ -47,7 +47,7 @@ STATS = "stats"
 _LABEL_FILE_SUFFIXES = (".csv", ".jsonl", ".json")
 
 
-class TimeSeriesOptions(common.DatasetOptions):
+class TimeSeriesOptions(common.DatasetOptions, PipelineOptions):
     """Options of the time-series job. --input: long-format rows, a .csv (with header),
     .jsonl or .parquet file, or a glob of them."""
 

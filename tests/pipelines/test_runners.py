@@ -85,6 +85,19 @@ def test_portable_runner_output_is_byte_identical(small_input, default_runner_ou
     assert digests == output_digests(base_out)
 
 
+def test_job_flags_are_in_the_options_beam_sends_to_runners():
+    # Beam serializes the flags of PipelineOptions' *direct* subclasses only; a
+    # job-specific flag missing there was logged as "Unparseable argument".
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines import images, timeseries  # noqa: F401  (registers the options)
+
+    options = PipelineOptions(["--image_size=32", "--window_size=5", "--horizon=2",
+                               "--input=x", "--gzip_level=1"]).get_all_options()
+    assert (options["image_size"], options["window_size"], options["horizon"],
+            options["input"], options["gzip_level"]) == (32, 5, 2, "x", 1)
+
+
 def _copy_project(dest: str) -> str:
     """setup.py and the packages, without build leftovers; returns the setup.py path."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
