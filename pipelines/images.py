@@ -66,8 +66,8 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
             "--allow_paths_outside_root", action="store_true",
             help="Read inputs that resolve outside the input root (the folder, or the "
                  "manifest's folder): manifest paths with ../, absolute paths or other "
-                 "URIs, and local files whose symbolic links lead outside the root, in "
-                 "folders and manifests alike. Rejected as path_outside_root otherwise.")
+                 "URIs, and local files or folders whose symbolic links lead outside the "
+                 "root. Rejected as path_outside_root otherwise.")
 
 
 @dataclasses.dataclass(frozen=True)

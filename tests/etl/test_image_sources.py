@@ -206,6 +206,54 @@ def test_resolves_inside_compares_object_store_uris_as_written(path, root, expec
     assert image_sources.resolves_inside(path, root) is expected
 
 
+# --- list_local_files -----------------------------------------------------------------
+
+def _relative_listing(tree, **kwargs) -> list[str]:
+    root = str(tree / "in")
+    return [path[len(root) + 1:] for path in image_sources.list_local_files(root, **kwargs)]
+
+
+def test_list_local_files_lists_files_and_links_to_files_dangling_included(linked_tree):
+    _link(linked_tree, "in/cat/evil.jpg", "secret/passwd")
+    _link(linked_tree, "in/dog/gone.png", "secret/missing.png")
+    assert _relative_listing(linked_tree) == [
+        "cat/1.png", "cat/evil.jpg", "dog/2.png", "dog/gone.png"]
+
+
+def test_list_local_files_lists_a_folder_linked_outside_the_root_without_walking_it(
+        linked_tree):
+    _link(linked_tree, "in/cat/linked", "secret")
+    assert _relative_listing(linked_tree) == ["cat/1.png", "cat/linked", "dog/2.png"]
+
+
+def test_list_local_files_walks_a_folder_linked_outside_the_root_when_allowed(
+        linked_tree):
+    _link(linked_tree, "in/cat/linked", "secret")
+    assert _relative_listing(linked_tree, allow_outside_root=True) == [
+        "cat/1.png", "cat/linked/passwd", "dog/2.png"]
+
+
+def test_list_local_files_lists_files_under_a_second_name_once(linked_tree):
+    _link(linked_tree, "in/dog/alias", "in/cat")   # a second name for cat/
+    _link(linked_tree, "in/cat/loop", "in")        # a cycle back to the root
+    assert _relative_listing(linked_tree) == ["cat/1.png", "dog/2.png"]
+
+
+def test_list_local_files_cycle_through_an_outside_folder_ends_when_allowed(linked_tree):
+    # in/cat/up -> the root's parent, which holds in/ again: walked once, not forever.
+    _link(linked_tree, "in/cat/up", ".")
+    assert _relative_listing(linked_tree, allow_outside_root=True) == [
+        "cat/1.png", "cat/up/secret/passwd", "dog/2.png"]
+
+
+def test_list_local_files_does_not_walk_hidden_folders(linked_tree):
+    (linked_tree / "in/cat/.thumbs").mkdir()
+    (linked_tree / "in/cat/.thumbs/1.png").write_bytes(b"png")
+    _link(linked_tree, "in/.cache", "secret")
+    assert _relative_listing(linked_tree, allow_outside_root=True) == [
+        "cat/1.png", "dog/2.png"]
+
+
 # --- detect_split_layout --------------------------------------------------------------
 
 def test_detect_split_layout_true_when_all_folders_are_splits(tmp_path):

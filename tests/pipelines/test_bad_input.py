@@ -125,13 +125,18 @@ def test_symlink_out_of_the_folder_is_path_outside_root_and_never_quoted(small_f
                                                                         tmp_path):
     root, good = small_folder
     secret = b"root:x:0:0:SECRET-7f3a9c:/root:/bin/bash\n"
-    (tmp_path / "passwd").write_bytes(secret)
-    os.symlink(tmp_path / "passwd", os.path.join(root, "cat", "evil.jpg"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "passwd").write_bytes(secret)
+    shutil.copy(os.path.join(root, good[0].key), elsewhere / "x.png")
+    os.symlink(elsewhere / "passwd", os.path.join(root, "cat", "evil.jpg"))
+    os.symlink(elsewhere, os.path.join(root, "dog", "linked"))  # a folder: one rejection
     out = str(tmp_path / "out")
     manifest = run_images_job(root, out)
-    assert manifest["inputs"] == len(good) + 1
-    assert manifest["rejected"]["by_reason"] == {"path_outside_root": 1}
-    assert rejected_reasons(out) == {"cat/evil.jpg": "path_outside_root"}
+    assert manifest["inputs"] == len(good) + 2
+    assert manifest["rejected"]["by_reason"] == {"path_outside_root": 2}
+    assert rejected_reasons(out) == {"cat/evil.jpg": "path_outside_root",
+                                     "dog/linked": "path_outside_root"}
     with open(os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME),
               "rb") as f:
         dead_letters = f.read()
