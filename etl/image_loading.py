@@ -127,8 +127,10 @@ def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()
                 f"File exceeds --max_file_mb ({limits.max_file_bytes} bytes).")
     image_format = image_codec.sniff_format(data)
     if image_format is None:
+        # Says what is wrong without quoting the file: dead letters are shared, and
+        # the file may be anything the job was pointed at.
         return (dead_letters.UNSUPPORTED_FORMAT,
-                f"Not a JPEG, PNG, GIF, BMP or WebP file (starts with {data[:8]!r}).")
+                "No known image signature: not a JPEG, PNG, GIF, BMP or WebP file.")
     pixels = declared_pixels(data)
     if pixels is not None and pixels > limits.max_image_pixels:
         message = (f"Header declares {pixels} pixels, above --max_image_pixels "

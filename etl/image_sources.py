@@ -12,6 +12,11 @@ Accepted layouts (see README "Input layouts"):
 The key of an example is its path relative to the root (folder input) or the
 ``path`` value as written (manifest input), with ``/`` separators. Files and folders
 whose name starts with ``.`` are not inputs (e.g. ``.DS_Store``).
+
+A local input whose real path (every symbolic link followed) lies outside the root
+(the folder, or the manifest's folder) is rejected as ``path_outside_root`` unless
+``--allow_paths_outside_root``; object stores (``gs://``, ``s3://``) have no links,
+so their paths are compared as written.
 """
 
 from __future__ import annotations
@@ -59,6 +64,57 @@ def _normalise_root(root: str) -> str:
     return root if _has_scheme(root) else os.path.abspath(root)
 
 
+def list_local_files(root: str, allow_outside_root: bool = False) -> list[str]:
+    """Every path under the local folder ``root`` that is an input candidate, sorted.
+
+    Beam's local ``MatchFiles`` walks without following links, so it silently skips
+    folders that are symbolic links (and links whose target is missing). Here:
+
+    * files and links to files are listed, dangling links included (they become
+      ``path_outside_root`` or ``unreadable_file`` dead letters);
+    * each real folder is walked once, the real tree under ``root`` first, so a link
+      to a folder already walked (a second name inside the root, a cycle) adds
+      nothing: its files are listed once, under their real path;
+    * a linked folder whose real path is outside the root is listed itself, not
+      walked, so it becomes one ``path_outside_root`` dead letter and nothing outside
+      the root is read or named; with ``allow_outside_root`` it is walked;
+    * hidden folders (name starting with ``.``) are not walked: nothing in them is
+      an input.
+
+    Example:
+        >>> list_local_files("/data/images")  # doctest: +SKIP
+        ['/data/images/cat/1.png', '/data/images/cat/linked', '/data/images/dog/2.png']
+    """
+    real_root = os.path.realpath(root)
+    listed: list[str] = []
+    walked: set[str] = set()
+    pending = [root]  # Folders to walk, as reached: the root, then linked folders.
+    while pending:
+        top = pending.pop(0)
+        real_top = os.path.realpath(top)
+        if real_top in walked:
+            continue
+        if not allow_outside_root and not _inside(real_top, real_root):
+            listed.append(top)
+            continue
+        links: list[str] = []
+        for folder, subfolders, files in os.walk(top):
+            real_folder = os.path.realpath(folder)
+            walked.add(real_folder)
+            listed.extend(os.path.join(folder, name) for name in files)
+            real_subfolders = []
+            for name in sorted(subfolders):
+                if name.startswith("."):
+                    continue
+                if os.path.islink(os.path.join(folder, name)):
+                    links.append(os.path.join(folder, name))
+                elif os.path.join(real_folder, name) not in walked:
+                    real_subfolders.append(name)
+            subfolders[:] = real_subfolders  # os.walk descends only into these.
+        pending.extend(sorted(links))
+    return sorted(listed)
+
+
 def validate_label(label: Any) -> str | None:
     """Reason code if ``label`` is unusable as a class name, else None.
 
@@ -104,13 +160,43 @@ def detect_split_layout(root: str) -> bool:
     return False
 
 
-def record_from_folder_path(path: str, root: str, split_layout: bool
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def resolves_inside(path: str, root: str) -> bool:
+    """True if ``path`` lies under ``root`` once every symbolic link is followed.
+
+    Both sides go through ``os.path.realpath``, so a root that is itself reached
+    through a link (``/tmp`` is ``/private/tmp`` on macOS) still holds its files, and
+    a dangling link counts where it points. Paths with a scheme (``gs://``, ``s3://``)
+    are compared as written: object stores have no symbolic links.
+    """
+    if _has_scheme(path) or _has_scheme(root):
+        return _inside(path, root)
+    return _inside(os.path.realpath(path), os.path.realpath(root))
+
+
+def record_from_folder_path(path: str, root: str, split_layout: bool,
+                            allow_outside_root: bool = False
                             ) -> ImageRecord | Rejection | None:
-    """Turns one matched file into a record, a rejection, or None for hidden files."""
+    """Turns one listed path into a record, a rejection, or None for hidden files.
+
+    A path whose real path lies outside ``root`` (a symbolic link, or a file under a
+    linked folder, pointing elsewhere) is rejected as ``path_outside_root`` unless
+    ``allow_outside_root``: a folder must not make the job read files elsewhere by
+    accident. The key and uri stay the path as listed.
+    """
     relative = path[len(root):].lstrip("/\\").replace(os.sep, "/")
     parts = relative.split("/")
     if any(part.startswith(".") for part in parts):
         return None
+    if not allow_outside_root and not resolves_inside(path, root):
+        return Rejection(
+            key=relative, source=path, reason=dead_letters.PATH_OUTSIDE_ROOT,
+            message=f"{relative!r} is a symbolic link (or under one) that resolves outside "
+                    f"the input folder {root!r}; pass --allow_paths_outside_root to "
+                    f"read it.")
     split = None
     if split_layout and len(parts) > 1:
         split = splits.canonical_split(parts[0])
@@ -122,18 +208,15 @@ def record_from_folder_path(path: str, root: str, split_layout: bool
     return ImageRecord(key=relative, uri=path, label=parts[0], split=split)
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
                     allow_outside_root: bool = False) -> ImageRecord | Rejection:
     """Validates one manifest row (already parsed into a mapping).
 
     Paths are resolved against the manifest's folder (the input root). A path that
-    resolves outside it (``../``, an absolute path or a URI elsewhere) is rejected as
+    resolves outside it (``../``, an absolute path or a URI elsewhere, or a local path
+    whose real path leaves it through a symbolic link) is rejected as
     ``path_outside_root`` unless ``allow_outside_root``: a manifest must not make the
-    job read arbitrary files by accident.
+    job read arbitrary files by accident. The key and uri stay the path as written.
     """
     path = row.get(PATH_COLUMN)
     if not isinstance(path, str) or not path.strip():
@@ -148,11 +231,11 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
         uri = posixpath.normpath(posixpath.join(manifest_dir, key)) if not _has_scheme(
             manifest_dir) else f"{manifest_dir.rstrip('/')}/{key}"
     if not allow_outside_root and (key.startswith("../") or key == ".."
-                                   or not _inside(uri, manifest_dir)):
+                                   or not resolves_inside(uri, manifest_dir)):
         return Rejection(key=key, source=source, reason=dead_letters.PATH_OUTSIDE_ROOT,
                          message=f"{path!r} resolves outside the manifest's folder "
-                                 f"{manifest_dir!r}; pass --allow_paths_outside_root "
-                                 f"to read it.")
+                                 f"{manifest_dir!r} (symbolic links followed); pass "
+                                 f"--allow_paths_outside_root to read it.")
     label = row.get(LABEL_COLUMN)
     reason = validate_label(label)
     if reason is not None:
@@ -261,12 +344,14 @@ class _ParseManifestLine(beam.DoFn):
 
 
 class _FolderPathToRecord(beam.DoFn):
-    def __init__(self, root: str, split_layout: bool) -> None:
+    def __init__(self, root: str, split_layout: bool, allow_outside_root: bool) -> None:
         self._root = root
         self._split_layout = split_layout
+        self._allow_outside_root = allow_outside_root
 
     def process(self, path: str) -> Iterator[Any]:
-        result = record_from_folder_path(path, self._root, self._split_layout)
+        result = record_from_folder_path(path, self._root, self._split_layout,
+                                         self._allow_outside_root)
         if result is not None:
             yield from dead_letters.route(result)
 
@@ -315,12 +400,26 @@ class ReadImageRecords(beam.PTransform):
             root = _normalise_root(self._input)
             split_layout = detect_split_layout(root)
             # File paths are unique keys by construction.
+            if _has_scheme(root):
+                paths = (
+                    pbegin
+                    | "MatchImageFiles" >> fileio.MatchFiles(root + "/**")
+                    | "TakePaths" >> beam.Map(lambda metadata: metadata.path)
+                )
+            else:
+                # Local folders are listed by list_local_files: MatchFiles would skip
+                # linked folders without a trace.
+                paths = (
+                    pbegin
+                    | "StartListing" >> beam.Create([root])
+                    | "ListImageFiles" >> beam.FlatMap(
+                        list_local_files, allow_outside_root=self._allow_outside_root)
+                )
             listed = (
-                pbegin
-                | "MatchImageFiles" >> fileio.MatchFiles(root + "/**")
-                | "TakePaths" >> beam.Map(lambda metadata: metadata.path)
+                paths
                 | "PathsToRecords" >> beam.ParDo(
-                    _FolderPathToRecord(root, split_layout)).with_outputs(
+                    _FolderPathToRecord(root, split_layout,
+                                        self._allow_outside_root)).with_outputs(
                         REJECTED, main="records")
             )
             return listed.records, listed[REJECTED]

@@ -64,8 +64,10 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
                  "are rejected (unknown_label).")
         parser.add_argument(
             "--allow_paths_outside_root", action="store_true",
-            help="Let manifest paths resolve outside the manifest's folder (../, absolute "
-                 "paths, other URIs); rejected as path_outside_root otherwise.")
+            help="Read inputs that resolve outside the input root (the folder, or the "
+                 "manifest's folder): manifest paths with ../, absolute paths or other "
+                 "URIs, and local files or folders whose symbolic links lead outside the "
+                 "root. Rejected as path_outside_root otherwise.")
 
 
 @dataclasses.dataclass(frozen=True)

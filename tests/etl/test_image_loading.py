@@ -29,10 +29,16 @@ def test_validate_image_bytes_empty():
         "empty_file", "File is empty (0 bytes).")
 
 
-def test_validate_image_bytes_garbage_is_unsupported_format():
-    assert image_loading.validate_image_bytes(b"this is not an image") == (
+@pytest.mark.parametrize("data", [
+    b"this is not an image",
+    b"root:x:0:0:root:/root:/bin/bash\n",
+    bytes(range(256)),
+])
+def test_validate_image_bytes_unsupported_format_message_quotes_no_content(data):
+    # The same fixed text whatever the bytes: a dead letter never carries the file.
+    assert image_loading.validate_image_bytes(data) == (
         "unsupported_format",
-        "Not a JPEG, PNG, GIF, BMP or WebP file (starts with b'this is ').")
+        "No known image signature: not a JPEG, PNG, GIF, BMP or WebP file.")
 
 
 def test_validate_image_bytes_truncated_jpeg_is_undecodable():

@@ -80,6 +80,180 @@ def test_record_from_folder_path_hidden_split_entries_are_skipped():
         f"{ROOT}/train/.cat/1.png", ROOT, True) is None
 
 
+# --- symbolic links: the real path must stay inside the root --------------------------
+
+@pytest.fixture()
+def linked_tree(tmp_path):
+    """``in/`` (the root: cat/1.png, dog/2.png) next to ``secret/passwd``."""
+    for name in ("in/cat", "in/dog", "secret"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "in/cat/1.png").write_bytes(b"png")
+    (tmp_path / "in/dog/2.png").write_bytes(b"png")
+    (tmp_path / "secret/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    return tmp_path
+
+
+def _link(tree, name: str, target: str) -> None:
+    (tree / name).symlink_to(tree / target)
+
+
+def _assert_outside(result, key: str, source: str) -> None:
+    assert isinstance(result, Rejection)
+    assert (result.key, result.source, result.reason) == (key, source, "path_outside_root")
+    assert "--allow_paths_outside_root" in result.message
+    assert "root:x" not in result.message
+
+
+def test_record_from_folder_path_symlink_to_file_outside_root_is_path_outside_root(
+        linked_tree):
+    _link(linked_tree, "in/cat/evil.jpg", "secret/passwd")
+    root = str(linked_tree / "in")
+    result = image_sources.record_from_folder_path(f"{root}/cat/evil.jpg", root, False)
+    _assert_outside(result, "cat/evil.jpg", f"{root}/cat/evil.jpg")
+
+
+def test_record_from_folder_path_symlink_outside_root_is_read_when_allowed(linked_tree):
+    _link(linked_tree, "in/cat/evil.jpg", "secret/passwd")
+    root = str(linked_tree / "in")
+    record = image_sources.record_from_folder_path(f"{root}/cat/evil.jpg", root, False,
+                                                   allow_outside_root=True)
+    assert record == ImageRecord(key="cat/evil.jpg", uri=f"{root}/cat/evil.jpg",
+                                 label="cat", split=None)
+
+
+def test_record_from_folder_path_file_under_symlinked_folder_outside_root_is_rejected(
+        linked_tree):
+    _link(linked_tree, "in/cat/linked", "secret")
+    root = str(linked_tree / "in")
+    for relative in ("cat/linked/passwd", "cat/linked"):
+        result = image_sources.record_from_folder_path(f"{root}/{relative}", root, False)
+        _assert_outside(result, relative, f"{root}/{relative}")
+
+
+def test_record_from_folder_path_symlink_chain_ending_inside_root_is_accepted(
+        linked_tree):
+    # in/cat/alias.png -> hop.png (outside the root) -> in/dog/2.png
+    _link(linked_tree, "hop.png", "in/dog/2.png")
+    _link(linked_tree, "in/cat/alias.png", "hop.png")
+    root = str(linked_tree / "in")
+    record = image_sources.record_from_folder_path(f"{root}/cat/alias.png", root, False)
+    assert record == ImageRecord(key="cat/alias.png", uri=f"{root}/cat/alias.png",
+                                 label="cat", split=None)
+
+
+def test_record_from_folder_path_symlink_chain_ending_outside_root_is_rejected(
+        linked_tree):
+    # in/cat/a.png -> in/dog/b.png (inside the root) -> secret/passwd
+    _link(linked_tree, "in/dog/b.png", "secret/passwd")
+    _link(linked_tree, "in/cat/a.png", "in/dog/b.png")
+    root = str(linked_tree / "in")
+    result = image_sources.record_from_folder_path(f"{root}/cat/a.png", root, False)
+    _assert_outside(result, "cat/a.png", f"{root}/cat/a.png")
+
+
+def test_record_from_folder_path_dangling_symlink_outside_root_is_rejected(linked_tree):
+    _link(linked_tree, "in/cat/gone.png", "secret/missing.png")
+    root = str(linked_tree / "in")
+    result = image_sources.record_from_folder_path(f"{root}/cat/gone.png", root, False)
+    _assert_outside(result, "cat/gone.png", f"{root}/cat/gone.png")
+
+
+def test_record_from_folder_path_root_reached_through_a_symlink_holds_its_files(
+        linked_tree):
+    # Like /tmp on macOS (a link to /private/tmp): keys and uris stay as listed.
+    _link(linked_tree, "via", "in")
+    root = str(linked_tree / "via")
+    record = image_sources.record_from_folder_path(f"{root}/cat/1.png", root, False)
+    assert record == ImageRecord(key="cat/1.png", uri=f"{root}/cat/1.png", label="cat",
+                                 split=None)
+
+
+def test_record_from_row_rejects_symlink_leaving_the_manifest_folder(linked_tree):
+    _link(linked_tree, "in/cat/evil.jpg", "secret/passwd")
+    manifest_dir = str(linked_tree / "in")
+    result = image_sources.record_from_row({"path": "cat/evil.jpg", "label": "cat"},
+                                           manifest_dir, SOURCE)
+    _assert_outside(result, "cat/evil.jpg", SOURCE)
+
+
+def test_record_from_row_reads_symlink_leaving_the_manifest_folder_when_allowed(
+        linked_tree):
+    _link(linked_tree, "in/cat/evil.jpg", "secret/passwd")
+    manifest_dir = str(linked_tree / "in")
+    record = image_sources.record_from_row({"path": "cat/evil.jpg", "label": "cat"},
+                                           manifest_dir, SOURCE, allow_outside_root=True)
+    assert record == ImageRecord(key="cat/evil.jpg", uri=f"{manifest_dir}/cat/evil.jpg",
+                                 label="cat", split=None)
+
+
+def test_record_from_row_accepts_symlink_chain_ending_inside_the_manifest_folder(
+        linked_tree):
+    _link(linked_tree, "hop.png", "in/dog/2.png")
+    _link(linked_tree, "in/cat/alias.png", "hop.png")
+    manifest_dir = str(linked_tree / "in")
+    record = image_sources.record_from_row({"path": "cat/alias.png", "label": "cat"},
+                                           manifest_dir, SOURCE)
+    assert record == ImageRecord(key="cat/alias.png", uri=f"{manifest_dir}/cat/alias.png",
+                                 label="cat", split=None)
+
+
+@pytest.mark.parametrize(("path", "root", "expected"), [
+    ("gs://bucket/in/cat/1.png", "gs://bucket/in", True),
+    ("gs://bucket/in2/cat/1.png", "gs://bucket/in", False),
+    ("s3://bucket/other/1.png", "s3://bucket/in", False),
+])
+def test_resolves_inside_compares_object_store_uris_as_written(path, root, expected):
+    assert image_sources.resolves_inside(path, root) is expected
+
+
+# --- list_local_files -----------------------------------------------------------------
+
+def _relative_listing(tree, **kwargs) -> list[str]:
+    root = str(tree / "in")
+    return [path[len(root) + 1:] for path in image_sources.list_local_files(root, **kwargs)]
+
+
+def test_list_local_files_lists_files_and_links_to_files_dangling_included(linked_tree):
+    _link(linked_tree, "in/cat/evil.jpg", "secret/passwd")
+    _link(linked_tree, "in/dog/gone.png", "secret/missing.png")
+    assert _relative_listing(linked_tree) == [
+        "cat/1.png", "cat/evil.jpg", "dog/2.png", "dog/gone.png"]
+
+
+def test_list_local_files_lists_a_folder_linked_outside_the_root_without_walking_it(
+        linked_tree):
+    _link(linked_tree, "in/cat/linked", "secret")
+    assert _relative_listing(linked_tree) == ["cat/1.png", "cat/linked", "dog/2.png"]
+
+
+def test_list_local_files_walks_a_folder_linked_outside_the_root_when_allowed(
+        linked_tree):
+    _link(linked_tree, "in/cat/linked", "secret")
+    assert _relative_listing(linked_tree, allow_outside_root=True) == [
+        "cat/1.png", "cat/linked/passwd", "dog/2.png"]
+
+
+def test_list_local_files_lists_files_under_a_second_name_once(linked_tree):
+    _link(linked_tree, "in/dog/alias", "in/cat")   # a second name for cat/
+    _link(linked_tree, "in/cat/loop", "in")        # a cycle back to the root
+    assert _relative_listing(linked_tree) == ["cat/1.png", "dog/2.png"]
+
+
+def test_list_local_files_cycle_through_an_outside_folder_ends_when_allowed(linked_tree):
+    # in/cat/up -> the root's parent, which holds in/ again: walked once, not forever.
+    _link(linked_tree, "in/cat/up", ".")
+    assert _relative_listing(linked_tree, allow_outside_root=True) == [
+        "cat/1.png", "cat/up/secret/passwd", "dog/2.png"]
+
+
+def test_list_local_files_does_not_walk_hidden_folders(linked_tree):
+    (linked_tree / "in/cat/.thumbs").mkdir()
+    (linked_tree / "in/cat/.thumbs/1.png").write_bytes(b"png")
+    _link(linked_tree, "in/.cache", "secret")
+    assert _relative_listing(linked_tree, allow_outside_root=True) == [
+        "cat/1.png", "dog/2.png"]
+
+
 # --- detect_split_layout --------------------------------------------------------------
 
 def test_detect_split_layout_true_when_all_folders_are_splits(tmp_path):

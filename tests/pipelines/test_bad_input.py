@@ -121,6 +121,30 @@ def test_allow_paths_outside_root(small_folder, tmp_path):
     assert manifest["inputs"] == len(good) + 1
 
 
+def test_symlink_out_of_the_folder_is_path_outside_root_and_never_quoted(small_folder,
+                                                                        tmp_path):
+    root, good = small_folder
+    secret = b"root:x:0:0:SECRET-7f3a9c:/root:/bin/bash\n"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "passwd").write_bytes(secret)
+    shutil.copy(os.path.join(root, good[0].key), elsewhere / "x.png")
+    os.symlink(elsewhere / "passwd", os.path.join(root, "cat", "evil.jpg"))
+    os.symlink(elsewhere, os.path.join(root, "dog", "linked"))  # a folder: one rejection
+    out = str(tmp_path / "out")
+    manifest = run_images_job(root, out)
+    assert manifest["inputs"] == len(good) + 2
+    assert manifest["rejected"]["by_reason"] == {"path_outside_root": 2}
+    assert rejected_reasons(out) == {"cat/evil.jpg": "path_outside_root",
+                                     "dog/linked": "path_outside_root"}
+    with open(os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME),
+              "rb") as f:
+        dead_letters = f.read()
+    # No 6-byte run of the target file reaches the shared dead letters.
+    assert not [secret[i:i + 6] for i in range(len(secret) - 5)
+                if secret[i:i + 6] in dead_letters]
+
+
 def test_decompression_bomb_and_oversized_file_are_refused(small_folder, tmp_path):
     root, good = small_folder
     # 12000 x 12000 pixels declared; a few hundred KB on disk.
