@@ -7,20 +7,61 @@ many rejected inputs, never becomes visible to readers.
 
 from __future__ import annotations
 
+import json
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
 from etl import contract
+from etl.atomic_files import write_text_atomically
 
 DEFAULT_MAX_ERROR_FRACTION = 0.1
+# Written instead of the manifest when a check withholds the dataset, so the launcher
+# (and a user looking at the output directory) learns why, whatever the runner.
+FAILURE_FILENAME = "failure.json"
 
 
-class ReconciliationError(RuntimeError):
+class WithheldError(RuntimeError):
+    """The job ran, but a check refused to publish its dataset (no manifest)."""
+
+
+class ReconciliationError(WithheldError):
     """Inputs ≠ written + rejected: something was dropped or duplicated silently."""
 
 
-class TooManyRejectionsError(RuntimeError):
+class TooManyRejectionsError(WithheldError):
     """The rejected fraction exceeds ``--max_error_fraction``."""
+
+
+class EmptyTrainSplitError(WithheldError, ValueError):
+    """The job produced no train examples."""
+
+
+_WITHHELD_ERRORS = {cls.__name__: cls for cls in (
+    ReconciliationError, TooManyRejectionsError, EmptyTrainSplitError)}
+
+
+def failure_path(output_dir: str) -> str:
+    return posixpath.join(output_dir, contract.ERRORS_DIRNAME, FAILURE_FILENAME)
+
+
+def write_failure(output_dir: str, error: WithheldError) -> None:
+    """Records why the dataset was withheld: ``errors/failure.json``."""
+    write_text_atomically(failure_path(output_dir), json.dumps(
+        {"error": type(error).__name__, "message": str(error)}, sort_keys=True) + "\n")
+
+
+def read_failure(output_dir: str) -> WithheldError | None:
+    """The error :func:`write_failure` recorded in ``output_dir``, rebuilt with its
+    type, or None if the dataset was not withheld by a check."""
+    import tensorflow as tf
+
+    path = failure_path(output_dir)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "r") as f:
+        record = json.loads(f.read())
+    return _WITHHELD_ERRORS.get(record["error"], WithheldError)(record["message"])
 
 
 def _written(manifest: Mapping[str, Any]) -> int:

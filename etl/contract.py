@@ -35,6 +35,12 @@ VALIDATION = "validation"
 TEST = "test"
 SPLITS: tuple[str, ...] = (TRAIN, VALIDATION, TEST)
 
+# Raw feature keys of the image job: the input of its preprocessing_fn and of the
+# exported transform_fn (serving feeds the same three).
+RAW_IMAGE_KEY = "image"
+RAW_LABEL_KEY = "label"
+RAW_SOURCE_KEY = "key"
+
 # Feature keys of the stored image examples (see docs/FORMAT.md).
 IMAGE_KEY = "image"
 HEIGHT_KEY = "height"

@@ -11,6 +11,7 @@ from typing import Any
 import apache_beam as beam
 
 from etl import contract, hashing
+from etl.atomic_files import atomic_path, write_text_atomically
 
 # Stable reason codes. They appear in errors/rejected.jsonl, the manifest and the
 # Beam counters, so they are part of the contract: add new ones, never rename.
@@ -149,15 +150,11 @@ class SummarizeRejections(beam.CombineFn):
 
 def _write_part(element: tuple[int, Iterable[Rejection]], parts_dir: str) -> tuple[int, str]:
     """Writes one part, sorted by key, under a temporary name; returns (index, path)."""
-    import tensorflow as tf
 
     index, rejections = element
     path = posixpath.join(parts_dir, f"part-{index:05d}.jsonl")
-    tf.io.gfile.makedirs(parts_dir)
     ordered = sorted(rejections, key=_sort_key)
-    with tf.io.gfile.GFile(path + ".incomplete", "w") as f:
-        f.write("".join(rejection.to_json() + "\n" for rejection in ordered))
-    tf.io.gfile.rename(path + ".incomplete", path, overwrite=True)
+    write_text_atomically(path, "".join(rejection.to_json() + "\n" for rejection in ordered))
     return index, path
 
 
@@ -167,15 +164,12 @@ def _concatenate_parts(parts: list[tuple[int, str]], path: str, parts_dir: str,
     ``summary``. With no rejection there is no part, and the file is empty."""
     import tensorflow as tf
 
-    tmp_path = path + ".incomplete"
-    tf.io.gfile.makedirs(posixpath.dirname(path))
-    with tf.io.gfile.GFile(tmp_path, "wb") as out:
+    with atomic_path(path) as tmp_path, tf.io.gfile.GFile(tmp_path, "wb") as out:
         out.write(b"")  # GFile creates the file on first write, even an empty one.
         for _, part in sorted(parts):
             with tf.io.gfile.GFile(part, "rb") as f:
                 while chunk := f.read(8 * 1024 * 1024):
                     out.write(chunk)
-    tf.io.gfile.rename(tmp_path, path, overwrite=True)
     if tf.io.gfile.exists(parts_dir):
         tf.io.gfile.rmtree(parts_dir)
     return summary

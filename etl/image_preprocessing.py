@@ -1,8 +1,8 @@
 """tf.Transform preprocessing for images: the ``preprocessing_fn`` and its config.
 
-Analyzers (the label vocabulary) are fit on the train split only by the pipeline;
-the exported ``transform_fn`` then applies the identical graph to every split and,
-at serving time, to raw image bytes.
+Analyzers (the label vocabulary) are fit on the train split's labels only; the
+exported ``transform_fn`` is then what the job applies to every image of every split
+(``etl/image_shards.py``) and what serving applies to raw image bytes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from etl import contract, image_codec
-from etl.image_loading import RAW_IMAGE_KEY, RAW_LABEL_KEY, RAW_SOURCE_KEY
+from etl.contract import RAW_IMAGE_KEY, RAW_LABEL_KEY, RAW_SOURCE_KEY
 
 RAW_FEATURE_SPEC: dict[str, tf.io.FixedLenFeature] = {
     RAW_IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),

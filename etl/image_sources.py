@@ -115,6 +115,21 @@ def list_local_files(root: str, allow_outside_root: bool = False) -> list[str]:
     return sorted(listed)
 
 
+def assign_split(record: ImageRecord, fractions: splits.SplitFractions,
+                 allowed_labels: frozenset[str] | None = None) -> ImageRecord | Rejection:
+    """The record with its split decided, or an ``unknown_label`` rejection.
+
+    An explicit split (folder or column) wins; otherwise a stable hash of the key
+    decides. From here on the split travels on the record itself.
+    """
+    if allowed_labels is not None and record.label not in allowed_labels:
+        return Rejection(key=record.key, source=record.uri, reason=dead_letters.UNKNOWN_LABEL,
+                         message=f"Label {record.label!r} is not in --label_vocabulary.")
+    if record.split is not None:
+        return record
+    return dataclasses.replace(record, split=splits.assign_split(record.key, fractions))
+
+
 def validate_label(label: Any) -> str | None:
     """Reason code if ``label`` is unusable as a class name, else None.
 

@@ -15,11 +15,9 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl import contract
-
-
-class EmptyTrainSplitError(ValueError):
-    """Raised when a job produced no train examples."""
+from etl import accounting, contract, fault_injection
+from etl.accounting import EmptyTrainSplitError
+from etl.atomic_files import write_text_atomically
 
 
 def library_versions() -> dict[str, str]:
@@ -135,8 +133,6 @@ def _write_manifest(unused: None, *, output_dir: str, name: str, kind: str, task
                     extras: list[Mapping[str, Any]],
                     describe_transform: TransformDescriber | None,
                     check: ManifestCheck | None) -> str:
-    import tensorflow as tf
-
     del unused, transform_written  # Only ordering: the transform output is final.
     features, vocab, transform_output = _read_transform_output(output_dir, task)
     extra: dict[str, Any] = {}
@@ -147,17 +143,19 @@ def _write_manifest(unused: None, *, output_dir: str, name: str, kind: str, task
         extra.update(entry)
     if describe_transform is not None:
         extra.update(describe_transform(transform_output))
-    manifest = build_manifest(
-        name=name, kind=kind, task=task, shards=shards, label_counts=label_counts,
-        rejected=rejected, features=features, label_vocab=vocab,
-        preprocessing=preprocessing, versions=library_versions(), extra=extra)
-    if check is not None:
-        check(manifest)  # Raises to withhold the manifest (accounting, error rate).
+    try:
+        manifest = build_manifest(
+            name=name, kind=kind, task=task, shards=shards, label_counts=label_counts,
+            rejected=rejected, features=features, label_vocab=vocab,
+            preprocessing=preprocessing, versions=library_versions(), extra=extra)
+        if check is not None:
+            check(manifest)  # Raises to withhold the manifest (accounting, error rate).
+    except accounting.WithheldError as e:
+        accounting.write_failure(output_dir, e)
+        raise
     path = os.path.join(output_dir, contract.MANIFEST_FILENAME)
-    tmp_path = path + ".incomplete"
-    with tf.io.gfile.GFile(tmp_path, "w") as f:
-        f.write(contract.dumps_manifest(manifest))
-    tf.io.gfile.rename(tmp_path, path, overwrite=True)
+    fault_injection.pause_point(fault_injection.MANIFEST_WRITING)
+    write_text_atomically(path, contract.dumps_manifest(manifest))
     return path
 
 

@@ -1,16 +1,18 @@
-"""Deterministic sharding: (split, key, serialized example) → GZIP TFRecord shard files.
+"""Deterministic sharding: shard plans, shard files, and the finalize step both jobs end with.
 
 Why not ``beam.io.WriteToTFRecord(num_shards=N)``: it assigns records to shards at
 random, so reruns give different files. Here everything derives from the key:
 
-1. per split, the shard count comes from ``--num_shards`` or the total serialized
-   bytes divided by the target shard size, and never exceeds the record count;
+1. per split, the shard count comes from ``--num_shards`` or the split's (estimated)
+   serialized bytes divided by the target shard size, and never exceeds the record
+   count;
 2. a record's shard is ``stable_hash64(key, "shard") % num_shards``;
 3. inside a shard, records are ordered by ``(stable_hash64(key, "order"), key)``;
-4. shard ids that received no record are dropped and the rest renumbered in order,
-   so no file is ever empty and names stay ``-SSSSS-of-NNNNN`` contiguous.
-
-A shard's records are gathered on one worker (one shard at a time, ~target size).
+4. each shard is written whole by one worker under a *pending* name
+   (``<split>/<name>-<split>-pending-SSSSS.tfrecord.gz``, itself written under a
+   temporary name first); ``FinalizeShards`` then drops the shards that ended with
+   no record (all rejected, or no key hashed there) and renames the rest to their
+   contiguous final names ``-SSSSS-of-NNNNN``, so no file is ever empty.
 
 Files are GZIP (zlib) streams at ``gzip_level`` 0-9. The default, zlib's own 6,
 shrinks raw pixels and time-series floats several-fold but JPEG/PNG records only by
@@ -21,13 +23,14 @@ shrinks raw pixels and time-series floats several-fold but JPEG/PNG records only
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Iterable, Iterator
+import posixpath
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import apache_beam as beam
 
-from etl import contract, hashing
+from etl import contract, fault_injection, hashing
+from etl.atomic_files import INCOMPLETE_SUFFIX
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
 DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
@@ -87,6 +90,130 @@ def order_in_shard(key: str) -> int:
     return hashing.stable_hash64(key, hashing.ORDER_SALT)
 
 
+def shard_sort_key(key: str) -> tuple[int, str]:
+    """Total order of records inside a shard: ``(order hash, key)``."""
+    return order_in_shard(key), key
+
+
+def pending_relpath(name: str, split: str, shard: int) -> str:
+    """Where a written shard waits for its final index (relative to the output dir)."""
+    return f"{split}/{name}-{split}-pending-{shard:05d}{contract.SHARD_SUFFIX}"
+
+
+class ShardWriter:
+    """Writes one shard's records, in the order given, as a GZIP TFRecord file.
+
+    Use as a context manager: the file is written under a temporary name and renamed
+    to ``path`` only when the block ends without an error; with no record written it
+    is not kept at all (``num_records`` 0, ``sha256`` None). The sha256 and size are
+    those of the final file's bytes.
+    """
+
+    def __init__(self, path: str, gzip_level: int) -> None:
+        self.path = path
+        self._gzip_level = check_gzip_level(gzip_level)
+        self.num_records = 0
+        self.num_bytes = 0
+        self.sha256: str | None = None
+
+    def __enter__(self) -> ShardWriter:
+        import tensorflow as tf
+
+        self._tmp_path = self.path + INCOMPLETE_SUFFIX
+        tf.io.gfile.makedirs(posixpath.dirname(self.path))
+        options = tf.io.TFRecordOptions(compression_type=contract.COMPRESSION,
+                                        compression_level=self._gzip_level)
+        self._writer = tf.io.TFRecordWriter(self._tmp_path, options)
+        return self
+
+    def write(self, serialized: bytes) -> None:
+        self._writer.write(serialized)
+        self.num_records += 1
+        if self.num_records == 1:
+            fault_injection.pause_point(fault_injection.SHARD_WRITING)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        import tensorflow as tf
+
+        self._writer.close()
+        if exc_type is not None or self.num_records == 0:
+            tf.io.gfile.remove(self._tmp_path)
+            return
+        self.num_bytes = tf.io.gfile.stat(self._tmp_path).length
+        self.sha256 = contract.sha256_of_file(self._tmp_path)
+        tf.io.gfile.rename(self._tmp_path, self.path, overwrite=True)
+        fault_injection.pause_point(fault_injection.SHARD_WRITTEN)
+
+
+def shard_result(split: str, shard: int, relpath: str | None, writer: ShardWriter,
+                 **extra: Any) -> dict[str, Any]:
+    """The small record a shard writer hands to ``FinalizeShards``."""
+    return {"split": split, "shard": shard, "path": relpath if writer.num_records else None,
+            "num_records": writer.num_records, "num_bytes": writer.num_bytes,
+            "sha256": writer.sha256, **extra}
+
+
+def finalize_shards(results: Iterable[Mapping[str, Any]], output_dir: str, name: str
+                    ) -> list[dict[str, Any]]:
+    """Renames every non-empty pending shard to its contiguous final name.
+
+    Per split, the non-empty shards keep the order of their provisional ids and are
+    numbered ``0 .. n-1`` of ``n``; empty ones have no file and are dropped.
+
+    Returns:
+        Manifest shard entries ``{"split", "index", "path", "num_records",
+        "num_bytes", "sha256"}`` in (split, index) order.
+
+    Raises:
+        ValueError: if two results claim the same (split, shard).
+    """
+    import tensorflow as tf
+
+    by_split: dict[str, list[Mapping[str, Any]]] = {}
+    seen: set[tuple[str, int]] = set()
+    for result in results:
+        ident = (result["split"], result["shard"])
+        if ident in seen:
+            raise ValueError(f"Shard {ident} was written twice.")
+        seen.add(ident)
+        if result["num_records"]:
+            by_split.setdefault(result["split"], []).append(result)
+    entries = []
+    for split in contract.SPLITS:
+        written = sorted(by_split.get(split, []), key=lambda r: r["shard"])
+        for index, result in enumerate(written):
+            relpath = contract.shard_relpath(name, split, index, len(written))
+            tf.io.gfile.rename(posixpath.join(output_dir, result["path"]),
+                               posixpath.join(output_dir, relpath), overwrite=True)
+            entries.append({"split": split, "index": index, "path": relpath,
+                            "num_records": result["num_records"],
+                            "num_bytes": result["num_bytes"], "sha256": result["sha256"]})
+    return entries
+
+
+class FinalizeShards(beam.PTransform):
+    """Shard results (small dicts from a shard writer) → final manifest shard entries.
+
+    Runs once, on one worker, after every shard is written: the files are only
+    renamed, never read or copied.
+    """
+
+    def __init__(self, output_dir: str, name: str) -> None:
+        super().__init__()
+        self._output_dir = output_dir
+        self._name = name
+
+    def expand(self, results: beam.PCollection) -> beam.PCollection:
+        return (
+            results
+            | "GatherShardResults" >> beam.combiners.ToList()
+            | "RenameShards" >> beam.FlatMap(finalize_shards, output_dir=self._output_dir,
+                                             name=self._name)
+        )
+
+
+# --- Writing already-serialized examples (the time-series job) ---------------------
+
 def _split_sizes(example: KeyedExample) -> tuple[str, tuple[int, int]]:
     return example.split, (1, len(example.serialized))
 
@@ -113,42 +240,16 @@ def _assign_shard(example: KeyedExample, num_shards_by_split: dict[str, int]
                                      example.serialized)
 
 
-class _WriteShardFile(beam.DoFn):
-    """Writes one shard (all its records, sorted) and returns its manifest entry."""
-
-    def __init__(self, output_dir: str, name: str, gzip_level: int) -> None:
-        self._output_dir = output_dir
-        self._name = name
-        self._gzip_level = gzip_level
-
-    def process(self, element: tuple[tuple[str, int], Iterable[tuple[int, str, bytes]]],
-                occupied: list[tuple[str, int]]) -> Iterator[dict[str, Any]]:
-        import tensorflow as tf
-
-        (split, shard_id), records = element
-        # Renumber the non-empty provisional shard ids of this split contiguously.
-        split_ids = sorted(s for sp, s in occupied if sp == split)
-        index, num_shards = split_ids.index(shard_id), len(split_ids)
-        relpath = contract.shard_relpath(self._name, split, index, num_shards)
-        path = os.path.join(self._output_dir, relpath)
-        ordered = sorted(records)  # (order, key, serialized): total, deterministic.
-        tf.io.gfile.makedirs(os.path.dirname(path))
-        tmp_path = path + ".incomplete"
-        options = tf.io.TFRecordOptions(compression_type=contract.COMPRESSION,
-                                        compression_level=self._gzip_level)
-        with tf.io.TFRecordWriter(tmp_path, options) as writer:
-            for _, _, serialized in ordered:
-                writer.write(serialized)
-        tf.io.gfile.rename(tmp_path, path, overwrite=True)
-        beam.metrics.Metrics.counter("etl", f"records_written_{split}").inc(len(ordered))
-        yield {
-            "split": split,
-            "index": index,
-            "path": relpath,
-            "num_records": len(ordered),
-            "num_bytes": tf.io.gfile.stat(path).length,
-            "sha256": contract.sha256_of_file(path),
-        }
+def _write_pending_shard(element: tuple[tuple[str, int], Iterable[tuple[int, str, bytes]]],
+                         output_dir: str, name: str, gzip_level: int
+                         ) -> Iterator[dict[str, Any]]:
+    (split, shard), records = element
+    relpath = pending_relpath(name, split, shard)
+    with ShardWriter(posixpath.join(output_dir, relpath), gzip_level) as writer:
+        for _, _, serialized in sorted(records):  # (order, key, ...): total order
+            writer.write(serialized)
+    beam.metrics.Metrics.counter("etl", f"records_written_{split}").inc(writer.num_records)
+    yield shard_result(split, shard, relpath, writer)
 
 
 class WriteShards(beam.PTransform):
@@ -180,18 +281,14 @@ class WriteShards(beam.PTransform):
                 _plan_split, target_shard_bytes=self._target_shard_bytes,
                 num_shards=self._num_shards)
         )
-        # ((split, provisional shard), (order, key, serialized))
-        placed = examples | "AssignShards" >> beam.Map(
-            _assign_shard, num_shards_by_split=beam.pvalue.AsDict(num_shards_by_split))
-        occupied = (
-            placed
-            | "ShardIds" >> beam.Keys()
-            | "DistinctShardIds" >> beam.Distinct()
-        )
         return (
-            placed
+            examples
+            # ((split, provisional shard), (order, key, serialized))
+            | "AssignShards" >> beam.Map(
+                _assign_shard, num_shards_by_split=beam.pvalue.AsDict(num_shards_by_split))
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShardFiles" >> beam.ParDo(
-                _WriteShardFile(self._output_dir, self._name, self._gzip_level),
-                occupied=beam.pvalue.AsList(occupied))
+            | "WriteShardFiles" >> beam.FlatMap(
+                _write_pending_shard, output_dir=self._output_dir, name=self._name,
+                gzip_level=self._gzip_level)
+            | "FinalizeShards" >> FinalizeShards(self._output_dir, self._name)
         )

@@ -134,7 +134,7 @@ class _ToRecordBatches(beam.DoFn):
     bytes, each tagged with the split."""
 
     def __init__(self, builder: RecordBatchBuilder, max_rows: int, max_bytes: int,
-                 split: str) -> None:
+                 split: str | None) -> None:
         self._builder = builder
         self._split = split
         self._max_rows = max_rows
@@ -185,6 +185,70 @@ def serialize_record_batch(transformed: tuple[pa.RecordBatch, Any]
         yield KeyedExample(split[0].decode(),
                            key.decode("utf-8") if isinstance(key, bytes) else key,
                            example.SerializeToString(deterministic=True))
+
+
+def _example_tfxio(raw_feature_spec: Mapping[str, Any]) -> Any:
+    from tfx_bsl.tfxio import tf_example_record
+
+    metadata = dataset_metadata.DatasetMetadata.from_feature_spec(dict(raw_feature_spec))
+    return tf_example_record.TFExampleBeamRecord(
+        physical_format="inmem", telemetry_descriptors=["etl"], schema=metadata.schema)
+
+
+def analyze_input_columns(preprocessing_fn: Callable[[dict], dict],
+                          raw_feature_spec: Mapping[str, Any]) -> list[str]:
+    """The raw features ``preprocessing_fn``'s analyzers read (sorted), found by
+    tracing it (``tft.get_analyze_input_columns``)."""
+    import tensorflow_transform as tft
+
+    type_specs = _example_tfxio(raw_feature_spec).TensorAdapter().OriginalTypeSpecs()
+    return sorted(tft.get_analyze_input_columns(preprocessing_fn, type_specs))
+
+
+class AnalyzeAndWriteTransformFn(beam.PTransform):
+    """Fits ``preprocessing_fn``'s analyzers on instances holding only their input
+    columns, and writes ``transform_fn/`` and ``transformed_metadata/``.
+
+    The analysis reads only the columns its analyzers need
+    (:attr:`analyze_columns`): the input PCollection's instance dicts hold just
+    those, and tf.Transform traces ``preprocessing_fn`` with the full raw spec kept
+    as the ``TensorAdapterConfig``'s ``original_type_specs``, the way TFX's
+    Transform executor projects its input. So bulk columns that no analyzer reads
+    (encoded images) never cross a stage boundary into the analysis.
+
+    Output: the PCollection ``tft_beam.WriteTransformFn`` returns once the
+    transform output is final under ``output_dir``.
+    """
+
+    def __init__(self, preprocessing_fn: Callable[[dict], dict],
+                 raw_feature_spec: Mapping[str, Any], output_dir: str,
+                 temp_dir: str) -> None:
+        super().__init__()
+        self._preprocessing_fn = preprocessing_fn
+        self._raw_feature_spec = dict(raw_feature_spec)
+        self._output_dir = output_dir
+        self._temp_dir = temp_dir
+        self.analyze_columns = analyze_input_columns(preprocessing_fn, raw_feature_spec)
+
+    def expand(self, instances: beam.PCollection) -> Any:
+        from tfx_bsl.tfxio import tensor_adapter
+
+        tfxio = _example_tfxio(self._raw_feature_spec)
+        projected = tfxio.Project(self.analyze_columns)
+        builder = RecordBatchBuilder(
+            {name: self._raw_feature_spec[name] for name in self.analyze_columns},
+            projected.ArrowSchema())
+        config = tensor_adapter.TensorAdapterConfig(
+            projected.ArrowSchema(), projected.TensorRepresentations(),
+            original_type_specs=tfxio.TensorAdapter().OriginalTypeSpecs())
+        with tft_beam.Context(temp_dir=self._temp_dir):
+            max_rows = tft_beam.Context.get_desired_batch_size() or MAX_BATCH_ROWS
+            batches = instances | "ToRecordBatches" >> beam.ParDo(
+                _ToRecordBatches(builder, max_rows, MAX_BATCH_BYTES, split=None))
+            transform_fn = (batches, config) | "AnalyzeTrain" >> tft_beam.AnalyzeDataset(
+                self._preprocessing_fn)
+            return transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
+                self._output_dir)
 
 
 class AnalyzeAndTransform(beam.PTransform):

@@ -161,7 +161,15 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
     prepare_output_dir(job.output.output_dir, job.output.overwrite)
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, job)
-    runner_defaults.run_to_completion(pipeline)
+    try:
+        runner_defaults.run_to_completion(pipeline)
+    except Exception as e:
+        # Every runner reports a failed step in its own words; a withheld dataset
+        # is recognised by the record the manifest step left, with its type.
+        withheld = accounting.read_failure(job.output.output_dir)
+        if withheld is not None:
+            raise withheld from e
+        raise
     elapsed = time.monotonic() - started
     runner_defaults.remove_temp_dir(job.output.tft_temp_dir)
     manifest = load_manifest(job.output.output_dir)
@@ -171,17 +179,10 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
 
 def main(run: Callable[[Sequence[str]], Any]) -> None:
     """Console entry: quiet logs; option errors and withheld datasets (too many
-    rejections, counts that do not reconcile) as one line instead of a trace."""
+    rejections, counts that do not reconcile, no train examples) as one line
+    instead of a trace."""
     logging.getLogger().setLevel(logging.WARNING)
     try:
         run(sys.argv[1:])
-    except ValueError as e:
+    except (ValueError, accounting.WithheldError) as e:
         sys.exit(f"error: {e}")
-    except RuntimeError as e:
-        text = str(e)
-        for error in (accounting.TooManyRejectionsError, accounting.ReconciliationError):
-            # Runners re-raise our error or wrap it; keep the sentence that explains it.
-            if isinstance(e, error) or f"{error.__name__}: " in text:
-                message = text.split(f"{error.__name__}: ", 1)[-1].split(" [while", 1)[0]
-                sys.exit(f"error: {message}")
-        raise

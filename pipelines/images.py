@@ -14,19 +14,28 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from etl import accounting, contract, dead_letters, image_codec, image_loading, image_preprocessing
-from etl.image_loading import REJECTED, LoadImages
-from etl.image_sources import ReadImageRecords, check_input
+from etl import (
+    accounting,
+    contract,
+    dead_letters,
+    image_codec,
+    image_loading,
+    image_preprocessing,
+    splits,
+)
+from etl.dead_letters import REJECTED
+from etl.image_shards import TransformAndWriteImageShards
+from etl.image_sources import ImageRecord, ReadImageRecords, assign_split, check_input
 from etl.manifest import CLASSIFICATION, WriteManifest
-from etl.sharding import WriteShards
-from etl.splits import split_index
-from etl.transform import ANALYZE, AnalyzeAndTransform
+from etl.shard_plan import PlanImageShards
+from etl.sharding import FinalizeShards
+from etl.transform import AnalyzeAndWriteTransformFn
 from pipelines import common
 
 
@@ -137,14 +146,37 @@ def _inputs_entry(count: int) -> dict[str, int]:
     return {"inputs": count}
 
 
-def _label_of(element: tuple[str, dict[str, Any]]) -> tuple[tuple[str, str], int]:
-    split, raw = element
-    return (split, raw["label"]), 1
+def _train_labels(record: ImageRecord) -> Iterator[dict[str, str]]:
+    # Exactly the analyzers' input columns (checked in build_pipeline).
+    if record.split == contract.TRAIN:
+        yield {contract.RAW_LABEL_KEY: record.label}
+
+
+def _decide_split(record: ImageRecord, fractions: splits.SplitFractions,
+                  allowed_labels: frozenset[str] | None) -> Iterator[Any]:
+    return dead_letters.route(assign_split(record, fractions, allowed_labels))
 
 
 def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
-    """Adds the image job's transforms to ``pipeline``."""
+    """Adds the image job's transforms to ``pipeline``.
+
+    Only small records cross a stage boundary: listing, split assignment, the label
+    vocabulary (fit on the train split's labels alone) and the shard plan all work
+    on ``ImageRecord``s; each shard's images are read, transformed by the exported
+    ``transform_fn`` and written inside one step (``etl/image_shards.py``).
+
+    Raises:
+        AssertionError: if the preprocessing's analyzers would read image bytes.
+    """
     output_dir = job.output.output_dir
+    preprocessing_fn = functools.partial(image_preprocessing.preprocessing_fn,
+                                         config=job.preprocessing)
+    analyze = AnalyzeAndWriteTransformFn(preprocessing_fn, image_preprocessing.RAW_FEATURE_SPEC,
+                                         output_dir, job.output.tft_temp_dir)
+    if analyze.analyze_columns != [contract.RAW_LABEL_KEY]:
+        raise AssertionError(
+            f"The image analyzers must read only {contract.RAW_LABEL_KEY!r} (image bytes "
+            f"never enter the analysis); they read {analyze.analyze_columns}.")
 
     records, listing_rejected = pipeline | "ReadImageRecords" >> ReadImageRecords(
         job.input, job.allow_outside_root)
@@ -155,35 +187,31 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         | "CountInputs" >> beam.combiners.Count.Globally()
         | "InputsEntry" >> beam.Map(_inputs_entry)
     )
-    loaded = records | "LoadImages" >> beam.ParDo(
-        LoadImages(job.output.fractions, job.limits, job.allowed_labels)).with_outputs(
-            REJECTED, main="images")
-    # (split, {"image": bytes, "label": str, "key": str})
-    images = loaded.images
+    # ImageRecord with its split set, from here to its shard.
+    decided = records | "AssignSplits" >> beam.FlatMap(
+        _decide_split, fractions=job.output.fractions,
+        allowed_labels=job.allowed_labels).with_outputs(REJECTED, main="records")
+    split_records = decided.records
+
+    transform_written = (
+        split_records
+        | "TrainLabels" >> beam.FlatMap(_train_labels)
+        | "AnalyzeLabels" >> analyze
+    )
+    num_shards = split_records | "PlanShards" >> PlanImageShards(
+        job.preprocessing, job.limits, target_shard_bytes=job.output.target_shard_bytes,
+        num_shards=job.output.num_shards)
+    shard_results, shard_rejected, label_counts = (
+        split_records | "TransformAndWriteShards" >> TransformAndWriteImageShards(
+            output_dir, job.output.name, gzip_level=job.output.gzip_level,
+            limits=job.limits, num_shards=num_shards, transform_written=transform_written))
+    shards = shard_results | "FinalizeShards" >> FinalizeShards(output_dir, job.output.name)
 
     rejected_summary = (
-        (listing_rejected, loaded[REJECTED])
+        (listing_rejected, decided[REJECTED], shard_rejected)
         | "FlattenRejections" >> beam.Flatten()
         | "WriteRejections" >> dead_letters.WriteRejections(output_dir)
     )
-    label_counts = (
-        images
-        | "KeyBySplitAndLabel" >> beam.Map(_label_of)
-        | "CountLabels" >> beam.CombinePerKey(sum)
-    )
-    by_split = images | "PartitionBySplit" >> beam.Partition(split_index,
-                                                            len(contract.SPLITS))
-    raw = {split: by_split[i] | f"DropSplitKey[{split}]" >> beam.Values()
-           for i, split in enumerate(contract.SPLITS)}
-    # Analyzers (the label vocabulary) see the train split only.
-    raw[ANALYZE] = raw[contract.TRAIN]
-    examples, transform_written = raw | "Preprocess" >> AnalyzeAndTransform(
-        functools.partial(image_preprocessing.preprocessing_fn, config=job.preprocessing),
-        image_preprocessing.RAW_FEATURE_SPEC, output_dir, job.output.tft_temp_dir)
-
-    shards = examples | "WriteShards" >> WriteShards(
-        output_dir, job.output.name, num_shards=job.output.num_shards,
-        target_shard_bytes=job.output.target_shard_bytes, gzip_level=job.output.gzip_level)
     _ = pipeline | "WriteManifest" >> WriteManifest(
         output_dir, job.output.name, job.describe_preprocessing(), kind="images",
         task=CLASSIFICATION, shards=shards,

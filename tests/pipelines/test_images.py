@@ -251,3 +251,224 @@ def test_images_job_fails_without_train_examples(image_folder, tmp_path):
     with pytest.raises(Exception, match="train split is empty"):
         run_images_job(manifest_path, str(out))
     assert not (out / contract.MANIFEST_FILENAME).exists()
+
+
+# --- Issue #12: the fused shard step on real content, isolation and accounting -------
+
+def _write(path, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def test_images_job_label_vocabulary_order_is_exactly_the_documented_one(tmp_path):
+    # Decreasing train frequency, ties in reverse byte order (docs/FORMAT.md); the
+    # stored ids are positions in that list.
+    from tests.image_fixtures import _encode
+
+    train_counts = {"b": 3, "a": 2, "c": 2, "Z": 2, "d": 1}
+    for label, count in train_counts.items():
+        for i in range(count):
+            _write(str(tmp_path / "in" / "train" / label / f"{i}.png"),
+                   _encode("png", 4, 4, (i, 9, 9)))
+    out = str(tmp_path / "out")
+    manifest = run_images_job(str(tmp_path / "in"), out, "--image_format=png")
+    by_bytes_descending = sorted(train_counts, key=lambda label: label.encode(), reverse=True)
+    expected = sorted(by_bytes_descending, key=lambda label: -train_counts[label])
+    assert expected == ["b", "c", "a", "Z", "d"]  # the rule, worked by hand
+    assert manifest["label_vocab"] == expected
+    rows = read_split(out, manifest, "train")
+    assert {(r["label_name"].decode(), int(r["label"])) for r in rows.values()} == {
+        (label, expected.index(label)) for label in train_counts}
+
+
+def _good_and_corrupt_manifest(root, corrupt_rows: list[tuple[str, str]],
+                               validation_keys: tuple[str, ...] = tuple(
+                                   f"good/v{i}.png" for i in range(4))) -> str:
+    """A CSV manifest: 6 good train images and the good validation images (one colour
+    each), plus the given (key, split) rows whose files are truncated JPEGs."""
+    from tests.image_fixtures import _encode
+
+    rows = [(f"good/t{i}.png", "train") for i in range(6)]
+    rows += [(key, "validation") for key in validation_keys]
+    for i, (key, _) in enumerate(rows):
+        _write(os.path.join(root, key), _encode("png", 6, 5, (20 * i, 7, 200 - 9 * i)))
+    rng = np.random.default_rng(3)
+    jpeg = tf.io.encode_jpeg(rng.integers(0, 255, (48, 48, 3), dtype=np.uint8)).numpy()
+    for key, _ in corrupt_rows:
+        _write(os.path.join(root, key), jpeg[: len(jpeg) // 2])
+    path = os.path.join(root, f"manifest-{len(corrupt_rows)}.csv")
+    with open(path, "w") as f:
+        f.write("path,label,split\n")
+        for key, split in rows + corrupt_rows:
+            f.write(f"{key},{'cat' if 't' in os.path.basename(key) else 'dog'},{split}\n")
+    return path
+
+
+def test_images_job_isolates_a_corrupt_image_inside_a_batch(tmp_path):
+    # The corrupt JPEG passes the header checks and fails inside the transform, in the
+    # same batch as the good validation images: only it becomes a dead letter, and
+    # the shards are byte-identical to a run without it.
+    root = str(tmp_path / "in")
+    clean = _good_and_corrupt_manifest(root, [])
+    dirty = _good_and_corrupt_manifest(root, [("bad/v-cut.jpg", "validation")])
+    clean_out, dirty_out = str(tmp_path / "clean"), str(tmp_path / "dirty")
+    clean_manifest = run_images_job(clean, clean_out, "--num_shards=1", "--max_error_fraction=0.5")
+    dirty_manifest = run_images_job(dirty, dirty_out, "--num_shards=1", "--max_error_fraction=0.5")
+    with open(os.path.join(dirty_out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)) as f:
+        (rejected,) = [json.loads(line) for line in f]
+    assert (rejected["key"], rejected["reason"]) == ("bad/v-cut.jpg", "undecodable_image")
+    assert rejected["message"].startswith("TensorFlow cannot decode this JPEG file: ")
+    assert dirty_manifest["inputs"] == 11 and dirty_manifest["rejected"]["count"] == 1
+    assert dirty_manifest["splits"]["validation"]["num_records"] == 4
+    shards = {p: d for p, d in output_digests(dirty_out).items() if p.endswith(".tfrecord.gz")}
+    assert shards == {p: d for p, d in output_digests(clean_out).items()
+                      if p.endswith(".tfrecord.gz")}
+    assert dirty_manifest["splits"] == clean_manifest["splits"]
+
+
+def _keys_in_shard(prefix: str, shard: int, num_shards: int, count: int,
+                   suffix: str = ".jpg") -> list[str]:
+    from etl import sharding
+
+    keys = (f"{prefix}{i}{suffix}" for i in range(10_000))
+    return [k for k in keys if sharding.shard_of(k, num_shards) == shard][:count]
+
+
+def test_images_job_drops_shards_whose_every_record_is_rejected(tmp_path):
+    # Validation, 2 shards: provisional shard 1 holds only corrupt images (shard 0
+    # the 4 good ones), so one file remains, renumbered 0 of 1. Test: every record
+    # corrupt, so no shard file at all. Nothing is lost: inputs = written + rejected.
+    good_validation = tuple(_keys_in_shard("good/v", 0, 2, 4, suffix=".png"))
+    corrupt = [(k, "validation") for k in _keys_in_shard("bad/v", 1, 2, 2)]
+    corrupt += [(k, "test") for k in _keys_in_shard("bad/t", 0, 2, 1)]
+    corrupt += [(k, "test") for k in _keys_in_shard("bad/t", 1, 2, 1)]
+    path = _good_and_corrupt_manifest(str(tmp_path / "in"), corrupt, good_validation)
+    out = str(tmp_path / "out")
+    manifest = run_images_job(path, out, "--num_shards=2", "--max_error_fraction=0.5")
+    validation = manifest["splits"]["validation"]
+    assert [s["path"] for s in validation["shards"]] == [
+        "validation/images-validation-00000-of-00001.tfrecord.gz"]
+    assert validation["num_records"] == 4
+    assert manifest["splits"]["test"] == {"num_records": 0, "num_bytes": 0, "shards": []}
+    assert not os.path.exists(os.path.join(out, "test")) or not os.listdir(
+        os.path.join(out, "test"))
+    assert sorted(os.listdir(os.path.join(out, "validation"))) == [
+        "images-validation-00000-of-00001.tfrecord.gz"]
+    written = sum(manifest["splits"][s]["num_records"] for s in contract.SPLITS)
+    assert (manifest["inputs"], written, manifest["rejected"]["count"]) == (14, 10, 4)
+    assert manifest["rejected"]["by_reason"] == {"undecodable_image": 4}
+
+
+def test_images_analysis_reads_only_the_label_column(monkeypatch, tmp_path):
+    # Image bytes never enter tf.Transform's analysis: the analyzers' inputs are
+    # found by tracing preprocessing_fn, and a preprocessing_fn whose analyzers would
+    # read the image is refused when the pipeline is built.
+    import apache_beam as beam
+
+    from etl import image_preprocessing
+    from etl.transform import analyze_input_columns
+    from pipelines import images
+
+    assert analyze_input_columns(image_preprocessing.preprocessing_fn,
+                                 image_preprocessing.RAW_FEATURE_SPEC) == ["label"]
+
+    original = image_preprocessing.preprocessing_fn
+
+    def image_reading_fn(inputs, *, config=None):
+        outputs = original(inputs, config=config or image_preprocessing.ImagePreprocessing())
+        outputs["mean_length"] = tft.mean(tf.strings.length(inputs["image"]))
+        return outputs
+
+    assert analyze_input_columns(image_reading_fn, image_preprocessing.RAW_FEATURE_SPEC) == [
+        "image", "label"]
+    monkeypatch.setattr(image_preprocessing, "preprocessing_fn", image_reading_fn)
+    os.makedirs(tmp_path / "in" / "cat")
+    job = images.ImageJob.from_options(images.ImagesOptions([
+        f"--input={tmp_path / 'in'}", f"--output_dir={tmp_path / 'out'}"]))
+    with pytest.raises(AssertionError, match="image bytes never enter the analysis"):
+        images.build_pipeline(beam.Pipeline(), job)
+
+
+def _photo_crops(root: str) -> dict[str, tuple[int, int]]:
+    """Crops of scikit-learn's two sample photos (427x640), JPEG q95, at varied sizes
+    and aspect ratios, upscaled and downscaled by the job; key → (height, width)."""
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    photos = load_sample_images().images
+    shapes = [(427, 640), (300, 180), (224, 224), (150, 400), (120, 90), (411, 333),
+              (256, 600), (200, 201)]
+    written = {}
+    for i, (h, w) in enumerate(shapes):
+        photo = photos[i % 2]
+        top, left = (photo.shape[0] - h) // 3, (photo.shape[1] - w) // 4
+        key = f"{'china' if i % 2 == 0 else 'flower'}/{i}-{h}x{w}.jpg"
+        os.makedirs(os.path.join(root, os.path.dirname(key)), exist_ok=True)
+        Image.fromarray(photo[top:top + h, left:left + w]).save(os.path.join(root, key),
+                                                                quality=95)
+        written[key] = (h, w)
+    return written
+
+
+def _pillow_reference(path: str, size: int) -> np.ndarray:
+    """The documented preprocessing, independently: Pillow decode, bilinear resize of
+    the shorter side (antialiased when shrinking), centre crop."""
+    from PIL import Image
+
+    image = Image.open(path).convert("RGB")
+    w, h = image.size
+    short = min(h, w)
+    new_h, new_w = max(size, round(h * size / short)), max(size, round(w * size / short))
+    resized = np.asarray(image.resize((new_w, new_h), Image.BILINEAR), dtype=np.float64)
+    top, left = (new_h - size) // 2, (new_w - size) // 2
+    return resized[top:top + size, left:left + size]
+
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+
+
+def test_images_job_stores_photos_as_the_documented_resize_and_crop(tmp_path):
+    # Real photo content at the default 224 px, lossless storage: every stored image
+    # is within a PSNR bound of Pillow's rendering of the documented rule (the two
+    # libraries' bilinear filters and rounding differ slightly; a wrong crop offset,
+    # scale or channel order drops PSNR far below the bound).
+    root = str(tmp_path / "in")
+    crops = _photo_crops(root)
+    out = str(tmp_path / "out")
+    manifest = run_images_job(root, out, "--image_size=224", "--image_format=png",
+                              "--split_fractions=1,0,0")
+    rows = read_split(out, manifest, "train")
+    assert sorted(rows) == sorted(crops)
+    for key in crops:
+        stored = tf.io.decode_png(rows[key]["image"]).numpy()
+        assert stored.shape == (224, 224, 3)
+        reference = _pillow_reference(os.path.join(root, key), 224)
+        assert _psnr(stored, reference) > 30.0, key
+        # The bound has teeth: a crop one eighth off-centre is far below it.
+        shifted = np.roll(reference, 28, axis=1)
+        assert _psnr(stored, shifted) < 25.0, key
+
+
+def test_images_job_withholds_a_dataset_whose_counts_do_not_reconcile(image_folder, tmp_path,
+                                                                       monkeypatch):
+    # A shard step that silently lost an image (simulated): inputs != written +
+    # rejected, so no manifest; the reason is recorded in errors/failure.json and
+    # the launcher raises it with its type.
+    from etl import accounting, image_shards
+
+    real = image_shards.process_shard
+
+    def losing_one(*args, **kwargs):
+        yield from list(real(*args, **kwargs))[:-1]
+
+    monkeypatch.setattr(image_shards, "process_shard", losing_one)
+    root, _, _ = image_folder
+    out = str(tmp_path / "out")
+    with pytest.raises(accounting.ReconciliationError, match="an input was lost"):
+        run_images_job(root, out, "--max_error_fraction=0.5")
+    assert not os.path.exists(os.path.join(out, contract.MANIFEST_FILENAME))
+    failure = json.load(open(os.path.join(out, contract.ERRORS_DIRNAME, "failure.json")))
+    assert failure["error"] == "ReconciliationError"

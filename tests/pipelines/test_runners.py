@@ -32,8 +32,9 @@ PACKAGES = ("etl", "pipelines", "reader")
 
 # The Beam transforms that make up the job; each must appear in the Dataflow graph.
 JOB_TRANSFORMS = {
-    "ReadImageRecords", "LoadImages", "WriteRejections", "CountLabels",
-    "AnalyzeTrain", "WriteTransformFn", "Transform", "WriteShards", "WriteManifest",
+    "ReadImageRecords", "AssignSplits", "AnalyzeLabels", "AnalyzeTrain", "WriteTransformFn",
+    "PlanShards", "TransformAndWriteShards", "TransformAndWrite", "FinalizeShards",
+    "WriteRejections", "WriteManifest",
 }
 
 

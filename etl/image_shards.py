@@ -1,0 +1,363 @@
+"""The image job's fused step: a shard's records → read → transform_fn → one shard file.
+
+Only small ``ImageRecord``s (key, uri, label, split) are grouped by shard; each
+shard's bytes are read, checked, transformed and written inside one step, so image
+bytes never cross a stage boundary (where Beam's local runner would hold them all
+in memory) and each accepted image is decoded exactly once, by the exported
+``transform_fn`` itself. The stored bytes are therefore ``transform_fn(raw bytes)``
+by construction: serving parity needs no second implementation.
+
+Inside a shard, three things overlap: a thread pool reads and checks the next files,
+up to ``transform_threads`` batches run through the transform graph (TensorFlow
+releases the GIL and spreads each batch's per-image ops over the cores), and the
+calling thread writes the finished batches in order. A batch that fails (one
+undecodable image fails the whole graph call) is retried image by image, so only
+the bad images become dead letters.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import os
+import posixpath
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.utils import shared
+
+from etl import contract, dead_letters, image_codec, image_loading, sharding
+from etl.dead_letters import Rejection
+from etl.examples import serialize_example
+from etl.image_sources import ImageRecord
+
+# Bounds of one batch given to the transform graph: rows, and raw (encoded) bytes.
+# Output bytes never depend on batching: every output is computed per image.
+BATCH_ROWS = 32
+BATCH_BYTES = 16 * 1024 * 1024
+
+# Prints a progress line to stderr after each shard unless set to "0".
+PROGRESS_ENV = "ETL_PROGRESS"
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """An image's record and its file bytes, checked but not yet decoded."""
+
+    record: ImageRecord
+    data: bytes
+
+
+def load_record(record: ImageRecord, limits: image_loading.InputLimits) -> Loaded | Rejection:
+    """Reads and checks one image without decoding it (size, format, header pixels)."""
+    def rejection(reason: str, message: str) -> Rejection:
+        return Rejection(key=record.key, source=record.uri, reason=reason, message=message)
+
+    try:
+        data = image_loading.read_bytes(record.uri, limits.max_file_bytes)
+    except OSError as e:
+        return rejection(dead_letters.UNREADABLE_FILE, f"Cannot read file: {e}")
+    problem = image_loading.validate_image_bytes(data, limits)
+    if problem is not None:
+        return rejection(*problem)
+    return Loaded(record, data)
+
+
+class ImageTransform:
+    """The exported ``transform_fn`` applied to batches of raw images, eagerly.
+
+    Loaded from ``<output_dir>/transform_fn`` with tf.Transform's own loader (as
+    its ``TransformDataset`` does); thread-safe, so one instance per process serves
+    every thread (see :class:`TransformAndWriteImageShards`).
+    """
+
+    def __init__(self, transform_fn_dir: str) -> None:
+        from tensorflow_transform.saved import saved_transform_io_v2
+
+        loader = saved_transform_io_v2.SavedModelLoader(transform_fn_dir)
+        self.output_keys = sorted(loader.structured_outputs)
+        loader.finalize([contract.RAW_IMAGE_KEY, contract.RAW_LABEL_KEY,
+                         contract.RAW_SOURCE_KEY], self.output_keys)
+        self._apply = loader.apply_transform_model
+
+    def __call__(self, batch: Sequence[Loaded]) -> dict[str, np.ndarray]:
+        """Transformed features of ``batch``: feature name → ``[len(batch)]`` array.
+
+        Raises:
+            tf.errors.OpError: if any image of the batch cannot be preprocessed.
+        """
+        import tensorflow as tf
+
+        outputs = self._apply({
+            contract.RAW_IMAGE_KEY: tf.constant([item.data for item in batch], tf.string),
+            contract.RAW_LABEL_KEY: tf.constant([item.record.label for item in batch],
+                                                tf.string),
+            contract.RAW_SOURCE_KEY: tf.constant([item.record.key for item in batch],
+                                                 tf.string),
+        })
+        return {name: outputs[name].numpy() for name in self.output_keys}
+
+
+# What a batch becomes: per image, in order, its serialized example or a rejection.
+Outcome = tuple[ImageRecord, bytes] | Rejection
+
+
+def transform_batch(transform: Callable[[Sequence[Loaded]], dict[str, np.ndarray]],
+                    batch: Sequence[Loaded]) -> list[Outcome]:
+    """Transforms and serializes ``batch``; isolates images the graph cannot process.
+
+    A failing batch is retried one image at a time: an image that fails alone is a
+    ``undecodable_image`` rejection carrying the decoder's message, the others are
+    serialized exactly as they would have been in a clean batch.
+    """
+    import tensorflow as tf
+
+    try:
+        outputs = transform(batch)
+    except tf.errors.OpError as e:
+        if len(batch) > 1:
+            return [outcome for item in batch for outcome in transform_batch(transform, [item])]
+        item = batch[0]
+        image_format = (image_codec.sniff_format(item.data) or "image").upper()
+        return [Rejection(key=item.record.key, source=item.record.uri,
+                          reason=dead_letters.UNDECODABLE_IMAGE,
+                          message=f"TensorFlow cannot decode this {image_format} file: "
+                                  f"{image_loading.tf_error_detail(e.message)}")]
+    return [(item.record, serialize_example({name: values[i]
+                                             for name, values in outputs.items()}))
+            for i, item in enumerate(batch)]
+
+
+def _batches(loaded: Iterable[Loaded | Rejection], rows: int, nbytes: int
+             ) -> Iterator[list[Loaded | Rejection]]:
+    """Cuts a stream into consecutive runs holding at most ``rows`` images (and about
+    ``nbytes`` of them); rejections met on the way stay in their place."""
+    run: list[Loaded | Rejection] = []
+    images = size = 0
+    for item in loaded:
+        run.append(item)
+        if isinstance(item, Loaded):
+            images += 1
+            size += len(item.data)
+            if images >= rows or size >= nbytes:
+                yield run
+                run, images, size = [], 0, 0
+    if run:
+        yield run
+
+
+def process_shard(records: Iterable[ImageRecord], transform: Callable[[Sequence[Loaded]],
+                                                                       dict[str, np.ndarray]],
+                  limits: image_loading.InputLimits,
+                  read_pool: concurrent.futures.Executor,
+                  transform_pool: concurrent.futures.Executor, *,
+                  transform_threads: int, batch_rows: int = BATCH_ROWS,
+                  batch_bytes: int = BATCH_BYTES) -> Iterator[Outcome]:
+    """Every record of one shard, in the order given, as an ``Outcome``.
+
+    Reads run ahead on ``read_pool`` (at most two batches' worth in flight) and at
+    most ``transform_threads + 1`` batches are transformed at once on
+    ``transform_pool``, so memory is bounded by a few batches whatever the shard
+    size. The outcomes do not depend on the pools' sizes or timing.
+    """
+    read_ahead = 2 * batch_rows
+
+    def loaded() -> Iterator[Loaded | Rejection]:
+        in_flight: collections.deque[concurrent.futures.Future] = collections.deque()
+        for record in records:
+            in_flight.append(read_pool.submit(load_record, record, limits))
+            if len(in_flight) >= read_ahead:
+                yield in_flight.popleft().result()
+        while in_flight:
+            yield in_flight.popleft().result()
+
+    pending: collections.deque[tuple[list[Loaded | Rejection],
+                                     concurrent.futures.Future | None]] = collections.deque()
+    for run in _batches(loaded(), batch_rows, batch_bytes):
+        batch = [item for item in run if isinstance(item, Loaded)]
+        future = transform_pool.submit(transform_batch, transform, batch) if batch else None
+        pending.append((run, future))
+        while len(pending) > transform_threads:
+            yield from _drain(*pending.popleft())
+    while pending:
+        yield from _drain(*pending.popleft())
+
+
+def _drain(run: list[Loaded | Rejection], future: concurrent.futures.Future | None
+           ) -> Iterator[Outcome]:
+    """A run's outcomes in input order: its rejections in place, its images' results
+    as they come back from the transform."""
+    results = iter(future.result() if future is not None else ())
+    for item in run:
+        yield next(results) if isinstance(item, Loaded) else item
+
+
+class _Progress:
+    """Per-process progress of the shard step, printed to stderr as shards finish."""
+
+    _lock = threading.Lock()
+    _started: float | None = None
+    _shards = 0
+    _images = 0
+
+    @classmethod
+    def start(cls) -> None:
+        with cls._lock:
+            if cls._started is None:
+                cls._started = time.monotonic()
+
+    @classmethod
+    def shard_done(cls, images: int, total_shards: int, split: str) -> None:
+        if os.environ.get(PROGRESS_ENV, "1") == "0":
+            return
+        with cls._lock:
+            cls._shards += 1
+            cls._images += images
+            elapsed = max(1e-9, time.monotonic() - (cls._started or time.monotonic()))
+            done, written = cls._shards, cls._images
+        rate = written / elapsed
+        remaining = max(0, total_shards - done)
+        eta = elapsed / done * remaining
+        print(f"[images] {done}/{total_shards} shards written ({split}); {written} "
+              f"images at {rate:.0f} images/s; ETA {_duration(eta)}",
+              file=sys.stderr, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def default_read_threads() -> int:
+    """Reader threads per process: reading is I/O-bound (remote storage is
+    latency-bound); the cores' work is in the transform graph."""
+    return max(4, min(16, 2 * (os.cpu_count() or 1)))
+
+
+class _TransformAndWriteShard(beam.DoFn):
+    """``((split, shard), [ImageRecord])`` → the shard's pending file; emits its shard
+    result (small dict, with label counts) and tagged ``Rejection``s."""
+
+    def __init__(self, output_dir: str, name: str, gzip_level: int,
+                 limits: image_loading.InputLimits, transform_handle: shared.Shared,
+                 transform_threads: int, read_threads: int | None) -> None:
+        self._output_dir = output_dir
+        self._name = name
+        self._gzip_level = gzip_level
+        self._limits = limits
+        self._transform_handle = transform_handle
+        self._transform_threads = transform_threads
+        self._read_threads = read_threads
+
+    def setup(self) -> None:
+        self._read_pool = concurrent.futures.ThreadPoolExecutor(
+            self._read_threads or default_read_threads(), thread_name_prefix="ReadImages")
+        self._transform_pool = concurrent.futures.ThreadPoolExecutor(
+            self._transform_threads, thread_name_prefix="TransformImages")
+        self._written = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
+                                                     "images_written")
+
+    def teardown(self) -> None:
+        self._read_pool.shutdown(wait=True, cancel_futures=True)
+        self._transform_pool.shutdown(wait=True, cancel_futures=True)
+
+    def process(self, element: tuple[tuple[str, int], Iterable[ImageRecord]],
+                num_shards: dict[str, int], transform_written: list[Any]
+                ) -> Iterator[Any]:
+        del transform_written  # Only ordering: the transform_fn is final on disk.
+        (split, shard), records = element
+        _Progress.start()
+        transform_dir = posixpath.join(self._output_dir, contract.TRANSFORM_FN_DIRNAME)
+        transform = self._transform_handle.acquire(
+            lambda: ImageTransform(transform_dir), tag=transform_dir)
+        ordered = sorted(records, key=lambda r: sharding.shard_sort_key(r.key))
+        relpath = sharding.pending_relpath(self._name, split, shard)
+        labels: collections.Counter[str] = collections.Counter()
+        rejections: list[Rejection] = []
+        with sharding.ShardWriter(posixpath.join(self._output_dir, relpath),
+                                  self._gzip_level) as writer:
+            for outcome in process_shard(ordered, transform, self._limits, self._read_pool,
+                                         self._transform_pool,
+                                         transform_threads=self._transform_threads):
+                if isinstance(outcome, Rejection):
+                    rejections.append(outcome)
+                    continue
+                record, serialized = outcome
+                writer.write(serialized)
+                labels[record.label] += 1
+        self._written.inc(writer.num_records)
+        for rejection in rejections:
+            yield from dead_letters.route(rejection)
+        _Progress.shard_done(writer.num_records, sum(num_shards.values()), split)
+        yield sharding.shard_result(split, shard, relpath, writer,
+                                    label_counts=sorted(labels.items()))
+
+
+def _shard_key(record: ImageRecord, num_shards: dict[str, int]
+               ) -> tuple[tuple[str, int], ImageRecord]:
+    assert record.split is not None, record
+    return (record.split, sharding.shard_of(record.key, num_shards[record.split])), record
+
+
+def _label_counts(result: dict[str, Any]) -> Iterator[tuple[tuple[str, str], int]]:
+    for label, count in result["label_counts"]:
+        yield (result["split"], label), count
+
+
+class TransformAndWriteImageShards(beam.PTransform):
+    """Split-assigned ``ImageRecord``s → pending shard files, one fused step a shard.
+
+    Args:
+        num_shards: single-element... a PCollection of ``(split, num_shards)``.
+        transform_written: the PCollection ``WriteTransformFn`` returns; the step
+            waits for it, then loads ``<output_dir>/transform_fn``.
+
+    Returns:
+        ``(results, rejected, label_counts)``: the shard results for
+        ``sharding.FinalizeShards``, the ``Rejection``s of images that could not be
+        read or preprocessed, and ``((split, label), count)`` of written examples.
+    """
+
+    def __init__(self, output_dir: str, name: str, *, gzip_level: int,
+                 limits: image_loading.InputLimits, num_shards: beam.PCollection,
+                 transform_written: beam.PCollection, transform_threads: int = 2,
+                 read_threads: int | None = None) -> None:
+        super().__init__()
+        if transform_threads < 1:
+            raise ValueError(f"transform_threads must be >= 1, got {transform_threads}.")
+        self._output_dir = output_dir
+        self._name = name
+        self._gzip_level = sharding.check_gzip_level(gzip_level)
+        self._limits = limits
+        self._num_shards = num_shards
+        self._transform_written = transform_written
+        self._transform_threads = transform_threads
+        self._read_threads = read_threads
+
+    def expand(self, records: beam.PCollection) -> tuple[beam.PCollection, ...]:
+        num_shards = beam.pvalue.AsDict(self._num_shards)
+        written = (
+            records
+            # ((split, provisional shard), ImageRecord): small records only.
+            | "AssignShards" >> beam.Map(_shard_key, num_shards=num_shards)
+            | "GroupByShard" >> beam.GroupByKey()
+            | "TransformAndWrite" >> beam.ParDo(
+                _TransformAndWriteShard(self._output_dir, self._name, self._gzip_level,
+                                        self._limits, shared.Shared(),
+                                        self._transform_threads, self._read_threads),
+                num_shards=num_shards,
+                transform_written=beam.pvalue.AsList(self._transform_written),
+            ).with_outputs(dead_letters.REJECTED, main="results")
+        )
+        label_counts = (
+            written.results
+            | "LabelCounts" >> beam.FlatMap(_label_counts)
+            | "SumLabelCounts" >> beam.CombinePerKey(sum)
+        )
+        return written.results, written[dead_letters.REJECTED], label_counts

@@ -1,0 +1,150 @@
+"""How many shards each image split gets, decided on keys before any image is transformed.
+
+The shard step groups small records by ``(split, shard)``, so the shard counts must
+be known before a single image is preprocessed. With ``--num_shards`` they are
+given. Otherwise a split's serialized size is estimated and divided by
+``--target_shard_mb``:
+
+* ``raw`` images: exact, every stored image is ``image_size² × 3`` bytes;
+* ``jpeg`` / ``png``: the mean stored size of a deterministic sample of up to
+  ``SAMPLE_SIZE`` images per split (the keys with the lowest sample hash), read and
+  preprocessed with the job's own ops. A split's files can then differ from the
+  target by the sample's error, typically a few percent.
+
+The estimate is a pure function of the input, so the plan (and the files) are the
+same on every rerun, worker count and runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import apache_beam as beam
+
+from etl import contract, hashing, image_codec, image_loading, sharding
+from etl.examples import serialize_example
+from etl.image_preprocessing import ImagePreprocessing
+from etl.image_sources import ImageRecord
+
+SAMPLE_SIZE = 32
+SAMPLE_SALT = "sample"
+
+
+def stored_image_bytes(data: bytes, preprocessing: ImagePreprocessing,
+                       limits: image_loading.InputLimits) -> int | None:
+    """Size of ``data`` once preprocessed and encoded, or None if it is refused or
+    cannot be decoded (the shard step will reject it; it is left out of the mean)."""
+    import tensorflow as tf
+
+    if image_loading.validate_image_bytes(data, limits) is not None:
+        return None
+    try:
+        encoded = image_codec.preprocess(tf.constant(data), preprocessing.image_size,
+                                         preprocessing.image_format,
+                                         preprocessing.jpeg_quality)
+    except tf.errors.OpError:
+        return None
+    return len(encoded.numpy())
+
+
+def mean_stored_image_bytes(records: Iterable[ImageRecord], preprocessing: ImagePreprocessing,
+                            limits: image_loading.InputLimits) -> float:
+    """Mean stored image size over ``records`` (a sample); exact for ``raw``.
+
+    Falls back to the ``raw`` size, an upper bound for JPEG and PNG, when no sampled
+    image can be read and preprocessed.
+    """
+    raw_size = preprocessing.image_size ** 2 * 3
+    if preprocessing.image_format == image_codec.RAW:
+        return float(raw_size)
+    sizes = []
+    for record in records:
+        try:
+            data = image_loading.read_bytes(record.uri, limits.max_file_bytes)
+        except OSError:
+            continue
+        size = stored_image_bytes(data, preprocessing, limits)
+        if size is not None:
+            sizes.append(size)
+    return sum(sizes) / len(sizes) if sizes else float(raw_size)
+
+
+def estimated_split_bytes(num_records: int, key_bytes: int, label_bytes: int,
+                          image_bytes: float, image_size: int) -> int:
+    """Serialized size of a split's examples: one example of the mean sizes, times
+    the record count."""
+    def mean(total: int) -> int:
+        return round(total / num_records) if num_records else 0
+
+    example = serialize_example({
+        contract.IMAGE_KEY: b"\0" * round(image_bytes),
+        contract.HEIGHT_KEY: image_size, contract.WIDTH_KEY: image_size,
+        contract.CHANNELS_KEY: 3, contract.LABEL_KEY: 0,
+        contract.LABEL_NAME_KEY: b"\0" * mean(label_bytes),
+        contract.SOURCE_KEY: b"\0" * mean(key_bytes),
+    })
+    return num_records * len(example)
+
+
+def _sizes(record: ImageRecord) -> tuple[str, tuple[int, int, int]]:
+    return record.split, (1, len(record.key.encode("utf-8")), len(record.label.encode("utf-8")))
+
+
+def _sum_triples(triples: Iterable[tuple[int, int, int]]) -> tuple[int, int, int]:
+    a = b = c = 0
+    for x, y, z in triples:
+        a, b, c = a + x, b + y, c + z
+    return a, b, c
+
+
+def _sample_key(record: ImageRecord) -> tuple[int, str]:
+    return hashing.stable_hash64(record.key, SAMPLE_SALT), record.key
+
+
+def _measure_sample(element: tuple[str, list[ImageRecord]],
+                    preprocessing: ImagePreprocessing,
+                    limits: image_loading.InputLimits) -> tuple[str, float]:
+    split, sample = element
+    return split, mean_stored_image_bytes(sample, preprocessing, limits)
+
+
+def _plan_split(element: tuple[str, tuple[int, int, int]], image_bytes: dict[str, float],
+                preprocessing: ImagePreprocessing, target_shard_bytes: int,
+                num_shards: int | None) -> tuple[str, int]:
+    split, (num_records, key_bytes, label_bytes) = element
+    if num_shards is not None:
+        return split, sharding.plan_num_shards(num_records, 0, target_shard_bytes, num_shards)
+    total = estimated_split_bytes(num_records, key_bytes, label_bytes,
+                                  image_bytes[split], preprocessing.image_size)
+    return split, sharding.plan_num_shards(num_records, total, target_shard_bytes)
+
+
+class PlanImageShards(beam.PTransform):
+    """Split-assigned ``ImageRecord``s → ``(split, num_shards)`` for every non-empty split."""
+
+    def __init__(self, preprocessing: ImagePreprocessing, limits: image_loading.InputLimits,
+                 *, target_shard_bytes: int, num_shards: int | None) -> None:
+        super().__init__()
+        sharding.plan_num_shards(1, 1, target_shard_bytes, num_shards)
+        self._preprocessing = preprocessing
+        self._limits = limits
+        self._target_shard_bytes = target_shard_bytes
+        self._num_shards = num_shards
+
+    def expand(self, records: beam.PCollection) -> beam.PCollection:
+        sizes = records | "SplitSizes" >> beam.Map(_sizes) | "SumSplitSizes" >> (
+            beam.CombinePerKey(_sum_triples))
+        image_bytes: Any = {}
+        if self._num_shards is None:
+            image_bytes = beam.pvalue.AsDict(
+                records
+                | "KeyBySplit" >> beam.Map(lambda record: (record.split, record))
+                | "SampleImages" >> beam.combiners.Top.PerKey(SAMPLE_SIZE, key=_sample_key,
+                                                              reverse=True)
+                | "MeasureSample" >> beam.Map(
+                    _measure_sample, preprocessing=self._preprocessing,
+                    limits=self._limits))
+        return sizes | "PlanShardCounts" >> beam.Map(
+            _plan_split, image_bytes=image_bytes, preprocessing=self._preprocessing,
+            target_shard_bytes=self._target_shard_bytes, num_shards=self._num_shards)
