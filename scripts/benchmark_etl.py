@@ -1,43 +1,57 @@
-"""ETL benchmark: the image job against the preprocessing ceiling and the seeds' loop.
+"""ETL benchmark: the image job against the preprocessing ceiling and a fused plain loop.
 
-On the same generated input (--num_images real-photo JPEGs of mixed sizes: random
-crops, 140-420 px, of scikit-learn's two sample photos, as in benchmark_reader.py),
-measures in one run, interleaving the variants over --rounds rounds, images/s for
+On the same generated input (--num_images photo-sized JPEGs from
+scripts/sample_photos.py: random crops of real photos, longer side 320-1280 px,
+about 64 KB each), measures in one run, interleaving the variants over --rounds
+rounds, images/s for
   (a) ceiling   the job's per-image ops (etl.image_codec.preprocess: decode, resize,
                 crop, encode) in a parallel tf.data map over in-memory bytes, on all
                 cores (num_parallel_calls = cores, tf.data's autotuner off: see
                 below), no Beam, nothing read or written;
   (a') ceiling_autotune  the same map with AUTOTUNE and the autotuner on, as a
-                diagnostic: on this 2-core VM it settles, in about half of the
-                passes, into a state that runs the map on one core at a time (583
-                vs ~1,100 images/s, both cores half idle), which made earlier runs
-                report half the true ceiling;
-  (b) seeds     the seeds' approach: a hand-written single-process loop that reads
-                each file, preprocesses it (the same ops, one tf.function call per
-                image), serializes a tf.train.Example and writes it with
-                tf.io.TFRecordWriter (GZIP); no validation, no split, no sharding;
+                diagnostic: on a 2-core VM it settled, in about half of the passes,
+                into a state that runs the map on one core at a time, which made
+                earlier runs report half the true ceiling (not run by default);
+  (f) fused loop  the practical limit: a plain Beam-free loop that reads each file
+                and applies the same ops in a tf.data map (one call per core,
+                autotuner off), serializes a tf.train.Example with the features the
+                job stores (image, height, width, channels, label id, label_name,
+                key) and hands it to a writer thread that writes one GZIP (level 6)
+                TFRecord file; no validation, no split, no sharding;
+  (b) seeds     the seeds' approach: the same, single-threaded: one tf.function call
+                per image and the write on the same thread;
   (c) job       python -m pipelines.images on the default runner (FnApiRunner,
                 in_memory), as a subprocess;
   (d) job_mp2   the same job with --direct_running_mode=multi_processing
-                --direct_num_workers=2;
+                --direct_num_workers=2 (not run by default);
   (e) job_gzip0 (c) with --gzip_level=0: the GZIP container with the (already
                 compressed) JPEG records stored, not deflated;
-and, for (c), (d) and (e), the fixed overhead (the same job's wall time on --tiny_images
-images) and the steady-state rate N / (T_N - T_tiny).
+and, for (c), (d) and (e), the fixed overhead and the steady-state rate
+N / (T_N - T_tiny), where T_tiny is the same job's time on --tiny_images photos. The
+job's steady state is reported as a ratio to the ceiling, against the goal of at
+least --goal (0.8) x ceiling (PASS/FAIL), and to the fused loop.
 
 Job times are the wall time of ``pipelines.images.run(...)`` inside the subprocess
-(interpreter start and imports excluded; they are in ``process_s``). CPU time is the
-whole process tree's. This VM has 2 cores that other work sometimes shares: every
-sample records the CPU used by other processes meanwhile ("foreign" cores), a sample
-taken while they used more than --max_foreign cores is retried (up to --retries
-times), and medians and best rounds are both reported. The input files are read once
-before each sample so that every variant starts from the page cache.
+(interpreter start and imports excluded; they are in ``process_s``). The fixed
+overhead is reported both ways: the job only (that time on the tiny input) and the
+whole command (c_job_command_tiny: the wall time of ``python -m pipelines.images``
+on the tiny input, run as a subprocess, interpreter start and imports included).
+CPU time is the whole process tree's. Every sample records the CPU used by other
+processes meanwhile ("foreign" cores); a sample taken while they used more than
+--max_foreign cores is retried (up to --retries times), and medians and best rounds
+are both reported. The input files are read once before each sample so that every
+variant starts from the page cache.
 
---baseline_dir adds (c) and its tiny run for another checkout of the code (e.g. the
-commit before a change), interleaved with the rest, for before/after comparisons.
+--variants picks what runs (default: a_ceiling, f_fused_loop, b_seeds, c_job,
+e_job_gzip0; "all" adds a2_ceiling_autotune and d_job_mp2). A default run (2,000
+photos, 3 rounds) takes about 8 minutes on a 2-core VM. --baseline_dir adds (c) and
+its tiny run for another checkout of the code (e.g. the commit before a change),
+interleaved with the rest, for before/after comparisons.
 
-Usage: python scripts/benchmark_etl.py [--num_images 3000] [--rounds 5]
-       [--out docs/benchmarks/etl] [--work_dir /tmp/benchmark_etl] [--baseline_dir DIR]
+Usage (the full measurement; photos are generated into --work_dir once and reused):
+
+    python scripts/benchmark_etl.py --work_dir /work/bench_data --num_images 2000 \\
+        --rounds 3 --out docs/benchmarks/etl [--baseline_dir DIR]
 """
 
 from __future__ import annotations
@@ -47,22 +61,25 @@ import glob
 import json
 import os
 import platform
+import queue
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 
 import numpy as np
 import psutil
+from sample_photos import describe, ensure_photos
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
-from benchmark_reader import write_photo_crops  # noqa: E402  (the same photo crops)
 
 from etl import image_codec  # noqa: E402
 
@@ -82,24 +99,22 @@ print("BENCHMARK_RESULT " + json.dumps({"import_s": imported - started,
 NAMES = {
     "a_ceiling": "(a) ceiling: tf.data map of the ops, all cores",
     "a2_ceiling_autotune": "(a') the same map, AUTOTUNE (diagnostic)",
+    "f_fused_loop": "(f) fused loop: read+ops map, writer thread",
     "b_seeds": "(b) seeds: single-process loop + TFRecordWriter",
     "c_job": "(c) image job, default runner",
     "d_job_mp2": "(d) image job, multi_processing x2",
     "e_job_gzip0": "(e) image job, default runner, --gzip_level=0",
     "c_job_baseline": "(c') image job, baseline code",
 }
+DEFAULT_VARIANTS = "a_ceiling,f_fused_loop,b_seeds,c_job,e_job_gzip0"
+ALL_VARIANTS = ("a_ceiling", "a2_ceiling_autotune", "f_fused_loop", "b_seeds", "c_job",
+                "d_job_mp2", "e_job_gzip0")
+# The job's steady state must reach this fraction of the ceiling.
+GOAL_VS_CEILING = 0.8
 
 
 def input_files(root: str) -> list[str]:
     return sorted(glob.glob(os.path.join(root, "*", "*.jpg")))
-
-
-def ensure_input(root: str, count: int) -> list[str]:
-    files = input_files(root)
-    if len(files) != count:
-        write_photo_crops(root, count)
-        files = input_files(root)
-    return files
 
 
 def warm_page_cache(files: list[str]) -> None:
@@ -155,6 +170,31 @@ def ceiling_pass(data: tf.Tensor, image_size: int, quality: int,
     return {"images": count}
 
 
+def _label_ids(files: list[str]) -> dict[str, int]:
+    labels = sorted({os.path.basename(os.path.dirname(p)) for p in files})
+    return {label: i for i, label in enumerate(labels)}
+
+
+def serialize(image: bytes, image_size: int, path: str, root: str,
+              label_ids: dict[str, int]) -> bytes:
+    """The features the job stores (docs/FORMAT.md), as one serialized Example."""
+    label = os.path.basename(os.path.dirname(path))
+    key = os.path.relpath(path, root)
+
+    def ints(v: int) -> tf.train.Feature:
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+
+    def strings(v: bytes) -> tf.train.Feature:
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+
+    example = tf.train.Example(features=tf.train.Features(feature={
+        "image": strings(image), "height": ints(image_size),
+        "width": ints(image_size), "channels": ints(3),
+        "label": ints(label_ids[label]), "label_name": strings(label.encode()),
+        "key": strings(key.encode())}))
+    return example.SerializeToString(deterministic=True)
+
+
 def make_seeds_loop(image_size: int, quality: int) -> Callable[[list[str], str, str], dict]:
     """(b): the straightforward single-process script the seeds start from."""
     preprocess = tf.function(
@@ -162,39 +202,82 @@ def make_seeds_loop(image_size: int, quality: int) -> Callable[[list[str], str, 
         input_signature=[tf.TensorSpec([], tf.string)])
 
     def run(files: list[str], root: str, out_path: str) -> dict:
-        labels = sorted({os.path.basename(os.path.dirname(p)) for p in files})
-        label_ids = {label: i for i, label in enumerate(labels)}
+        label_ids = _label_ids(files)
         options = tf.io.TFRecordOptions(compression_type="GZIP")
         with tf.io.TFRecordWriter(out_path, options) as writer:
             for path in files:
                 with open(path, "rb") as f:
                     data = f.read()
                 image = preprocess(data).numpy()
-                label = os.path.basename(os.path.dirname(path))
-                key = os.path.relpath(path, root)
-
-                def ints(v: int) -> tf.train.Feature:
-                    return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
-
-                def strings(v: bytes) -> tf.train.Feature:
-                    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
-
-                example = tf.train.Example(features=tf.train.Features(feature={
-                    "image": strings(image), "height": ints(image_size),
-                    "width": ints(image_size), "channels": ints(3),
-                    "label": ints(label_ids[label]), "label_name": strings(label.encode()),
-                    "key": strings(key.encode())}))
-                writer.write(example.SerializeToString())
+                writer.write(serialize(image, image_size, path, root, label_ids))
         return {"images": len(files)}
 
     preprocess(tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)))  # Trace once, untimed.
     return run
 
 
+def fused_loop(files: list[str], root: str, out_path: str, image_size: int,
+               quality: int, gzip_level: int = 6) -> dict:
+    """(f): read + ops in a tf.data map, serialize here, write on a third thread.
+
+    The map runs one call per core with tf.data's autotuner off (as the ceiling
+    does); this thread builds the Examples; a writer thread deflates and writes them,
+    fed through a bounded queue.
+    """
+    label_ids = _label_ids(files)
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    dataset = (tf.data.Dataset.from_tensor_slices(files)
+               .map(lambda path: (path, image_codec.preprocess(
+                   tf.io.read_file(path), image_size, image_codec.JPEG, quality)),
+                    num_parallel_calls=os.cpu_count(), deterministic=True)
+               .with_options(options))
+    records: queue.Queue[bytes | None] = queue.Queue(maxsize=256)
+    failure: list[Exception] = []
+
+    def write() -> None:
+        drained = False
+        try:
+            with tf.io.TFRecordWriter(out_path, tf.io.TFRecordOptions(
+                    compression_type="GZIP", compression_level=gzip_level)) as writer:
+                while (record := records.get()) is not None:
+                    writer.write(record)
+                drained = True
+        except (tf.errors.OpError, OSError) as error:  # Re-raised by the caller.
+            failure.append(error)
+            while not drained and records.get() is not None:  # Unblock the producer.
+                pass
+
+    writer = threading.Thread(target=write, name="fused-loop-writer")
+    writer.start()
+    try:
+        for path, image in dataset.as_numpy_iterator():
+            records.put(serialize(image, image_size, path.decode(), root, label_ids))
+    finally:
+        records.put(None)
+        writer.join()
+    if failure:
+        raise failure[0]
+    return {"images": len(files)}
+
+
+def _job_env(code_dir: str) -> dict[str, str]:
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
+            "PYTHONPATH": os.pathsep.join([code_dir, os.environ.get("PYTHONPATH", "")])}
+
+
+def run_command(code_dir: str, argv: list[str]) -> dict:
+    """The whole command, ``python -m pipelines.images ARGV``, as a user runs it."""
+    proc = subprocess.run([sys.executable, "-m", "pipelines.images", *argv], cwd=code_dir,
+                          env=_job_env(code_dir), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"job failed ({code_dir}, {argv}):\n{proc.stderr[-3000:]}")
+    return {}
+
+
 def run_job(code_dir: str, argv: list[str]) -> dict:
-    """(c), (d): the image job as a subprocess; its own timings."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
-           "PYTHONPATH": os.pathsep.join([code_dir, os.environ.get("PYTHONPATH", "")])}
+    """(c), (d), (e): the image job in a fresh interpreter; its own timings."""
+    env = _job_env(code_dir)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", _JOB_DRIVER, json.dumps(argv)],
                           cwd=code_dir, env=env, capture_output=True, text=True)
@@ -208,55 +291,73 @@ def run_job(code_dir: str, argv: list[str]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work_dir", default="/tmp/benchmark_etl")
+    parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(),
+                                                           "bench_photos"),
+                        help="Generated photos are kept (and reused) here.")
     parser.add_argument("--out", default="docs/benchmarks/etl",
                         help="Path prefix for <out>.json and <out>.png.")
-    parser.add_argument("--num_images", type=int, default=3000)
+    parser.add_argument("--num_images", type=int, default=2000)
     parser.add_argument("--tiny_images", type=int, default=20,
                         help="Input size of the fixed-overhead runs.")
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--jpeg_quality", type=int, default=95)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default=DEFAULT_VARIANTS,
+                        help=f"Comma-separated, or 'all': {', '.join(ALL_VARIANTS)}.")
+    parser.add_argument("--goal", type=float, default=GOAL_VS_CEILING,
+                        help="Job steady state / ceiling needed to PASS.")
     parser.add_argument("--max_foreign", type=float, default=0.15,
                         help="Retry a sample taken while other processes used more "
                              "than this many cores.")
     parser.add_argument("--retries", type=int, default=3)
-    parser.add_argument("--skip", default="",
-                        help="Comma-separated variants to leave out, e.g. d_job_mp2.")
     parser.add_argument("--baseline_dir", default=None,
                         help="Another checkout of this project: adds (c') for it.")
     parser.add_argument("--baseline_label", default="",
                         help="What --baseline_dir is, recorded in the JSON.")
     args = parser.parse_args()
+    chosen = ALL_VARIANTS if args.variants == "all" else args.variants.split(",")
+    unknown = set(chosen) - set(ALL_VARIANTS)
+    if unknown or "a_ceiling" not in chosen:
+        parser.error(f"--variants must include a_ceiling and name only {ALL_VARIANTS}; "
+                     f"got {args.variants!r}.")
 
-    big_root = os.path.join(args.work_dir, f"raw{args.num_images}")
-    tiny_root = os.path.join(args.work_dir, f"raw{args.tiny_images}")
-    big_files = ensure_input(big_root, args.num_images)
-    tiny_files = ensure_input(tiny_root, args.tiny_images)
+    os.makedirs(args.work_dir, exist_ok=True)
+    big_root = ensure_photos(args.work_dir, args.num_images, verbose=True)
+    tiny_root = ensure_photos(args.work_dir, args.tiny_images)
+    big_files, tiny_files = input_files(big_root), input_files(tiny_root)
     payloads = []
     for path in big_files:
         with open(path, "rb") as f:
             payloads.append(f.read())
     data = tf.constant(payloads)
     seeds_loop = make_seeds_loop(args.image_size, args.jpeg_quality)
-    out = os.path.join(args.work_dir, "out")
+    out = os.path.join(args.work_dir, "etl_out")
+    os.makedirs(out, exist_ok=True)
+
+    def job_argv(name: str, root: str, *flags: str) -> list[str]:
+        return [f"--input={root}", f"--output_dir={os.path.join(out, name)}",
+                "--overwrite", f"--image_size={args.image_size}",
+                f"--jpeg_quality={args.jpeg_quality}", *flags]
 
     def job(code_dir: str, name: str, root: str, *flags: str) -> Callable[[], dict]:
-        return lambda: run_job(code_dir, [
-            f"--input={root}", f"--output_dir={os.path.join(out, name)}", "--overwrite",
-            f"--image_size={args.image_size}", f"--jpeg_quality={args.jpeg_quality}",
-            *flags])
+        return lambda: run_job(code_dir, job_argv(name, root, *flags))
 
     mp2 = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
     variants: dict[str, tuple[Callable[[], dict], list[str]]] = {
         "a_ceiling": (lambda: ceiling_pass(data, args.image_size, args.jpeg_quality), []),
         "a2_ceiling_autotune": (lambda: ceiling_pass(data, args.image_size,
                                                      args.jpeg_quality, autotune=True), []),
+        "f_fused_loop": (lambda: fused_loop(big_files, big_root,
+                                            os.path.join(out, "fused.tfrecord.gz"),
+                                            args.image_size, args.jpeg_quality),
+                         big_files),
         "b_seeds": (lambda: seeds_loop(big_files, big_root,
-                                       os.path.join(args.work_dir, "seeds.tfrecord.gz")),
+                                       os.path.join(out, "seeds.tfrecord.gz")),
                     big_files),
         "c_job": (job(REPO_ROOT, "c", big_root), big_files),
         "c_job_tiny": (job(REPO_ROOT, "c_tiny", tiny_root), tiny_files),
+        "c_job_command_tiny": (lambda: run_command(REPO_ROOT, job_argv("c_cmd", tiny_root)),
+                               tiny_files),
         "d_job_mp2": (job(REPO_ROOT, "d", big_root, *mp2), big_files),
         "d_job_mp2_tiny": (job(REPO_ROOT, "d_tiny", tiny_root, *mp2), tiny_files),
         "e_job_gzip0": (job(REPO_ROOT, "e", big_root, "--gzip_level=0"), big_files),
@@ -268,9 +369,11 @@ def main() -> None:
         variants["c_job_baseline"] = (job(baseline, "c_base", big_root), big_files)
         variants["c_job_baseline_tiny"] = (job(baseline, "c_base_tiny", tiny_root),
                                            tiny_files)
-    for name in filter(None, args.skip.split(",")):
-        variants.pop(name, None)
-        variants.pop(name + "_tiny", None)
+        chosen = [*chosen, "c_job_baseline"]
+    # A variant brings its fixed-overhead runs: <name>_tiny (and for c, the command).
+    variants = {name: value for name, value in variants.items()
+                if name in chosen or name.removesuffix("_tiny") in chosen
+                or (name == "c_job_command_tiny" and "c_job" in chosen)}
 
     ceiling_pass(data, args.image_size, args.jpeg_quality)  # Warm-up: pools, tracing.
     samples: dict[str, list[dict]] = {name: [] for name in variants}
@@ -293,7 +396,7 @@ def main() -> None:
             print(f"round {r + 1}/{args.rounds} {name:<20} {_seconds(name, record):7.2f} s"
                   f"  (other processes: {sample.foreign_cores:.2f} cores)", flush=True)
 
-    result = summarize(samples, args, len(big_files))
+    result = summarize(samples, args, len(big_files), describe(big_root))
     print_table(result)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
@@ -307,7 +410,17 @@ def _seconds(name: str, record: dict) -> float:
     return record["job_s"] if "job_s" in record else record["wall_s"]
 
 
-def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int) -> dict:
+def _steady(n: int, total_s: float, tiny_s: float) -> float | None:
+    """N / (T_N - T_tiny); None when the difference is not positive (N too small)."""
+    return n / (total_s - tiny_s) if total_s > tiny_s else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
+              photos: dict) -> dict:
     times = {name: [_seconds(name, s) for s in recs] for name, recs in samples.items()}
     rates: dict[str, dict[str, float]] = {}
     for name in (k for k in times if not k.endswith("_tiny")):
@@ -322,24 +435,39 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int) 
             continue
         tiny = times[name + "_tiny"]
         fixed[name] = {"median_s": statistics.median(tiny), "best_s": min(tiny)}
-        per_round = [n / (t - t0) for t, t0 in zip(times[name], tiny, strict=True)]
         steady[name] = {
-            "median": n / (statistics.median(times[name]) - statistics.median(tiny)),
-            "best": n / (min(times[name]) - min(tiny)),
-            "per_round": per_round,
+            "median": _steady(n, statistics.median(times[name]), statistics.median(tiny)),
+            "best": _steady(n, min(times[name]), min(tiny)),
+            "per_round": [_steady(n, t, t0) for t, t0 in zip(times[name], tiny,
+                                                             strict=True)],
         }
+    if "c_job_command_tiny" in times:
+        command = times["c_job_command_tiny"]
+        fixed["c_job"].update(whole_command_median_s=statistics.median(command),
+                              whole_command_best_s=min(command))
     ceiling = rates["a_ceiling"]
-    ratios = {name: {stat: value[stat] / ceiling[stat] for stat in ("median", "best")}
-              for name, value in steady.items()}
+    fused = rates.get("f_fused_loop")
+    stats = ("median", "best")
+    vs_ceiling = {name: {stat: _ratio(value[stat], ceiling[stat]) for stat in stats}
+                  for name, value in steady.items()}
+    vs_fused = {name: {stat: _ratio(value[stat], fused[stat]) for stat in stats}
+                for name, value in steady.items()} if fused else {}
+    goal = None
+    if "c_job" in vs_ceiling:
+        reached = vs_ceiling["c_job"]["median"]
+        goal = {"variant": "c_job", "min_steady_state_vs_ceiling": args.goal,
+                "steady_state_vs_ceiling_median": reached,
+                "pass": reached is not None and reached >= args.goal}
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT,
+                            capture_output=True, text=True).stdout.strip()
     return {
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()
                     or platform.machine(), "memory_gib": round(
                         psutil.virtual_memory().total / 2**30, 1),
                     "python": platform.python_version(), "tensorflow": tf.__version__},
-        "input": {"images": n, "tiny_images": args.tiny_images,
-                  "generator": "random 140-420 px crops of sklearn's sample photos, "
-                               "JPEG quality 90",
+        "code_commit": commit,
+        "input": {"images": n, "tiny_images": args.tiny_images, "photos": photos,
                   "image_size": args.image_size, "image_format": "jpeg",
                   "jpeg_quality": args.jpeg_quality},
         "rounds": args.rounds,
@@ -350,23 +478,41 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int) 
         "cpu_ms_per_image_median": cpu_ms,
         "fixed_overhead": fixed,
         "steady_state_images_per_second": steady,
-        "steady_state_vs_ceiling": ratios,
+        "steady_state_vs_ceiling": vs_ceiling,
+        "steady_state_vs_fused_loop": vs_fused,
+        "goal": goal,
         "samples": samples,
         "definitions": {
             "job time": "wall time of pipelines.images.run() in a fresh subprocess "
                         "(imports excluded; see process_s)",
-            "fixed_overhead": "job time on the tiny input",
+            "fixed_overhead": "median_s / best_s: job time on the tiny input (the job "
+                              "only); whole_command_*: wall time of python -m "
+                              "pipelines.images on the tiny input as a subprocess "
+                              "(interpreter start and imports included)",
             "steady_state": "N / (job time on N images - job time on the tiny input), "
                             "from medians and from best rounds",
+            "ceiling": "a_ceiling: the per-image ops in a tf.data map over in-memory "
+                       "bytes, one call per core, autotuner off",
+            "fused_loop": "f_fused_loop: the practical limit, read + ops in a tf.data "
+                          "map (one call per core, autotuner off), Example "
+                          "serialization, GZIP level 6 write on a writer thread",
+            "goal": "c_job steady state (medians) >= min_steady_state_vs_ceiling x "
+                    "ceiling (median)",
             "cpu_ms_per_image": "CPU of this process or the job's process tree / N",
         },
     }
 
 
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
 def print_table(result: dict) -> None:
     rates = result["images_per_second"]
     cpu = result["cpu_ms_per_image_median"]
-    print(f"\n{result['input']['images']} images, {result['rounds']} rounds")
+    photos = result["input"]["photos"]["stats"]
+    print(f"\n{result['input']['images']} photos (mean {photos['mean_kb']} KB), "
+          f"{result['rounds']} rounds")
     print(f"{'images/s (overall)':<50}{'median':>8}{'best':>8}{'worst':>8}"
           f"{'CPU ms/img':>12}")
     for name, value in rates.items():
@@ -375,10 +521,23 @@ def print_table(result: dict) -> None:
     for name, value in result["steady_state_images_per_second"].items():
         fixed = result["fixed_overhead"][name]
         ratio = result["steady_state_vs_ceiling"][name]
-        print(f"{NAMES.get(name, name)}: fixed overhead {fixed['median_s']:.1f} s "
-              f"(best {fixed['best_s']:.1f}); steady state {value['median']:.0f} img/s "
-              f"(best {value['best']:.0f}) = {ratio['median']:.2f} x ceiling "
-              f"(best rounds {ratio['best']:.2f})")
+        print(f"{NAMES.get(name, name)}: steady state {_fmt(value['median'], '.0f')} "
+              f"img/s (best {_fmt(value['best'], '.0f')}) = "
+              f"{_fmt(ratio['median'], '.2f')} x ceiling (best rounds "
+              f"{_fmt(ratio['best'], '.2f')})", end="")
+        to_fused = result["steady_state_vs_fused_loop"].get(name)
+        print(f", {_fmt(to_fused['median'], '.2f')} x fused loop" if to_fused else "")
+        print(f"    fixed overhead, job only: {fixed['median_s']:.1f} s "
+              f"(best {fixed['best_s']:.1f})", end="")
+        if "whole_command_median_s" in fixed:
+            print(f"; whole command: {fixed['whole_command_median_s']:.1f} s "
+                  f"(best {fixed['whole_command_best_s']:.1f})", end="")
+        print()
+    goal = result["goal"]
+    if goal:
+        print(f"goal: job steady state >= {goal['min_steady_state_vs_ceiling']} x "
+              f"ceiling: {_fmt(goal['steady_state_vs_ceiling_median'], '.2f')} x -> "
+              f"{'PASS' if goal['pass'] else 'FAIL'}")
 
 
 def plot(result: dict, path: str) -> None:
@@ -395,8 +554,8 @@ def plot(result: dict, path: str) -> None:
         if name in result["steady_state_images_per_second"]:
             steady = result["steady_state_images_per_second"][name]
             labels.append(NAMES.get(name, name) + " - steady state")
-            med.append(steady["median"])
-            top.append(steady["best"])
+            med.append(steady["median"] or 0.0)
+            top.append(steady["best"] or 0.0)
     y = np.arange(len(labels))[::-1]
     fig, ax = plt.subplots(figsize=(10, 0.5 * len(labels) + 1.5))
     ax.barh(y + 0.2, top, height=0.4, color="#cc6633", label="best round")
@@ -406,9 +565,14 @@ def plot(result: dict, path: str) -> None:
         ax.text(m, yy - 0.2, f" {m:.0f}", va="center", fontsize=8)
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("images / s")
-    ax.legend(loc="lower right", fontsize=8)
+    if result["goal"]:
+        goal = result["goal"]["min_steady_state_vs_ceiling"]
+        ax.axvline(goal * result["images_per_second"]["a_ceiling"]["median"], color="gray",
+                   linestyle="--", linewidth=1, label=f"goal: {goal} x ceiling (median)")
+    ax.legend(loc="best", fontsize=8)
     data = result["input"]
-    ax.set_title(f"{data['images']} photo crops -> {data['image_size']} px JPEG, "
+    ax.set_title(f"{data['images']} photos (mean {data['photos']['stats']['mean_kb']} KB) "
+                 f"-> {data['image_size']} px JPEG, "
                  f"{result['machine']['cpu_cores']} cores, {result['date']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

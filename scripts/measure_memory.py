@@ -1,340 +1,318 @@
-"""Peak memory of the image job at 1x and 10x input: is it flat in data size?
+"""Peak memory of the image job on photo-sized JPEGs: is it flat in the input size?
 
-Writes N and 10N small real-photo crops (random windows of scikit-learn's two sample
-photos, 48-96 px, as JPEG) and runs the image job on each as a subprocess, sampling
-the resident set size of the job and all its child processes every 50 ms. Each input
-size runs twice: with the default shard size (one shard per split here, so the
-shard being written grows with the input up to --target_shard_mb) and with
---target_shard_mb=--small_shard_mb (every shard, and so every GroupByKey group our
-code gathers, stays small), which separates the growth our sharding allows from the
-growth of the runner itself.
+For each --sizes N (default 2,000, 20,000 and 200,000 photos from
+scripts/sample_photos.py: 320-1280 px, about 64 KB each, so ~13 GB at 200,000), runs
+the job exactly as a user does, ``python -m pipelines.images --input=<photos_N>
+--output_dir=... --overwrite [--job_flags]``, and reads its peak resident set size
+from the kernel: the job is the only child of a fresh wrapper interpreter, which,
+once the job has exited, prints ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``.
+That is the kernel's own high-water mark, exact (nothing sampled, so no spike
+is missed) and this job's alone (the wrapper is new for every measurement).
 
-Inside the job process, the local runner's stage buffers are measured too: after
-every stage, the bytes held by every live ``ListBuffer`` / ``GroupingBuffer`` of
-Beam's FnApiRunner (encoded PCollection data kept between stages) are summed, and the
-peak is reported. Prints a table and writes JSON.
+ru_maxrss of RUSAGE_CHILDREN is the *largest* peak among the waited-for descendants,
+not their sum. With the default runner the job is one process, so the figure is the
+job's peak. For multi-process configurations (--configs multi_processing: SDK worker
+subprocesses) it is the largest single process, reported as such; the wrapper is
+made a child subreaper on Linux, so workers that outlive the job are re-parented to
+it and reaped, and count too (``stragglers`` in the JSON says how many there were).
 
-A third configuration runs the same job on the PortableRunner with its SDK worker in a
-subprocess: the runner, with its buffers, stays in the job process ("launcher"), while
-every DoFn of ours runs in the worker, so the worker's peak shows what our code holds.
+Also measured, each in its own fresh wrapper:
+  imports_only  ``python -c "import pipelines.images"``: the interpreter, Beam and
+                TensorFlow before any data, the floor under every job figure;
+  beam_control  a Beam pipeline on the default runner with no TensorFlow and none of
+                our code that moves N small records (--control_record_bytes each, the
+                size of what should cross the job's stage boundaries: keys, plans,
+                counts) across three GroupByKeys; what it gains from one size to the
+                next is what the local runner itself costs per record.
 
-Controls ("beam_control", "beam_control_portable"): a Beam pipeline with no
-TensorFlow and none of our code that moves the same bytes across as many stage
-boundaries as the job does (one record per input image, of the input's mean file
-size, through a GroupByKey; then one of the job's mean output example size through
-two more), run the same way at every input size, in-process and with a portable SDK
-worker. What it gains with the data is what the local runner costs any pipeline.
+Targets, printed PASS/FAIL and saved: the second size's job peak at most --max_growth
+(1.25) times the first's (20,000 vs 2,000 with the default sizes), and every job
+peak at most --max_peak_gb (2.5 GB = 2.5e9 bytes).
 
---extra_factors adds larger inputs (e.g. 30 for 60,000 images), to see where growth
-levels off; the ratios compare 1x with 10x.
+Generated photos are kept in --work_dir (``photos_<N>``; smaller trees hard-link the
+files of a larger one) and reused by later runs; job outputs go to
+``<work_dir>/memory_out`` and are deleted after their manifest is read.
 
-Usage: python scripts/measure_memory.py [--base 2000] [--factor 10] [--extra_factors 30]
-       [--out docs/benchmarks/memory.json]
+Usage (the full measurement; the 200,000-photo tree takes a while to generate the
+first time: see scripts/sample_photos.py):
+
+    nice -n 19 python scripts/measure_memory.py --work_dir /work/bench_data \\
+        --sizes 2000,20000,200000 --out docs/benchmarks/memory.json
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-import numpy as np
 import psutil
+from sample_photos import describe, ensure_photos
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
 
-from pipelines.runner_defaults import DEFAULT_RUNNER  # noqa: E402
-
-# Runs the image job with the FnApiRunner's stage buffers accounted for, and prints
-# one JSON line with the job's wall time and the peak bytes those buffers held.
-_DRIVER = r"""
-import json, re, resource, sys, time, weakref
-from apache_beam.runners.portability.fn_api_runner import execution, fn_runner
-
-live = weakref.WeakSet()
-for cls in (execution.ListBuffer, execution.GroupingBuffer):
-    def patched_init(self, *args, _orig=cls.__init__, **kwargs):
-        _orig(self, *args, **kwargs)
-        live.add(self)
-    cls.__init__ = patched_init
-
-def approx(obj):
-    if isinstance(obj, (bytes, bytearray, str)):
-        return len(obj)
-    if isinstance(obj, (tuple, list)):
-        return sum(approx(x) for x in obj)
-    if hasattr(obj, "value") and hasattr(obj, "windows"):  # WindowedValue
-        return approx(obj.value)
-    return 8
-
-def buffered_bytes():
-    total = 0
-    for buf in list(live):
-        if getattr(buf, "cleared", False) is True:
-            continue
-        total += sum(len(x) for x in getattr(buf, "_inputs", ()))
-        for part in getattr(buf, "_grouped_output", None) or ():
-            total += sum(len(x) for x in part)
-        for values in getattr(buf, "_table", {}).values():
-            total += approx(values)
-    return total
-
-def short(stage_name):
-    # "((a)+(ref_AppliedPTransform_Preprocess-Transform-train-Transform_224))+..." ->
-    # the transform names it fuses, shortened.
-    names = re.findall(r"ref_AppliedPTransform_([A-Za-z0-9_.\[\]-]+?)_\d+\)", stage_name)
-    names += re.findall(r"\(([A-Za-z0-9_.\[\]/-]+)/(?:Read|Write)\)", stage_name)
-    return ", ".join(dict.fromkeys(n.replace("-", "/") for n in names))[:120] or stage_name[:120]
-
-peak = {"bytes": 0, "stage": ""}
-stages = []
-orig_execute = fn_runner.FnApiRunner._execute_bundle
-def execute(self, ctx, bundle_context_manager, *args, **kwargs):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    result = orig_execute(self, ctx, bundle_context_manager, *args, **kwargs)
-    held = buffered_bytes()
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    name = short(bundle_context_manager.stage.name)
-    stages.append({"stage": name, "maxrss_rise_mib": round((after - before) / 1024, 1),
-                   "buffered_mib_after": round(held / 2**20, 1)})
-    if held > peak["bytes"]:
-        peak.update(bytes=held, stage=name)
-    return result
-fn_runner.FnApiRunner._execute_bundle = execute
-
-from pipelines import images
+# Runs the command in argv[1] (JSON) as its only child, logging to a file, reaps
+# every descendant and prints one JSON line with the children's peak RSS.
+_WRAPPER = r"""
+import ctypes, json, os, resource, subprocess, sys, time
+args = json.loads(sys.argv[1])
+if sys.platform.startswith("linux"):
+    # PR_SET_CHILD_SUBREAPER: descendants orphaned by the job are re-parented here.
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 start = time.perf_counter()
-images.run(json.loads(sys.argv[1]))
-print("MEMORY_RESULT " + json.dumps({"job_s": time.perf_counter() - start,
-                                     "peak_buffered_bytes": peak["bytes"],
-                                     "peak_buffered_after_stage": peak["stage"],
-                                     "stages": stages}))
+with open(args["log"], "wb") as log:
+    rc = subprocess.run(args["command"], stdout=log, stderr=subprocess.STDOUT).returncode
+wall_s = time.perf_counter() - start
+stragglers, killed, deadline = 0, 0, time.monotonic() + 60
+while True:
+    try:
+        pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        break
+    if pid:
+        stragglers += 1
+    elif time.monotonic() > deadline:
+        import psutil
+        for child in psutil.Process().children():
+            child.kill()
+            killed += 1
+        deadline = float("inf")
+    else:
+        time.sleep(0.1)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("MEMORY_RESULT " + json.dumps({
+    "rc": rc, "wall_s": wall_s, "ru_maxrss": usage.ru_maxrss,
+    "cpu_s": usage.ru_utime + usage.ru_stime, "stragglers": stragglers,
+    "stragglers_killed": killed}))
 """
 
-# The control: the same number of records and bytes as the image job's input, through
-# a trivial Beam pipeline on the same runner flags. Prints one JSON line.
-_CONTROL_DRIVER = r"""
-import hashlib, json, sys, time
+# N records of a fixed size across three GroupByKeys, no TensorFlow: the control.
+_CONTROL = r"""
+import json, sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
-args = json.loads(sys.argv[1])
-records = args["records"]
-
-def payload(i, size):
-    return (hashlib.sha256(str(i).encode()).digest() * (size // 32 + 1))[:size]
+records, size = int(sys.argv[1]), int(sys.argv[2])
 
 def generate(_):
     for i in range(records):
-        yield i % 64, (i, payload(i, args["input_bytes_per_record"]))
-
-def to_output(group):
-    key, values = group
-    for i, _ in values:
-        yield key, (i, payload(-i, args["output_bytes_per_record"]))
+        yield i % 64, (str(i).encode() * size)[:size]
 
 def ungroup(group):
     key, values = group
     for value in values:
-        yield key, value
+        yield (key + 1) % 64, value
 
-start = time.perf_counter()
-with beam.Pipeline(options=PipelineOptions(args["flags"])) as p:
+with beam.Pipeline(options=PipelineOptions([])) as p:
     _ = (p | beam.Impulse() | "Generate" >> beam.FlatMap(generate)
-         | "Boundary1" >> beam.GroupByKey() | "ToOutput" >> beam.FlatMap(to_output)
-         | "Boundary2" >> beam.GroupByKey() | "Ungroup" >> beam.FlatMap(ungroup)
+         | "Boundary1" >> beam.GroupByKey() | "Ungroup1" >> beam.FlatMap(ungroup)
+         | "Boundary2" >> beam.GroupByKey() | "Ungroup2" >> beam.FlatMap(ungroup)
          | "Boundary3" >> beam.GroupByKey()
-         | "Sizes" >> beam.Map(lambda kv: sum(len(v) for _, v in kv[1]))
+         | "Sizes" >> beam.Map(lambda kv: sum(len(v) for v in kv[1]))
          | beam.combiners.Count.Globally())
-print("MEMORY_RESULT " + json.dumps({"job_s": time.perf_counter() - start,
-                                     "peak_buffered_bytes": 0,
-                                     "peak_buffered_after_stage": "", "stages": []}))
 """
 
-PORTABLE_WORKER_FLAGS = [
-    "--runner=PortableRunner", "--job_endpoint=embed",
-    "--environment_type=beam:env:harness_subprocess_python:v1",
-    f"--environment_config={sys.executable} -m apache_beam.runners.worker.sdk_worker_main"]
+CONFIGS: dict[str, list[str]] = {
+    "default": [],
+    "multi_processing": ["--direct_running_mode=multi_processing",
+                         "--direct_num_workers=2"],
+}
+MIB = 2**20
 
 
-def write_crops(root: str, count: int, seed: int = 0) -> None:
-    """``count`` JPEG crops, 48-96 px, in 10 class folders."""
-    import tensorflow as tf
-    from sklearn.datasets import load_sample_images
-
-    photos = load_sample_images().images
-    rng = np.random.default_rng(seed)
-    for i in range(count):
-        photo = photos[i % len(photos)]
-        h, w = (int(x) for x in rng.integers(48, 97, 2))
-        top = int(rng.integers(0, photo.shape[0] - h))
-        left = int(rng.integers(0, photo.shape[1] - w))
-        folder = os.path.join(root, f"class{i % 10}")
-        os.makedirs(folder, exist_ok=True)
-        tf.io.write_file(os.path.join(folder, f"{i:06d}.jpg"), tf.io.encode_jpeg(
-            np.ascontiguousarray(photo[top:top + h, left:left + w]), quality=90))
-
-
-def run_sampled(argv: list[str] | dict, driver: str = _DRIVER) -> dict:
-    """Runs ``driver`` (the job, or the control) with ``argv``; returns peak tree RSS,
-    wall time and the driver's result."""
+def measure(command: list[str], log_path: str) -> dict:
+    """Runs ``command`` under a fresh wrapper; its exact peak RSS, wall and CPU time."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
-           "PYTHONPATH": os.pathsep.join([REPO_ROOT, os.environ.get("PYTHONPATH", "")])}
-    start = time.monotonic()
-    process = psutil.Popen([sys.executable, "-c", driver, json.dumps(argv)], env=env,
-                           cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak = peak_single = peak_launcher = peak_workers = 0
-    while process.poll() is None:
+           "PYTHONPATH": os.pathsep.join(filter(None, [REPO_ROOT,
+                                                       os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRAPPER, json.dumps({"command": command, "log": log_path})],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the measuring wrapper failed:\n{proc.stderr[-3000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("MEMORY_RESULT "))
+    result = json.loads(line.split(" ", 1)[1])
+    # Linux reports kibibytes, macOS bytes.
+    peak = result.pop("ru_maxrss") * (1 if sys.platform == "darwin" else 1024)
+    return {**result, "peak_rss_mib": round(peak / MIB, 1)}
+
+
+def _log_tail(path: str, lines: int = 15) -> str:
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
+def _output_summary(output_dir: str) -> dict:
+    with open(os.path.join(output_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    splits = manifest["splits"].values()
+    return {"examples": sum(s["num_records"] for s in splits),
+            "rejected": manifest["rejected"]["count"],
+            "shards": sum(len(s["shards"]) for s in splits),
+            "output_mib": round(sum(s["num_bytes"] for s in splits) / MIB, 1)}
+
+
+def _code_version() -> dict:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,
+                              text=True).stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"),
+            "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def _machine() -> dict:
+    versions = {}
+    for package in ("apache-beam", "tensorflow", "tensorflow-transform"):
         try:
-            launcher = process.memory_info().rss
-            children = [p.memory_info().rss for p in process.children(recursive=True)]
-        except psutil.NoSuchProcess:  # A process ended between listing and reading.
-            time.sleep(0.05)
-            continue
-        workers = sum(children)
-        peak_single = max([peak_single, launcher, *children])
-        peak = max(peak, launcher + workers)
-        peak_launcher = max(peak_launcher, launcher)
-        peak_workers = max(peak_workers, workers)
-        time.sleep(0.05)
-    stdout, stderr = process.communicate()
-    if process.returncode != 0:
-        raise RuntimeError(f"job failed: {stderr.decode()[-3000:]}")
-    line = next(x for x in stdout.decode().splitlines() if x.startswith("MEMORY_RESULT "))
-    return {"peak_rss_bytes": peak, "peak_single_process_rss_bytes": peak_single,
-            "peak_launcher_rss_bytes": peak_launcher, "peak_workers_rss_bytes": peak_workers,
-            "process_wall_s": time.monotonic() - start,
-            **json.loads(line.split(" ", 1)[1])}
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"cpu_cores": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "platform": platform.platform(), "python": platform.python_version(),
+            **versions}
+
+
+def targets(runs: list[dict], sizes: list[int], max_growth: float,
+            max_peak_gb: float) -> dict:
+    """PASS/FAIL of the memory targets over the default-config job runs."""
+    jobs = {r["images"]: r for r in runs if r["config"] == "default"}
+    result: dict = {"max_peak_bytes": max_peak_gb * 1e9, "max_growth": max_growth}
+    if len(sizes) >= 2 and sizes[0] in jobs and sizes[1] in jobs:
+        small, large = jobs[sizes[0]], jobs[sizes[1]]
+        ok = small["rc"] == 0 and large["rc"] == 0
+        ratio = large["peak_rss_mib"] / small["peak_rss_mib"]
+        result["growth"] = {"sizes": [sizes[0], sizes[1]], "ratio": round(ratio, 3),
+                            "pass": ok and ratio <= max_growth}
+    result["peak"] = {
+        str(n): {"peak_rss_mib": r["peak_rss_mib"],
+                 "pass": r["rc"] == 0 and r["peak_rss_mib"] * MIB <= max_peak_gb * 1e9}
+        for n, r in jobs.items()}
+    result["pass"] = (all(p["pass"] for p in result["peak"].values())
+                      and result.get("growth", {}).get("pass", True))
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", type=int, default=2000, help="Images at 1x.")
-    parser.add_argument("--factor", type=int, default=10)
-    parser.add_argument("--extra_factors", default="",
-                        help="Comma-separated further multiples of --base to run.")
-    parser.add_argument("--image_size", type=int, default=64)
-    parser.add_argument("--small_shard_mb", type=float, default=1.0,
-                        help="--target_shard_mb of the bounded-shard runs.")
-    parser.add_argument("--work_dir", default=None,
-                        help="Keep inputs here (default: a temporary directory).")
+    parser.add_argument("--sizes", default="2000,20000,200000",
+                        help="Comma-separated input sizes (photos), smallest first.")
+    parser.add_argument("--configs", default="default",
+                        help=f"Comma-separated job configurations: {', '.join(CONFIGS)}.")
+    parser.add_argument("--job_flags", default="",
+                        help="Extra flags for every job run, e.g. '--gzip_level=0'.")
+    parser.add_argument("--no_control", action="store_true",
+                        help="Skip imports_only and beam_control.")
+    parser.add_argument("--control_record_bytes", type=int, default=256)
+    parser.add_argument("--max_growth", type=float, default=1.25)
+    parser.add_argument("--max_peak_gb", type=float, default=2.5)
+    parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(),
+                                                           "bench_photos"),
+                        help="Generated photos are kept (and reused) here.")
+    parser.add_argument("--keep_outputs", action="store_true")
     parser.add_argument("--out", default="docs/benchmarks/memory.json")
     args = parser.parse_args()
 
-    mib = 2**20
-    configs = {"default_shards": [],
-               "small_shards": [f"--target_shard_mb={args.small_shard_mb}"],
-               # Our code in an SDK worker process, the runner (and its buffers) in
-               # the launcher: separates the two.
-               "portable_worker": [f"--target_shard_mb={args.small_shard_mb}",
-                                   *PORTABLE_WORKER_FLAGS]}
-    controls = {"beam_control": [f"--runner={DEFAULT_RUNNER}"],
-                "beam_control_portable": PORTABLE_WORKER_FLAGS}
-    runs = []
+    sizes = [int(s) for s in args.sizes.split(",")]
+    configs = {name: CONFIGS[name] for name in args.configs.split(",")}
+    job_flags = shlex.split(args.job_flags)
+    out_root = os.path.join(args.work_dir, "memory_out")
+    log_dir = os.path.join(args.work_dir, "memory_logs")
+    os.makedirs(log_dir, exist_ok=True)
+    runs: list[dict] = []
+    inputs: dict[str, dict] = {}
 
-    def record(count: int, config: str, flags: list[str], result: dict,
-               manifest: dict | None) -> None:
-        splits = manifest["splits"].values() if manifest else []
-        runs.append({
-            "images": count, "config": config, "flags": flags,
-            "shards": sum(len(s["shards"]) for s in splits) if manifest else None,
-            "output_mib": round(sum(s["num_bytes"] for s in splits) / mib, 1)
-            if manifest else None,
-            "peak_rss_mib": round(result["peak_rss_bytes"] / mib, 1),
-            "peak_single_process_rss_mib": round(
-                result["peak_single_process_rss_bytes"] / mib, 1),
-            "peak_launcher_rss_mib": round(result["peak_launcher_rss_bytes"] / mib, 1),
-            "peak_workers_rss_mib": round(result["peak_workers_rss_bytes"] / mib, 1),
-            "peak_runner_buffers_mib": round(result["peak_buffered_bytes"] / mib, 1),
-            "peak_runner_buffers_after_stage": result["peak_buffered_after_stage"],
-            "largest_maxrss_rises": sorted(
-                result["stages"], key=lambda st: -st["maxrss_rise_mib"])[:4],
-            "job_s": round(result["job_s"], 1),
-            "process_wall_s": round(result["process_wall_s"], 1),
-        })
-        r = runs[-1]
-        print(f"{count:>7} images, {config:<21} peak RSS {r['peak_rss_mib']:8.1f} MiB "
-              f"(launcher {r['peak_launcher_rss_mib']:.1f}, workers "
-              f"{r['peak_workers_rss_mib']:.1f}), runner buffers "
-              f"{r['peak_runner_buffers_mib']:7.1f} MiB, job {r['job_s']:6.1f} s", flush=True)
+    def report(run: dict) -> None:
+        runs.append(run)
+        status = "" if run["rc"] == 0 else f"  FAILED rc={run['rc']}, log {run['log']}"
+        output = (f", {run['examples']} examples in {run['shards']} shards"
+                  if "examples" in run else "")
+        print(f"{run['images']:>7} images  {run['config']:<17} peak RSS "
+              f"{run['peak_rss_mib']:8.1f} MiB  wall {run['wall_s']:7.1f} s  "
+              f"CPU {run['cpu_s']:7.1f} s{output}{status}", flush=True)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        work = args.work_dir or tmp
-        factors = [1, args.factor, *(int(f) for f in filter(None, args.extra_factors.split(",")))]
-        for count in (args.base * f for f in factors):
-            root = os.path.join(work, f"in{count}")
-            if not os.path.isdir(root):
-                write_crops(root, count)
-            for config, flags in configs.items():
-                out = os.path.join(work, f"out{count}_{config}")
-                result = run_sampled([f"--input={root}", f"--output_dir={out}",
-                                      f"--image_size={args.image_size}", "--overwrite",
-                                      *flags])
-                with open(os.path.join(out, "manifest.json")) as f:
-                    record(count, config, flags, result, json.load(f))
-            input_bytes = sum(os.path.getsize(os.path.join(d, name))
-                              for d, _, names in os.walk(root) for name in names)
-            job_run = next(r for r in runs if r["images"] == count
-                           and r["config"] == "default_shards")
-            for config, flags in controls.items():
-                result = run_sampled({
-                    "records": count, "flags": flags,
-                    "input_bytes_per_record": round(input_bytes / count),
-                    "output_bytes_per_record": round(job_run["output_mib"] * mib / count)},
-                    driver=_CONTROL_DRIVER)
-                record(count, config, flags, result, None)
-    growth = {}
-    for config in [*configs, *controls]:
-        small, large = (r for r in runs if r["config"] == config
-                        and r["images"] in (args.base, args.base * args.factor))
-        growth[config] = {
-            "peak_rss_ratio": round(large["peak_rss_mib"] / small["peak_rss_mib"], 3),
-            "peak_rss_growth_mib": round(large["peak_rss_mib"] - small["peak_rss_mib"], 1),
-            "peak_launcher_rss_ratio": round(
-                large["peak_launcher_rss_mib"] / small["peak_launcher_rss_mib"], 3),
-            "peak_workers_rss_ratio": round(
-                large["peak_workers_rss_mib"] / small["peak_workers_rss_mib"], 3)
-            if small["peak_workers_rss_mib"] else None,
-            "runner_buffers_growth_mib": round(
-                large["peak_runner_buffers_mib"] - small["peak_runner_buffers_mib"], 1),
-            "peak_rss_growth_kib_per_extra_image": round(
-                (large["peak_rss_mib"] - small["peak_rss_mib"]) * 1024
-                / (large["images"] - small["images"]), 1),
-        }
-        print(f"{config}: {args.factor}x input -> {growth[config]['peak_rss_ratio']:.2f}x "
-              f"peak RSS (+{growth[config]['peak_rss_growth_mib']} MiB; runner buffers "
-              f"+{growth[config]['runner_buffers_growth_mib']} MiB)")
-    report = {"date": time.strftime("%Y-%m-%d"), "cpu_cores": os.cpu_count(),
-              "machine": platform.processor() or platform.machine(),
-              "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-              "image_size": args.image_size,
-              "input": "random 48-96 px crops of sklearn's sample photos, JPEG q90",
-              "runner": "default (FnApiRunner, in_memory); portable_worker: "
-                        "PortableRunner, embedded job service, SDK worker subprocess",
-              "runs": runs,
-              "growth": growth,
-              "definitions": {
-                  "peak_rss": "max over 50 ms samples of the summed RSS of the job "
-                              "process and its children",
-                  "launcher / workers": "the job process alone / its child processes "
-                                        "(SDK workers) summed, peaks over the samples",
-                  "runner_buffers": "bytes held by the FnApiRunner's live ListBuffer / "
-                                    "GroupingBuffer objects, measured after each stage",
-                  "beam_control": "no TensorFlow, none of our code: one record per "
-                                  "input image of the input's mean file size -> "
-                                  "GroupByKey (64 keys) -> one record of the job's mean "
-                                  "output size each -> GroupByKey -> GroupByKey -> "
-                                  "count; default runner (beam_control) or portable "
-                                  "SDK worker subprocess (beam_control_portable)"}}
+    if not args.no_control:
+        log = os.path.join(log_dir, "imports_only.log")
+        report({"images": 0, "config": "imports_only", "log": log,
+                **measure([sys.executable, "-c", "import pipelines.images"], log)})
+    for count in sizes:
+        root = ensure_photos(args.work_dir, count, verbose=True)
+        inputs[str(count)] = describe(root)
+        for config, flags in configs.items():
+            output_dir = os.path.join(out_root, f"{config}_{count}")
+            log = os.path.join(log_dir, f"{config}_{count}.log")
+            command = [sys.executable, "-m", "pipelines.images", f"--input={root}",
+                       f"--output_dir={output_dir}", "--overwrite", *flags, *job_flags]
+            run = {"images": count, "config": config, "command": command[1:], "log": log,
+                   **measure(command, log)}
+            if run["rc"] == 0:
+                run.update(_output_summary(output_dir))
+            else:
+                print(_log_tail(log), file=sys.stderr)
+            report(run)
+            if not args.keep_outputs:
+                shutil.rmtree(output_dir, ignore_errors=True)
+        if not args.no_control:
+            log = os.path.join(log_dir, f"beam_control_{count}.log")
+            report({"images": count, "config": "beam_control", "log": log,
+                    **measure([sys.executable, "-c", _CONTROL, str(count),
+                               str(args.control_record_bytes)], log)})
+
+    verdict = targets(runs, sizes, args.max_growth, args.max_peak_gb)
+    growth = verdict.get("growth")
+    if growth:
+        print(f"target: peak at {growth['sizes'][1]} <= {args.max_growth} x peak at "
+              f"{growth['sizes'][0]}: {growth['ratio']:.3f} x -> "
+              f"{'PASS' if growth['pass'] else 'FAIL'}")
+    for count, peak in verdict["peak"].items():
+        print(f"target: peak at {count} <= {args.max_peak_gb} GB "
+              f"({args.max_peak_gb * 1e9 / MIB:.0f} MiB): {peak['peak_rss_mib']:.1f} MiB -> "
+              f"{'PASS' if peak['pass'] else 'FAIL'}")
+    for config in dict.fromkeys(r["config"] for r in runs if r["images"]):
+        by_size = {r["images"]: r["peak_rss_mib"] for r in runs
+                   if r["config"] == config and r["rc"] == 0}
+        if sizes[0] in by_size:
+            ratios = ", ".join(f"{n}: {by_size[n] / by_size[sizes[0]]:.2f}x"
+                               for n in sizes[1:] if n in by_size)
+            print(f"{config}: peak relative to {sizes[0]} images: {ratios or '-'}")
+
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": _machine(),
+        "code": _code_version(),
+        "inputs": inputs,
+        "job_flags": job_flags,
+        "runs": runs,
+        "targets": verdict,
+        "definitions": {
+            "peak_rss_mib": "resource.getrusage(RUSAGE_CHILDREN).ru_maxrss of a fresh "
+                            "wrapper process whose only child is the measured command, "
+                            "read after it exits: the kernel's exact high-water mark of "
+                            "the largest single process among the command and every "
+                            "descendant (a max, not a sum; the wrapper is a child "
+                            "subreaper, so orphaned descendants are reaped and count)",
+            "wall_s / cpu_s": "the command's wall time (interpreter start included) and "
+                              "the user + system CPU of it and its descendants",
+            "imports_only": "python -c 'import pipelines.images': the floor",
+            "beam_control": "no TensorFlow, none of our code: N records of "
+                            f"{args.control_record_bytes} bytes -> GroupByKey (64 keys) "
+                            "-> GroupByKey -> GroupByKey -> count, default runner",
+        },
+    }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump(report, f, indent=2, sort_keys=True)
-    print(f"wrote {args.out}")
+        json.dump(result, f, indent=2, sort_keys=True)
+    print(f"{'all targets PASS' if verdict['pass'] else 'some target FAILED'}; "
+          f"wrote {args.out}")
 
 
 if __name__ == "__main__":
