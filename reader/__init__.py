@@ -12,11 +12,13 @@ from reader.augment import Augmentation
 from reader.dataset_info import DatasetError, DatasetInfo, open_dataset
 from reader.helpers import label_vocabulary, steps_per_epoch, transform_output
 from reader.pipeline import make_dataset
+from reader.read_config import ReadConfig
 
 __all__ = [
     "Augmentation",
     "DatasetError",
     "DatasetInfo",
+    "ReadConfig",
     "label_vocabulary",
     "make_dataset",
     "open_dataset",

@@ -1,7 +1,15 @@
-"""``make_dataset``: an ETL output directory → a tf.data pipeline ready for ``model.fit``."""
+"""``make_dataset``: an ETL output directory → a tf.data pipeline ready for ``model.fit``.
+
+``make_dataset`` reads as its steps, each a function below, in data order:
+plan (check arguments, resolve defaults) → read records (files, per-worker split,
+interleave) → decode and store (cache / snapshot only) → epochs, shuffle and balance →
+batch to model input (parse, decode, augment, select) → deliver (data service,
+options, prefetch).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,6 +19,7 @@ from etl import contract
 from reader import augment as augment_lib
 from reader import decoding
 from reader.dataset_info import FORECAST, DatasetInfo, open_dataset
+from reader.read_config import ReadConfig
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Memory the shuffle buffer may take by default (records × bytes per record).
@@ -18,21 +27,196 @@ DEFAULT_SHUFFLE_BUFFER_BYTES = 256 * 1024 * 1024
 MAX_DEFAULT_SHUFFLE_BUFFER = 10_000
 # Records per vectorised parse+decode call on the cached path.
 _CACHE_PARSE_BATCH = 64
+# Shards read at once by the interleave.
+_MAX_CYCLE_LENGTH = 16
 
 
-def _worker_split(input_context: tf.distribute.InputContext | None, num_files: int
-                  ) -> tuple[int, int, bool]:
-    """(num_workers, worker_index, shard_records_instead_of_files)."""
-    if input_context is None or input_context.num_input_pipelines <= 1:
-        return 1, 0, False
-    n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
-    # Fewer files than workers: every worker reads every file and keeps every n-th
-    # record, which needs one fixed record order across workers.
-    return n, i, num_files < n
+def make_dataset(
+    data_dir: str,
+    split: str = contract.TRAIN,
+    batch_size: int = 32,
+    *,
+    shuffle: bool | None = None,
+    seed: int | None = None,
+    num_epochs: int | None = 1,
+    augment: bool | augment_lib.Augmentation = False,
+    cache: str | None = None,
+    snapshot: str | None = None,
+    balance: bool = False,
+    features: Sequence[str] | None = None,
+    drop_remainder: bool = False,
+    read_config: ReadConfig | None = None,
+) -> tf.data.Dataset:
+    """Streams a split of an ETL output directory as ``(model input, label)`` batches.
+
+    The pipeline: manifest checks → shard list (shuffled per epoch with ``seed``) →
+    per-worker split → parallel interleave of GZIP ``TFRecordDataset``s → shuffle
+    buffer → ``batch`` → vectorised ``tf.io.parse_example`` → decode → [augment] →
+    [tf.data service] → ``prefetch``. With ``cache`` or ``snapshot`` the decoded
+    stream is stored *before* the shuffle buffer, so every epoch still sees a new
+    order and new augmentations.
+
+    Example::
+
+        from reader import make_dataset
+
+        train = make_dataset("out/images", "train", 64, seed=7, augment=True,
+                             cache="memory")
+        val = make_dataset("out/images", "validation", 64)
+        model.fit(train, validation_data=val, epochs=10)
+
+    Args:
+        data_dir: output directory of the ETL job (must hold ``manifest.json``).
+        split: ``"train"``, ``"validation"`` or ``"test"``.
+        batch_size: examples per batch (per input pipeline with an ``input_context``).
+        shuffle: shuffle files and records; default True for train only.
+        seed: makes shuffling and augmentation repeatable run to run (each epoch
+            still differs). Also implies ``deterministic=True`` unless set.
+        num_epochs: passes over the data; None repeats forever (use with
+            ``steps_per_epoch`` in ``model.fit``). With more than one, the shuffle
+            buffer spans epoch boundaries (no refill stall); for strict epochs keep
+            1 and let ``model.fit(epochs=...)`` re-iterate.
+        augment: True (the seeds' defaults) or an ``Augmentation``; runs after the
+            cache, on images only.
+        cache: None, ``"memory"``, or a file path prefix for ``Dataset.cache``.
+        snapshot: directory for ``Dataset.snapshot``: like ``cache`` but persists
+            across program restarts and may exceed memory.
+        balance: undersample to equal class frequencies, from the manifest's
+            per-class counts.
+        features: None gives the model input tensor (``image`` ``float32 [b, s, s, 3]``
+            in ``[0, 1]``, or ``window``); a list of feature names gives a dict.
+        drop_remainder: drop the last partial batch (static batch dimension).
+        read_config: rarely needed options (sharding across input pipelines,
+            tf.data service, determinism, shuffle buffer size, integrity checks,
+            checkpointing); see ``reader.ReadConfig``.
+
+    Returns:
+        ``tf.data.Dataset`` of ``(input, label)``: images ``float32 [b, s, s, 3]`` and
+        ``int64 [b]`` labels; time series ``float32 [b, W, F]`` windows and
+        ``float32 [b, H, F]`` targets (forecast) or ``int64 [b]`` labels.
+
+    Raises:
+        FileNotFoundError: no manifest (the job did not finish).
+        reader.DatasetError: a shard is missing, truncated, or fails ``verify``.
+        ValueError: invalid arguments or an empty split.
+    """
+    config = read_config or ReadConfig()
+    info = open_dataset(data_dir, splits=[split], verify=config.verify)
+    plan = _plan(info, split, batch_size, shuffle=shuffle, seed=seed,
+                 num_epochs=num_epochs, augment=augment, cache=cache, snapshot=snapshot,
+                 balance=balance, features=features, drop_remainder=drop_remainder,
+                 config=config)
+    records = _read_records(plan)  # [serialized example], one epoch
+    elements = _decode_and_store(records, plan)  # the same, or decoded dicts if stored
+    elements = _epochs_shuffle_and_balance(elements, plan)
+    batches = _batch_to_model_input(elements, plan)  # (input [b, ...], label [b])
+    return _deliver(batches, plan)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Every decision ``make_dataset`` takes before building a tf.data op."""
+
+    info: DatasetInfo
+    split: str
+    files: list[str]
+    batch_size: int
+    shuffle: bool
+    seed: int | None
+    num_epochs: int | None
+    kind: decoding.KindSpec
+    augmentation: augment_lib.Augmentation | None
+    cache: str | None
+    snapshot: str | None
+    balance: bool
+    features: list[str] | None
+    drop_remainder: bool
+    deterministic: bool | None
+    # With fewer files than input pipelines, every pipeline reads every file in one
+    # fixed order and keeps every n-th record; else each reads its own files.
+    shard_records: bool
+    symbolic_checkpoint: bool
+    config: ReadConfig
+
+    @property
+    def stores_decoded(self) -> bool:
+        """Whether the decoded stream is stored (cache / snapshot) and replayed."""
+        return self.cache is not None or self.snapshot is not None
+
+
+def _plan(info: DatasetInfo, split: str, batch_size: int, *, shuffle: bool | None,
+          seed: int | None, num_epochs: int | None,
+          augment: bool | augment_lib.Augmentation, cache: str | None,
+          snapshot: str | None, balance: bool, features: Sequence[str] | None,
+          drop_remainder: bool, config: ReadConfig) -> _Plan:
+    """Checks the arguments against the dataset and resolves every default."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    if num_epochs is not None and num_epochs < 1:
+        raise ValueError(f"num_epochs must be >= 1 or None (forever), got {num_epochs}.")
+    if cache is not None and snapshot is not None:
+        raise ValueError("Use cache or snapshot, not both.")
+    unknown = sorted(set(features or ()) - set(info.feature_spec))
+    if unknown:
+        raise ValueError(f"Unknown feature(s) {unknown}; {info.data_dir!r} has "
+                         f"{sorted(info.feature_spec)}.")
+    files = info.shard_paths(split)
+    if not files:
+        raise ValueError(f"Split {split!r} of {info.data_dir!r} has no records.")
+    kind = decoding.kind_spec(info)
+    augmentation = augment_lib.Augmentation() if augment is True else augment or None
+    if augmentation is not None and not kind.augmentable:
+        raise ValueError(f"augment applies to images; {info.data_dir!r} holds "
+                         f"{info.kind}.")
+    if balance and info.task == FORECAST:
+        raise ValueError("balance=True needs class labels; this is a forecasting dataset.")
+    deterministic = config.deterministic
+    if deterministic is None and seed is not None:
+        deterministic = True
+    plan = _Plan(
+        info=info, split=split, files=files, batch_size=batch_size,
+        shuffle=(split == contract.TRAIN) if shuffle is None else shuffle, seed=seed,
+        num_epochs=num_epochs, kind=kind, augmentation=augmentation, cache=cache,
+        snapshot=snapshot, balance=balance,
+        features=None if features is None else list(features),
+        drop_remainder=drop_remainder, deterministic=deterministic,
+        shard_records=config.num_workers > len(files), symbolic_checkpoint=False,
+        config=config)
+    blockers = _symbolic_checkpoint_blockers(plan)
+    if config.symbolic_checkpoint and blockers:
+        raise ValueError(f"symbolic_checkpoint=True is not possible with "
+                         f"{', '.join(blockers)} (tf.data saves those stages only in "
+                         f"full); leave it None to fall back to a full checkpoint.")
+    symbolic = config.symbolic_checkpoint is not False and not blockers
+    return dataclasses.replace(plan, symbolic_checkpoint=symbolic)
+
+
+def _symbolic_checkpoint_blockers(plan: _Plan) -> list[str]:
+    """The options whose tf.data stages cannot be checkpointed symbolically."""
+    blockers = []
+    if plan.cache is not None:
+        blockers.append("cache")
+    if plan.snapshot is not None:
+        blockers.append("snapshot")
+    if plan.balance:
+        blockers.append("balance")
+    if plan.deterministic is False:
+        blockers.append("deterministic=False")
+    if plan.num_epochs != 1:
+        # tf.data 2.21 saves a repeated stream symbolically but can hang restoring it
+        # (measured: the first element after the restore never comes).
+        blockers.append(f"num_epochs={plan.num_epochs}")
+    if plan.config.data_service is not None:
+        blockers.append("data_service")
+    return blockers
 
 
 def default_shuffle_buffer(info: DatasetInfo, split: str, decoded: bool) -> int:
-    """Records in the default shuffle buffer: at most 10,000 and ~256 MiB."""
+    """Records in the default shuffle buffer: at most 10,000 and ~256 MiB.
+
+    The buffer holds serialized records (their mean stored size from the manifest
+    stands in for it) or, after a cache or snapshot, decoded ones.
+    """
     if decoded:
         bytes_per_record = decoding.kind_spec(info).decoded_record_bytes
     else:
@@ -40,6 +224,79 @@ def default_shuffle_buffer(info: DatasetInfo, split: str, decoded: bool) -> int:
                                // max(1, info.num_records(split)))
     by_memory = max(1, DEFAULT_SHUFFLE_BUFFER_BYTES // bytes_per_record)
     return max(1, min(MAX_DEFAULT_SHUFFLE_BUFFER, info.num_records(split), by_memory))
+
+
+def _read_records(plan: _Plan) -> tf.data.Dataset:
+    """One epoch of the split's serialized examples, for this input pipeline."""
+    config = plan.config
+    workers, worker = config.num_workers, config.worker_index
+    # [shard path]
+    paths = tf.data.Dataset.from_tensor_slices(plan.files)
+    if workers > 1 and not plan.shard_records:
+        paths = paths.shard(workers, worker)
+    if plan.shuffle and not plan.stores_decoded and not plan.shard_records:
+        paths = paths.shuffle(len(plan.files), seed=plan.seed,
+                              reshuffle_each_iteration=True)
+
+    def read_shard(path: tf.Tensor) -> tf.data.Dataset:
+        shard = tf.data.TFRecordDataset(path, compression_type=contract.COMPRESSION)
+        if config.skip_corrupt:
+            # Each error is logged with its message; a damaged GZIP stream ends the
+            # shard there. python -m reader.verify counts what each shard lost.
+            shard = shard.ignore_errors(log_warning=True)
+        return shard
+
+    # [serialized example]
+    in_order = plan.shard_records or plan.stores_decoded
+    records = paths.interleave(
+        read_shard, cycle_length=min(len(plan.files), _MAX_CYCLE_LENGTH),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=True if in_order else plan.deterministic)
+    if plan.shard_records:
+        records = records.shard(workers, worker)
+    return records
+
+
+def _decode_and_store(records: tf.data.Dataset, plan: _Plan) -> tf.data.Dataset:
+    """With ``cache``/``snapshot``: decodes once and stores the stream.
+
+    Without either, records pass through undecoded: they are parsed and decoded per
+    batch later, which is faster than per record.
+    """
+    if not plan.stores_decoded:
+        return records
+    parse = decoding.parse_batch_fn(plan.info.feature_spec)
+    # {feature: tensor} with uint8 images, unshuffled.
+    elements = (records.batch(_CACHE_PARSE_BATCH)
+                .map(parse, num_parallel_calls=AUTOTUNE)
+                .map(plan.kind.decode, num_parallel_calls=AUTOTUNE)
+                .unbatch())
+    if plan.snapshot is not None:
+        path = plan.snapshot
+        if plan.config.num_workers > 1:
+            path = f"{path}/worker-{plan.config.worker_index}"
+        elements = elements.snapshot(path)
+    else:
+        elements = elements.cache("" if plan.cache == "memory" else plan.cache)
+    return elements
+
+
+def _epochs_shuffle_and_balance(elements: tf.data.Dataset, plan: _Plan
+                                ) -> tf.data.Dataset:
+    """Epochs, the shuffle buffer, then (``balance``) the class-balancing filter."""
+    if plan.num_epochs != 1:
+        # Repeat before the shuffle: the buffer then spans epoch boundaries instead of
+        # draining and refilling (a stall of a whole buffer's reads) every epoch.
+        elements = elements.repeat(plan.num_epochs)
+    if plan.shuffle:
+        buffer = plan.config.shuffle_buffer or default_shuffle_buffer(
+            plan.info, plan.split, decoded=plan.stores_decoded)
+        elements = elements.shuffle(buffer, seed=plan.seed, reshuffle_each_iteration=True)
+    if plan.balance:
+        label_of = (_label_from_features if plan.stores_decoded
+                    else _label_from_serialized(plan.info.feature_spec))
+        elements = _balanced(elements, plan.info, plan.split, label_of, plan.seed)
+    return elements
 
 
 def _balanced(dataset: tf.data.Dataset, info: DatasetInfo, split: str,
@@ -68,207 +325,57 @@ def _balanced(dataset: tf.data.Dataset, info: DatasetInfo, split: str,
             .map(lambda element, u: element))
 
 
-def make_dataset(
-    data_dir: str,
-    split: str = contract.TRAIN,
-    batch_size: int = 32,
-    *,
-    shuffle: bool | None = None,
-    seed: int | None = None,
-    num_epochs: int | None = 1,
-    augment: bool | augment_lib.Augmentation = False,
-    cache: str | None = None,
-    snapshot: str | None = None,
-    input_context: tf.distribute.InputContext | None = None,
-    deterministic: bool | None = None,
-    drop_remainder: bool = False,
-    shuffle_buffer: int | None = None,
-    balance: bool = False,
-    features: Sequence[str] | None = None,
-    data_service: str | None = None,
-    data_service_job: str | None = None,
-    prefetch_to_device: str | None = None,
-    verify: bool = False,
-    skip_corrupt: bool = False,
-) -> tf.data.Dataset:
-    """Streams a split of an ETL output directory as ``(features, label)`` batches.
+def _batch_to_model_input(elements: tf.data.Dataset, plan: _Plan) -> tf.data.Dataset:
+    """Batches, then one fused map per batch: parse → decode → float → select.
 
-    The pipeline: manifest checks → shard list (shuffled per epoch with ``seed``) →
-    per-worker sharding → parallel interleave of GZIP ``TFRecordDataset``s → shuffle
-    buffer → ``batch`` → vectorised ``tf.io.parse_example`` → parallel decode →
-    [cache / snapshot] → [augmentation] → [tf.data service] → ``prefetch``. With
-    ``cache`` or ``snapshot`` the decoded stream is stored *before* the shuffle
-    buffer, so every epoch still sees a new order and new augmentations.
-
-    Example::
-
-        from reader import make_dataset, steps_per_epoch
-
-        train = make_dataset("out/images", "train", batch_size=64, seed=7,
-                             augment=True, cache="memory")
-        val = make_dataset("out/images", "validation", batch_size=64)
-        model.fit(train, validation_data=val, epochs=10)
-
-    Args:
-        data_dir: output directory of the ETL job (must hold ``manifest.json``).
-        split: ``"train"``, ``"validation"`` or ``"test"``.
-        batch_size: examples per batch (per worker when ``input_context`` is given).
-        shuffle: shuffle files and records; default True for train only.
-        seed: makes shuffling and augmentation repeatable run to run (each epoch
-            still differs). Also implies ``deterministic=True`` unless set.
-        num_epochs: passes over the data; None repeats forever. With more than one,
-            the shuffle buffer spans epoch boundaries (no refill stall); for strict
-            epochs keep 1 and let ``model.fit(epochs=...)`` re-iterate.
-        augment: True (seeds' defaults) or an ``Augmentation``; runs after the cache.
-        cache: None, ``"memory"``, or a file path prefix for ``Dataset.cache``.
-        snapshot: directory for ``Dataset.snapshot``: like ``cache`` but persists
-            across program restarts and may exceed memory.
-        input_context: from ``strategy.distribute_datasets_from_function``; each
-            input pipeline reads its own files (or, with fewer files than pipelines,
-            every n-th record).
-        deterministic: whether parallel stages keep element order. None: True when
-            ``seed`` is given, else tf.data's default. False is faster when order
-            does not matter.
-        drop_remainder: drop the last partial batch (static batch dimension).
-        shuffle_buffer: records in the shuffle buffer; default ≤ 10,000 and ~256 MiB.
-        balance: resample to equal class frequencies (``rejection_resample`` with the
-            manifest's per-class counts as the initial distribution).
-        features: None gives the model input tensor (``image``, ``float32 [b, s, s, 3]``
-            in ``[0, 1]``); a list of feature names gives a dict of those features.
-        data_service: ``"grpc://host:port"`` of a tf.data service dispatcher; the
-            pipeline up to augmentation runs on its workers (``distributed_epoch``:
-            each record is read once per epoch across all consumers).
-        data_service_job: shared job name so several trainers split one epoch.
-        prefetch_to_device: e.g. ``"/gpu:0"``: prefetch batches onto that device.
-        verify: check every shard's sha256 before reading (reads all bytes once).
-        skip_corrupt: skip records that fail their CRC (logging each) instead of
-            raising ``DataLossError``; off by default. ``python -m reader.verify``
-            reports how many records each damaged shard lost.
-
-    Returns:
-        ``tf.data.Dataset`` of ``(features, label)`` with ``label`` ``int64 [batch]``.
-
-    Raises:
-        FileNotFoundError: no manifest (the job did not finish).
-        reader.DatasetError: a shard is missing, truncated, or fails ``verify``.
-        ValueError: invalid arguments or an empty split.
+    One map instead of several leaves fewer tf.data stages to schedule, measured
+    faster on 2 cores (scripts/benchmark_reader.py). Augmentation, when asked for,
+    is a second map with its own per-batch seeds.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    if cache is not None and snapshot is not None:
-        raise ValueError("Use cache or snapshot, not both.")
-    if (data_service is not None and input_context is not None
-            and input_context.num_input_pipelines > 1):
-        raise ValueError("With data_service the service splits each epoch across "
-                         "consumers (distributed_epoch); do not also pass input_context.")
-    info = open_dataset(data_dir, splits=[split], verify=verify)
-    unknown = sorted(set(features or ()) - set(info.feature_spec))
-    if unknown:
-        raise ValueError(f"Unknown feature(s) {unknown}; {data_dir!r} has "
-                         f"{sorted(info.feature_spec)}.")
-    files = info.shard_paths(split)
-    if not files:
-        raise ValueError(f"Split {split!r} of {data_dir!r} has no records.")
-    shuffle = (split == contract.TRAIN) if shuffle is None else shuffle
-    if deterministic is None and seed is not None:
-        deterministic = True
-    kind = decoding.kind_spec(info)
-    augmentation = (augment_lib.Augmentation() if augment is True
-                    else augment or None)
-    if augmentation is not None and not kind.augmentable:
-        raise ValueError(f"augment applies to images; {data_dir!r} holds {info.kind}.")
-    parse = decoding.parse_batch_fn(info.feature_spec)
-    decode = kind.decode
-    reuse = cache is not None or snapshot is not None
+    batches = elements.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
+    parse = decoding.parse_batch_fn(plan.info.feature_spec)
+    kind = plan.kind
+    select = _select(plan.features, kind.input_key, kind.label_key)
 
-    num_workers, worker, shard_records = _worker_split(input_context, len(files))
-    # [shard path]
-    paths = tf.data.Dataset.from_tensor_slices(files)
-    if num_workers > 1 and not shard_records:
-        paths = paths.shard(num_workers, worker)
-    if shuffle and not reuse and not shard_records:
-        paths = paths.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    # [serialized example]
-    def read_shard(path: tf.Tensor) -> tf.data.Dataset:
-        shard = tf.data.TFRecordDataset(path, compression_type=contract.COMPRESSION)
-        if skip_corrupt:
-            # Each error is logged with its message; a damaged GZIP stream ends the
-            # shard there. python -m reader.verify counts what each shard lost.
-            shard = shard.apply(tf.data.experimental.ignore_errors(log_warning=True))
-        return shard
-
-    records = paths.interleave(
-        read_shard, cycle_length=min(len(files), 16), num_parallel_calls=AUTOTUNE,
-        deterministic=True if (shard_records or reuse) else deterministic)
-    if shard_records:
-        records = records.shard(num_workers, worker)
-
-    if reuse:
-        # {feature: tensor} with uint8 images, decoded once and then replayed.
-        elements = (records.batch(_CACHE_PARSE_BATCH)
-                    .map(parse, num_parallel_calls=AUTOTUNE)
-                    .map(decode, num_parallel_calls=AUTOTUNE)
-                    .unbatch())
-        if snapshot is not None:
-            path = snapshot if num_workers == 1 else f"{snapshot}/worker-{worker}"
-            elements = elements.snapshot(path)
-        else:
-            elements = elements.cache("" if cache == "memory" else cache)
-        label_of: Callable[[Any], tf.Tensor] = _label_from_features
-    else:
-        elements = records
-        label_of = _label_from_serialized(info.feature_spec) if balance else _no_label
-
-    if num_epochs != 1:
-        # Repeat before the shuffle: the buffer then spans epoch boundaries instead of
-        # draining and refilling (a stall of a whole buffer's reads) every epoch.
-        elements = elements.repeat(num_epochs)
-    if shuffle:
-        buffer = shuffle_buffer or default_shuffle_buffer(info, split, decoded=reuse)
-        elements = elements.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    if balance:
-        if info.task == FORECAST:
-            raise ValueError("balance=True needs class labels; this is a forecasting "
-                             "dataset.")
-        elements = _balanced(elements, info, split, label_of, seed)
-    batches = elements.batch(batch_size, drop_remainder=drop_remainder)
-    select = _select(features, kind.input_key, kind.label_key)
-
-    # One fused map per batch (parse → decode → float → select): fewer tf.data
-    # stages to schedule, measured faster on 2 cores (scripts/benchmark_reader.py).
     def to_model_input(batch: Any) -> Any:
-        parsed = batch if reuse else decode(parse(batch))
-        features_ = kind.finish(parsed)
-        return features_ if augmentation is not None else select(features_)
+        parsed = batch if plan.stores_decoded else kind.decode(parse(batch))
+        features = kind.finish(parsed)
+        return features if plan.augmentation is not None else select(features)
 
     batches = batches.map(to_model_input, num_parallel_calls=AUTOTUNE)
-    if augmentation is not None:
-        batches = _augmented(batches, augmentation, seed).map(
+    if plan.augmentation is not None:
+        batches = _augmented(batches, plan.augmentation, plan.seed).map(
             select, num_parallel_calls=AUTOTUNE)
+    return batches
 
-    if data_service is not None:
+
+def _deliver(batches: tf.data.Dataset, plan: _Plan) -> tf.data.Dataset:
+    """tf.data service, dataset options, then the final prefetch."""
+    config = plan.config
+    if config.data_service is not None:
         batches = batches.apply(tf.data.experimental.service.distribute(
-            processing_mode="distributed_epoch", service=data_service, job_name=data_service_job))
+            processing_mode="distributed_epoch", service=config.data_service,
+            job_name=config.data_service_job))
     options = tf.data.Options()
-    if deterministic is not None:
-        options.deterministic = deterministic
-    if input_context is not None:
+    if plan.deterministic is not None:
+        options.deterministic = plan.deterministic
+    # Saves each stage's position instead of its buffers (batches of decoded
+    # images): a checkpoint of the iterator holds little beyond the shuffle buffer.
+    options.experimental_symbolic_checkpoint = plan.symbolic_checkpoint
+    if config.input_context is not None:
         # We shard by hand above; tf.distribute must not shard again.
         options.experimental_distribute.auto_shard_policy = (
             tf.data.experimental.AutoShardPolicy.OFF)
     batches = batches.prefetch(AUTOTUNE).with_options(options)
-    if prefetch_to_device is not None:
+    if config.prefetch_to_device is not None:
         # Must be the last transformation.
-        batches = batches.apply(tf.data.experimental.prefetch_to_device(prefetch_to_device))
+        batches = batches.apply(
+            tf.data.experimental.prefetch_to_device(config.prefetch_to_device))
     return batches
 
 
 def _label_from_features(features: dict[str, tf.Tensor]) -> tf.Tensor:
     return features[contract.LABEL_KEY]
-
-
-def _no_label(element: Any) -> tf.Tensor:
-    raise AssertionError("labels are only read when balance=True")
 
 
 def _label_from_serialized(feature_spec: dict[str, Any]) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -293,14 +400,12 @@ def _augmented(batches: tf.data.Dataset, augmentation: augment_lib.Augmentation,
     return tf.data.Dataset.zip((batches, seeds)).map(apply, num_parallel_calls=AUTOTUNE)
 
 
-def _select(features: Sequence[str] | None, primary: str, label_key: str
+def _select(features: list[str] | None, primary: str, label_key: str
             ) -> Callable[[dict[str, tf.Tensor]], tuple[Any, tf.Tensor]]:
-    names = None if features is None else list(features)
-
     def select(parsed: dict[str, tf.Tensor]) -> tuple[Any, tf.Tensor]:
         label = parsed[label_key]
-        if names is None:
+        if features is None:
             return parsed[primary], label
-        return {n: parsed[n] for n in names}, label
+        return {name: parsed[name] for name in features}, label
 
     return select

@@ -62,7 +62,7 @@ def test_make_dataset_verify_detects_altered_bytes(dataset_copy):
     flip_byte_in_middle(shard)  # Same size: only the sha256 check can tell.
     reader.make_dataset(dataset_copy)  # Size check passes without verify.
     with pytest.raises(reader.DatasetError, match="sha256") as info:
-        reader.make_dataset(dataset_copy, verify=True)
+        reader.make_dataset(dataset_copy, read_config=reader.ReadConfig(verify=True))
     assert shard in str(info.value)
 
 
@@ -101,9 +101,9 @@ def test_skip_corrupt_reads_around_damage_and_verify_counts_the_loss(dataset_cop
     shard = first_train_shard(dataset_copy)
     flip_byte_in_middle(shard)
     info = reader.open_dataset(dataset_copy)
-    keys = [k for features, _ in reader.make_dataset(
-        dataset_copy, shuffle=False, skip_corrupt=True, features=["key"]).as_numpy_iterator()
-        for k in features["key"]]
+    dataset = reader.make_dataset(dataset_copy, shuffle=False, features=["key"],
+                                  read_config=reader.ReadConfig(skip_corrupt=True))
+    keys = [k for features, _ in dataset.as_numpy_iterator() for k in features["key"]]
     # Every other shard is read in full; the damaged one loses at least one record.
     assert len(set(keys)) == len(keys) < info.num_records("train")
     [(path, problem)] = verify.find_damaged_shards(dataset_copy)

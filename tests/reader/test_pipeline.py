@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import reader
 from etl import contract
+from reader import pipeline
 from tests.conftest import TEST_IMAGE_SIZE
 from tests.reader.conftest import BASE_COLOURS, CLASS_SIZES, NUM_SHARDS
 
@@ -83,8 +84,9 @@ def test_make_dataset_input_context_covers_each_record_once(image_dataset, num_w
     for worker in range(num_workers):
         context = tf.distribute.InputContext(num_input_pipelines=num_workers,
                                              input_pipeline_id=worker)
+        config = reader.ReadConfig(input_context=context)
         seen += keys_of(reader.make_dataset(image_dataset, "train", batch_size=4, seed=5,
-                                            input_context=context, features=["key"]))
+                                            features=["key"], read_config=config))
     assert sorted(seen) == manifest_keys(image_dataset, "train")
 
 
@@ -189,15 +191,16 @@ def test_make_dataset_reads_through_tf_data_service(image_dataset):
     address = dispatcher.target.split("://")[1]
     worker = tf.data.experimental.service.WorkerServer(  # noqa: F841 (kept alive)
         tf.data.experimental.service.WorkerConfig(dispatcher_address=address))
+    config = reader.ReadConfig(data_service=dispatcher.target)
     dataset = reader.make_dataset(image_dataset, "train", batch_size=4, seed=0,
-                                  features=["key"], data_service=dispatcher.target)
+                                  features=["key"], read_config=config)
     assert sorted(keys_of(dataset)) == manifest_keys(image_dataset, "train")
 
 
 def test_make_dataset_prefetches_to_device(image_dataset):
     # CI has no GPU; the CPU device exercises the same final transformation.
     dataset = reader.make_dataset(image_dataset, "validation", batch_size=4,
-                                  prefetch_to_device="/cpu:0")
+                                  read_config=reader.ReadConfig(prefetch_to_device="/cpu:0"))
     assert sum(int(labels.shape[0]) for _, labels in dataset) == reader.open_dataset(
         image_dataset).num_records("validation")
 
@@ -209,7 +212,8 @@ def test_make_dataset_works_with_distribute_datasets_from_function(image_dataset
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         return reader.make_dataset(image_dataset, "train",
                                    context.get_per_replica_batch_size(global_batch),
-                                   seed=0, input_context=context, features=["key"])
+                                   seed=0, features=["key"],
+                                   read_config=reader.ReadConfig(input_context=context))
 
     distributed = strategy.distribute_datasets_from_function(dataset_fn)
     keys = [k.decode() for features, _ in distributed
@@ -217,8 +221,108 @@ def test_make_dataset_works_with_distribute_datasets_from_function(image_dataset
     assert sorted(keys) == manifest_keys(image_dataset, "train")
 
 
-def test_make_dataset_rejects_data_service_with_input_context(image_dataset):
+def test_read_config_rejects_data_service_with_input_context():
     context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0)
     with pytest.raises(ValueError, match="distributed_epoch"):
-        reader.make_dataset(image_dataset, data_service="grpc://localhost:1",
-                            input_context=context)
+        reader.ReadConfig(data_service="grpc://localhost:1", input_context=context)
+
+
+def shuffle_buffer_sizes(dataset: tf.data.Dataset) -> list[int]:
+    """Buffer sizes of the shuffle ops in ``dataset``'s graph, in graph order."""
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(dataset._as_serialized_graph().numpy())
+    nodes = {node.name: node for node in graph.node}
+    return [int(tf.make_ndarray(nodes[node.input[1]].attr["value"].tensor))
+            for node in graph.node if node.op.startswith("ShuffleDataset")]
+
+
+def fake_info(num_records: int, num_bytes: int, image_size: int = 224) -> reader.DatasetInfo:
+    manifest = {"splits": {"train": {"num_records": num_records, "num_bytes": num_bytes,
+                                     "shards": []}},
+                "preprocessing": {"image_size": image_size, "image_format": "jpeg"},
+                "features": {}, "label_vocab": [], "label_counts": {}}
+    return reader.DatasetInfo(data_dir="unused", manifest=manifest, kind="images")
+
+
+@pytest.mark.parametrize(("num_records", "record_bytes", "expected"), [
+    (300, 1_000, 300),                # the whole split fits
+    (50_000, 1_000, 10_000),          # capped at 10,000 records
+    (1_000_000, 100_000, 2_684),      # 256 MiB / 100,000 B = 2,684.35
+])
+def test_default_shuffle_buffer_is_the_smallest_of_split_cap_and_memory(
+        num_records, record_bytes, expected):
+    info = fake_info(num_records, num_records * record_bytes)
+    assert pipeline.default_shuffle_buffer(info, "train", decoded=False) == expected
+
+
+def test_default_shuffle_buffer_of_decoded_images_counts_pixels():
+    # After a cache, 224 px RGB records take 150,528 B: 268,435,456 / 150,528 = 1,783.3.
+    info = fake_info(50_000, 50_000 * 20_000)
+    assert pipeline.default_shuffle_buffer(info, "train", decoded=True) == 1_783
+
+
+def test_make_dataset_default_shuffle_buffer_holds_the_small_split(image_dataset):
+    dataset = reader.make_dataset(image_dataset, "train", batch_size=8, seed=0)
+    train_records = reader.open_dataset(image_dataset).num_records("train")
+    # The shard list (4 files) is shuffled whole, then every record of the split.
+    assert shuffle_buffer_sizes(dataset) == [NUM_SHARDS, train_records]
+
+
+def test_make_dataset_shuffle_buffer_option_sets_the_record_buffer(image_dataset):
+    config = reader.ReadConfig(shuffle_buffer=5)
+    dataset = reader.make_dataset(image_dataset, "train", batch_size=8, seed=0,
+                                  read_config=config)
+    assert shuffle_buffer_sizes(dataset) == [NUM_SHARDS, 5]
+
+
+def test_make_dataset_num_epochs_none_repeats_the_split_forever(image_dataset):
+    dataset = reader.make_dataset(image_dataset, "train", batch_size=5, shuffle=False,
+                                  num_epochs=None, features=["key"])
+    assert dataset.cardinality() == tf.data.INFINITE_CARDINALITY
+    one_epoch = keys_of(reader.make_dataset(image_dataset, "train", batch_size=5,
+                                            shuffle=False, features=["key"]))
+    n = len(one_epoch)
+    stream = [k.decode() for features, _ in dataset.take(3 * n // 5 + 1).as_numpy_iterator()
+              for k in features["key"]][:3 * n]
+    assert stream == one_epoch * 3
+
+
+def test_make_dataset_nondeterministic_reads_every_record_once(image_dataset):
+    config = reader.ReadConfig(deterministic=False)
+    dataset = reader.make_dataset(image_dataset, "train", batch_size=5, features=["key"],
+                                  read_config=config)
+    assert dataset.options().deterministic is False
+    assert sorted(keys_of(dataset)) == manifest_keys(image_dataset, "train")
+
+
+def test_make_dataset_data_service_job_splits_one_epoch_between_consumers(image_dataset):
+    dispatcher = tf.data.experimental.service.DispatchServer()
+    worker = tf.data.experimental.service.WorkerServer(  # noqa: F841 (kept alive)
+        tf.data.experimental.service.WorkerConfig(
+            dispatcher_address=dispatcher.target.split("://")[1]))
+    config = reader.ReadConfig(data_service=dispatcher.target, data_service_job="shared")
+    consumers = [iter(reader.make_dataset(image_dataset, "train", batch_size=4, seed=0,
+                                          features=["key"], read_config=config))
+                 for _ in range(2)]
+    seen: list[list[str]] = [[], []]
+    active = [0, 1]
+    while active:  # Take turns, as two trainers stepping together would.
+        for i in list(active):
+            try:
+                features, _ = next(consumers[i])
+            except StopIteration:
+                active.remove(i)
+                continue
+            seen[i] += [k.decode() for k in features["key"].numpy()]
+    assert sorted(seen[0] + seen[1]) == manifest_keys(image_dataset, "train")
+    assert seen[0] and seen[1]
+
+
+def test_read_config_rejects_data_service_job_without_service():
+    with pytest.raises(ValueError, match="data_service"):
+        reader.ReadConfig(data_service_job="shared")
+
+
+def test_make_dataset_rejects_zero_epochs(image_dataset):
+    with pytest.raises(ValueError, match="num_epochs"):
+        reader.make_dataset(image_dataset, num_epochs=0)
