@@ -13,11 +13,13 @@ from reader.dataset_info import DatasetError, DatasetInfo, open_dataset
 from reader.helpers import label_vocabulary, steps_per_epoch, transform_output
 from reader.pipeline import make_dataset
 from reader.read_config import ReadConfig
+from reader.resume import FitCheckpoint
 
 __all__ = [
     "Augmentation",
     "DatasetError",
     "DatasetInfo",
+    "FitCheckpoint",
     "ReadConfig",
     "label_vocabulary",
     "make_dataset",
