@@ -113,7 +113,7 @@ def open_dataset(data_dir: str, *, splits: list[str] | None = None,
 
     Args:
         data_dir: an output directory of ``pipelines.images`` (local or ``gs://``).
-        splits: splits whose shards to check; all by default.
+        splits: splits whose shards to check; all by default ([]: none).
         verify: also compare every shard's sha256 with the manifest (reads all bytes).
 
     Raises:
@@ -126,5 +126,6 @@ def open_dataset(data_dir: str, *, splits: list[str] | None = None,
     if version != contract.FORMAT_VERSION:
         raise DatasetError(f"{data_dir!r} has format_version {version!r}; this reader "
                            f"reads version {contract.FORMAT_VERSION}.")
-    check_shards(manifest, data_dir, splits or list(manifest["splits"]), verify)
+    check_shards(manifest, data_dir, list(manifest["splits"]) if splits is None else splits,
+                 verify)
     return DatasetInfo(data_dir=data_dir, manifest=manifest, kind=_kind_of(manifest, data_dir))

@@ -1,32 +1,92 @@
-"""Full integrity check of a dataset: every shard's hash, record count and CRCs.
+"""Full integrity check of a dataset: every shard's size, hash, record count and CRCs.
 
 tf.data reports a corrupt record as ``DataLossError: corrupted record at <offset>``
 without naming the file (interleave mixes shards). When training hits that error, run
 
     python -m reader.verify <data_dir>
 
-which names each damaged shard and exits non-zero.
+which prints one ``DAMAGED <path>: <problem>`` line per bad shard, in words, and exits 1.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 import tensorflow as tf
 
 from etl import contract
-from reader.dataset_info import DatasetError, check_shards, open_dataset
+from reader.dataset_info import open_dataset
+
+# tf.data's messages for a damaged TFRecord stream (TensorFlow 2.21).
+_CORRUPTED = re.compile(r"corrupted record at (\d+)")
+_TRUNCATED = re.compile(r"truncated record at (\d+)")
+_INFLATE = re.compile(r"inflate\(\) failed with error -?\d+: ([^\[]*)")
+# Graph-node prefix and op suffix TensorFlow adds to an eager op's error message.
+_NODE_PREFIX = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\].*$", re.DOTALL)
 
 
-def _count_records(path: str, skip_errors: bool = False) -> int:
+def _records(path: str, skip_errors: bool = False) -> tf.data.Dataset:
     dataset = tf.data.TFRecordDataset(path, compression_type=contract.COMPRESSION)
-    if skip_errors:
-        dataset = dataset.apply(tf.data.experimental.ignore_errors())
-    return int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+    return dataset.ignore_errors() if skip_errors else dataset
+
+
+def read_until_error(path: str) -> tuple[int, tf.errors.OpError | None]:
+    """(records read before the first error, that error or None) for one shard."""
+    count = 0
+    try:
+        for _ in _records(path):
+            count += 1
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
+        return count, error
+    return count, None
+
+
+def describe_read_error(error: tf.errors.OpError, records_before: int, expected: int
+                        ) -> str:
+    """What a tf.data read error means, in words, with where it happened."""
+    message = _OP_SUFFIX.sub("", _NODE_PREFIX.sub("", error.message)).strip()
+    record = f"record {records_before + 1} of {expected}"
+    if match := _CORRUPTED.search(message):
+        return (f"{record} fails its CRC check (at byte {int(match.group(1)):,} of the "
+                f"decompressed stream)")
+    if match := _TRUNCATED.search(message):
+        return (f"the stream ends inside {record} (at byte {int(match.group(1)):,} of "
+                f"the decompressed stream)")
+    if match := _INFLATE.search(message):
+        return (f"the GZIP data cannot be decompressed after {records_before} records "
+                f"({match.group(1).strip()})")
+    return f"{record} cannot be read ({message})"
+
+
+def shard_problems(path: str, shard: dict) -> list[str]:
+    """Everything wrong with the shard at ``path`` (its manifest entry: ``shard``), in
+    words; [] if it is intact."""
+    if not tf.io.gfile.exists(path):
+        return ["missing"]
+    problems = []
+    size = tf.io.gfile.stat(path).length
+    if size != shard["num_bytes"]:
+        problems.append(f"{size:,} bytes, the manifest records {shard['num_bytes']:,} "
+                        f"(truncated or replaced)")
+    elif contract.sha256_of_file(path) != shard["sha256"]:
+        problems.append("its sha256 differs from the manifest's (bytes changed after "
+                        "the job wrote it)")
+    expected = shard["num_records"]
+    count, error = read_until_error(path)
+    if error is not None:
+        readable = int(_records(path, skip_errors=True).reduce(
+            tf.constant(0, tf.int64), lambda n, _: n + 1))
+        problems.append(f"{describe_read_error(error, count, expected)}; {readable} of "
+                        f"{expected} records readable")
+    elif count != expected:
+        problems.append(f"holds {count} records, the manifest says {expected}")
+    return problems
 
 
 def find_damaged_shards(data_dir: str) -> list[tuple[str, str]]:
-    """``(shard path, problem)`` for every shard that fails a check; [] if all pass.
+    """``(shard path, problems)`` for every shard that fails a check; [] if all pass.
 
     Checks existence, size and sha256 against the manifest, then reads every record
     (TFRecord CRCs and GZIP framing) and compares the record count.
@@ -35,31 +95,12 @@ def find_damaged_shards(data_dir: str) -> list[tuple[str, str]]:
         FileNotFoundError: no manifest (the job did not finish).
     """
     info = open_dataset(data_dir, splits=[])
-    damaged: list[tuple[str, str]] = []
+    damaged = []
     for split, entry in info.manifest["splits"].items():
         for shard, path in zip(entry["shards"], info.shard_paths(split), strict=True):
-            problems = []
-            try:
-                # One shard at a time, so a failure names exactly this file.
-                check_shards({"splits": {split: {"shards": [shard]}}}, data_dir, [split],
-                             verify=True)
-            except DatasetError as e:
-                problems.append(str(e))
-                if not tf.io.gfile.exists(path):
-                    damaged.append((path, problems[0]))
-                    continue
-            expected = shard["num_records"]
-            try:
-                count = _count_records(path)
-            except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-                readable = _count_records(path, skip_errors=True)
-                problems.append(f"unreadable record ({e.message.strip()[:120]}); "
-                                f"{readable} of {expected} records readable")
-            else:
-                if count != expected:
-                    problems.append(f"holds {count} records, manifest says {expected}")
+            problems = shard_problems(path, shard)
             if problems:
-                damaged.append((path, " ".join(problems)))
+                damaged.append((path, "; ".join(problems)))
     return damaged
 
 
