@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -38,4 +39,61 @@ def image_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     write_coloured_images(root)
     out = str(tmp_path_factory.mktemp("reader_dataset"))
     run_images_job(root, out, "--image_format=png", f"--num_shards={NUM_SHARDS}")
+    return out
+
+
+def write_jsonl(path: str, rows: list[dict]) -> str:
+    with open(path, "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    return path
+
+
+# Forecast fixture: series "ramp" holds value t at timestamp t, so a de-normalised
+# window starting at timestamp t is exactly [t, t+1, ...].
+RAMP_LENGTH = 80
+FORECAST_WINDOW = 6
+FORECAST_HORIZON = 2
+
+
+@pytest.fixture(scope="session")
+def forecast_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from pipelines import timeseries
+
+    root = tmp_path_factory.mktemp("forecast")
+    rows = [{"series_id": "ramp", "timestamp": t, "value": float(t)}
+            for t in range(RAMP_LENGTH)]
+    path = write_jsonl(str(root / "rows.jsonl"), rows)
+    out = str(root / "out")
+    timeseries.run([f"--input={path}", f"--output_dir={out}",
+                    f"--window_size={FORECAST_WINDOW}", f"--horizon={FORECAST_HORIZON}"])
+    return out
+
+
+# Classification fixture: rising series are "up", falling ones "down".
+LABELLED_SERIES = 12
+LABELLED_WINDOW = 5
+
+
+def series_label(series_id: str) -> str:
+    return "down" if int(series_id[1:]) % 3 == 0 else "up"
+
+
+@pytest.fixture(scope="session")
+def labelled_series_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from pipelines import timeseries
+
+    root = tmp_path_factory.mktemp("labelled")
+    rows, labels = [], []
+    for i in range(LABELLED_SERIES):
+        series_id = f"s{i:02d}"
+        slope = 1.0 if series_label(series_id) == "up" else -1.0
+        rows += [{"series_id": series_id, "timestamp": t, "value": slope * t}
+                 for t in range(20)]
+        labels.append({"series_id": series_id, "label": series_label(series_id)})
+    path = write_jsonl(str(root / "rows.jsonl"), rows)
+    labels_path = write_jsonl(str(root / "labels.jsonl"), labels)
+    out = str(root / "out")
+    timeseries.run([f"--input={path}", f"--output_dir={out}",
+                    f"--series_labels={labels_path}", f"--window_size={LABELLED_WINDOW}",
+                    "--shift=5"])
     return out
