@@ -1,22 +1,37 @@
-"""Reader benchmark: our make_dataset vs the seeds' pipelines and the machine's ceilings.
+"""Reader benchmark: make_dataset against the seeds' pipelines and the machine's ceilings.
 
-On the same shards, in one run, measures examples/s for
+On the same shards, in one run, interleaving the variants over --rounds rounds,
+measures examples/s for
   (a) naive      the seeds' starting point: sequential read, per-record parse and
                  decode, no parallelism, no prefetch;
   (b) tuned      the seeds' production checklist by hand: parallel interleave,
-                 parallel per-record map, shuffle, batch, prefetch;
+                 parallel per-record map, shuffle, batch, prefetch (AUTOTUNE, as the
+                 seeds write it);
   (c) reader     reader.make_dataset with its defaults (shuffle on for train);
-  (d) read-only  ceiling: GZIP TFRecord records/s through a parallel interleave, no parse;
-  (e) decode     ceiling: JPEG decode of in-memory bytes, parallel map on all cores;
-and the combined ceiling 1 / (1/d + 1/e) (both share the same cores). It also feeds
-the reader to a simulated training loop (sleep of --step_ms per batch) and reports the
-fraction of step time spent waiting for input.
+  (d) read-only  ceiling: GZIP TFRecord records/s through a parallel interleave, no
+                 parse, nothing else;
+  (e) decode     ceiling: the reader's per-image work on in-memory bytes (JPEG decode,
+                 scale to float32 in [0, 1]), nothing read or parsed;
+and the combined ceiling 1 / (1/d + 1/e): both share the same cores, so a pipeline
+that reads and decodes every record can at best spend the time of (d) plus that of
+(e). The ceilings run one call per core with tf.data's autotuner off: on this 2-core
+VM the autotuner sometimes settles into a state that uses one core at a time and
+halves the throughput (docs/RUNNING_AT_SCALE.md; benchmark_etl.py's ceiling_pass).
+(e') keeps the decode ceiling with AUTOTUNE as a diagnostic.
 
-The data: --num_images real-photo crops (random windows of scikit-learn's two sample
-photos, mixed sizes, written as JPEG) turned into 224 px JPEG records in --num_shards
-shards by the image job itself. Results go to a table on stdout, JSON and a PNG chart.
+Every sample records the CPU used by other processes meanwhile ("foreign" cores); a
+sample taken while they used more than --max_foreign cores is retried (up to
+--retries times). Medians and best rounds are both reported, with the CPU time per
+example. The run ends with a simulated training loop (the batch is pulled inside a
+``tf.function``, like Keras; the accelerator's step is a --step_ms sleep) reporting
+the fraction of step time spent waiting for input.
 
-Usage: python scripts/benchmark_reader.py [--out docs/benchmarks/reader] [--work_dir DIR]
+The data: --num_images photo-sized JPEGs from scripts/sample_photos.py (320-1280 px,
+~65 KB) turned into 224 px JPEG records (quality 95) in --num_shards shards by the
+image job itself (python -m pipelines.images, run once and kept in --work_dir).
+
+Usage: python scripts/benchmark_reader.py --work_dir /work/bench_data \\
+           [--num_images 4000] [--rounds 9] [--out docs/benchmarks/reader]
 """
 
 from __future__ import annotations
@@ -26,53 +41,56 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
-import tensorflow as tf
+import psutil
+from benchmark_etl import Sample
+from sample_photos import describe, ensure_photos
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import tensorflow as tf  # noqa: E402
+
+import reader  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
+CORES = os.cpu_count() or 1
 
-
-def write_photo_crops(root: str, count: int, seed: int = 0) -> None:
-    """Random crops (140-420 px, random aspect and flip) of the sample photos."""
-    from sklearn.datasets import load_sample_images
-
-    photos = load_sample_images().images  # two 427x640 RGB photos
-    rng = np.random.default_rng(seed)
-    for i in range(count):
-        photo = photos[i % len(photos)]
-        h = int(rng.integers(140, 421))
-        w = int(np.clip(h * rng.uniform(0.75, 1.33), 140, photo.shape[1]))
-        h = min(h, photo.shape[0])
-        top = int(rng.integers(0, photo.shape[0] - h + 1))
-        left = int(rng.integers(0, photo.shape[1] - w + 1))
-        crop = photo[top:top + h, left:left + w]
-        if rng.random() < 0.5:
-            crop = crop[:, ::-1]
-        label_dir = os.path.join(root, f"class{i % 10}")
-        os.makedirs(label_dir, exist_ok=True)
-        tf.io.write_file(os.path.join(label_dir, f"{i:05d}.jpg"),
-                         tf.io.encode_jpeg(np.ascontiguousarray(crop), quality=90))
+NAMES = {
+    "a_naive": "(a) naive: sequential, per record (seeds' start)",
+    "b_tuned": "(b) hand-tuned: the seeds' checklist, AUTOTUNE",
+    "c_reader": "(c) reader.make_dataset, defaults",
+    "d_read_only": "(d) read-only ceiling: GZIP records, no parse",
+    "e_decode_only": "(e) decode-only ceiling: in-memory decode+scale",
+    "e2_decode_autotune": "(e') the same with AUTOTUNE (diagnostic)",
+}
 
 
 def build_dataset(work_dir: str, num_images: int, num_shards: int) -> str:
-    """Runs the image job once (cached in work_dir) and returns its output dir."""
-    from pipelines import images
+    """Photos (kept in work_dir) → the image job's 224 px records; returns the dataset dir.
 
-    out = os.path.join(work_dir, "dataset")
+    The job runs in its own process, once: a finished dataset is reused.
+    """
+    os.makedirs(work_dir, exist_ok=True)
+    photos = ensure_photos(work_dir, num_images, verbose=True)
+    out = os.path.join(work_dir, f"reader_dataset_{num_images}_{num_shards}")
     if os.path.exists(os.path.join(out, "manifest.json")):
         return out
-    raw = os.path.join(work_dir, "raw")
-    if not os.path.isdir(raw):
-        write_photo_crops(raw, num_images)
-    images.run([f"--input={raw}", f"--output_dir={out}", "--split_fractions=1,0,0",
-                f"--num_shards={num_shards}", "--overwrite"])
+    command = [sys.executable, "-m", "pipelines.images", f"--input={photos}",
+               f"--output_dir={out}", "--split_fractions=1,0,0",
+               f"--num_shards={num_shards}", "--image_size=224", "--overwrite"]
+    print("building the dataset:", " ".join(command), flush=True)
+    subprocess.run(command, cwd=REPO_ROOT, check=True)
     return out
 
 
-def _decode_single(feature_spec: dict) -> Callable:
+def _parse_and_decode(feature_spec: dict) -> Callable:
     def parse_and_decode(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         features = tf.io.parse_single_example(serialized, feature_spec)
         image = tf.io.decode_jpeg(features["image"], channels=3)
@@ -81,12 +99,17 @@ def _decode_single(feature_spec: dict) -> Callable:
     return parse_and_decode
 
 
-def naive_pipeline(files: list[str], spec: dict, batch_size: int) -> tf.data.Dataset:
+def _fixed_parallelism() -> tf.data.Options:
     options = tf.data.Options()
     options.autotune.enabled = False
+    return options
+
+
+def naive_pipeline(files: list[str], spec: dict, batch_size: int) -> tf.data.Dataset:
+    options = _fixed_parallelism()
     options.experimental_optimization.map_parallelization = False
     return (tf.data.TFRecordDataset(files, compression_type="GZIP")
-            .map(_decode_single(spec))
+            .map(_parse_and_decode(spec))
             .batch(batch_size)
             .with_options(options))
 
@@ -96,42 +119,49 @@ def tuned_pipeline(files: list[str], spec: dict, batch_size: int) -> tf.data.Dat
             .shuffle(len(files))
             .interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
                         cycle_length=8, num_parallel_calls=AUTOTUNE, deterministic=False)
-            .map(_decode_single(spec), num_parallel_calls=AUTOTUNE, deterministic=False)
+            .map(_parse_and_decode(spec), num_parallel_calls=AUTOTUNE,
+                 deterministic=False)
             .shuffle(10_000)
             .batch(batch_size)
             .prefetch(AUTOTUNE))
 
 
 def read_only_pipeline(files: list[str], batch_size: int) -> tf.data.Dataset:
+    """(d): one interleave call per core, autotuner off."""
     return (tf.data.Dataset.from_tensor_slices(files)
             .interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
-                        cycle_length=8, num_parallel_calls=AUTOTUNE, deterministic=False)
+                        cycle_length=len(files), num_parallel_calls=CORES,
+                        deterministic=False)
             .batch(batch_size)
-            .prefetch(AUTOTUNE))
+            .prefetch(2)
+            .with_options(_fixed_parallelism()))
 
 
-def decode_only_pipeline(jpegs: list[bytes], batch_size: int) -> tf.data.Dataset:
+def decode_only_pipeline(jpegs: tf.Tensor, batch_size: int, autotune: bool = False
+                         ) -> tf.data.Dataset:
+    """(e): one map call per core with the autotuner off; (e') AUTOTUNE, autotuner on."""
+    options = tf.data.Options()
+    options.autotune.enabled = autotune
     return (tf.data.Dataset.from_tensor_slices(jpegs)
             .map(lambda b: tf.cast(tf.io.decode_jpeg(b, channels=3), tf.float32) / 255.0,
-                 num_parallel_calls=AUTOTUNE, deterministic=False)
+                 num_parallel_calls=AUTOTUNE if autotune else CORES, deterministic=False)
             .batch(batch_size)
-            .prefetch(AUTOTUNE))
+            .prefetch(AUTOTUNE if autotune else 2)
+            .with_options(options))
 
 
-def one_pass(dataset: tf.data.Dataset) -> tuple[float, float]:
-    """(examples/s, CPU ms per example) of one full pass over ``dataset``."""
+def one_pass(dataset: tf.data.Dataset) -> dict:
+    """Examples in one full pass over ``dataset`` (timed by ``Sample``)."""
     count = 0
-    start, cpu_start = time.perf_counter(), time.process_time()
     for batch in dataset:
         first = batch[0] if isinstance(batch, tuple) else batch
         count += int(tf.shape(first)[0])
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    return count / wall, 1000.0 * cpu / count
+    return {"examples": count}
 
 
-def measure(pipelines: dict[str, Callable[[], tf.data.Dataset]], rounds: int
-            ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """(examples/s, CPU ms/example) of every pipeline in ``rounds`` interleaved rounds.
+def measure(pipelines: dict[str, Callable[[], tf.data.Dataset]], rounds: int,
+            max_foreign: float, retries: int) -> dict[str, list[dict]]:
+    """Samples of every pipeline over ``rounds`` interleaved rounds.
 
     Pipelines take turns (rotating the order each round) so that slow spells of a
     shared machine hit all of them alike; one warm-up pass each is discarded.
@@ -139,14 +169,24 @@ def measure(pipelines: dict[str, Callable[[], tf.data.Dataset]], rounds: int
     names = list(pipelines)
     for name in names:
         one_pass(pipelines[name]())  # Warm-up: thread pools, tracing, page cache.
-    rates: dict[str, list[float]] = {name: [] for name in names}
-    cpu: dict[str, list[float]] = {name: [] for name in names}
+    samples: dict[str, list[dict]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            rate, cpu_ms = one_pass(pipelines[name]())
-            rates[name].append(rate)
-            cpu[name].append(cpu_ms)
-    return rates, cpu
+            attempts = []
+            for _ in range(retries + 1):
+                sample = Sample(lambda name=name: one_pass(pipelines[name]()))
+                attempts.append(round(sample.foreign_cores, 3))
+                if sample.foreign_cores <= max_foreign:
+                    break
+                time.sleep(10)
+            n = sample.extra["examples"]
+            samples[name].append({
+                "examples_per_second": n / sample.wall, "wall_s": sample.wall,
+                "cpu_ms_per_example": 1000 * sample.own_cpu / n,
+                "foreign_cores": sample.foreign_cores, "attempts_foreign": attempts})
+            print(f"round {r + 1}/{rounds} {name:<20} {n / sample.wall:8.0f} ex/s  "
+                  f"(other processes: {sample.foreign_cores:.2f} cores)", flush=True)
+    return samples
 
 
 def input_wait_fraction(dataset: tf.data.Dataset, step_ms: float, steps: int) -> float:
@@ -187,125 +227,169 @@ def input_wait(dataset: tf.data.Dataset, step_ms: float, steps: int) -> dict[str
     return {"raw": raw, "in_memory_baseline": baseline, "net": max(0.0, raw - baseline)}
 
 
+def summarize(samples: dict[str, list[dict]]) -> dict:
+    rates = {name: [s["examples_per_second"] for s in values]
+             for name, values in samples.items()}
+    summary = {name: {"median": statistics.median(r), "best": max(r), "worst": min(r),
+                      "cpu_ms_per_example_median": statistics.median(
+                          s["cpu_ms_per_example"] for s in samples[name])}
+               for name, r in rates.items()}
+
+    def combined(stat: str) -> float:
+        return 1.0 / (1.0 / summary["d_read_only"][stat]
+                      + 1.0 / summary["e_decode_only"][stat])
+
+    ceiling = {stat: combined(stat) for stat in ("median", "best", "worst")}
+    ratios = {name: {stat: summary[name][stat] / ceiling[stat]
+                     for stat in ("median", "best")}
+              for name in ("a_naive", "b_tuned", "c_reader")}
+    return {"examples_per_second": summary, "combined_ceiling": ceiling,
+            "vs_combined_ceiling": ratios,
+            "reader_vs_tuned": {stat: summary["c_reader"][stat] / summary["b_tuned"][stat]
+                                for stat in ("median", "best")},
+            "rounds_reader_above_combined_ceiling": sum(
+                c > 1.0 / (1.0 / d + 1.0 / e) for c, d, e in zip(
+                    rates["c_reader"], rates["d_read_only"], rates["e_decode_only"],
+                    strict=True))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work_dir", default="/tmp/benchmark_reader")
+    parser.add_argument("--work_dir", default="/tmp/benchmark_reader",
+                        help="Photos and the dataset built from them are kept here.")
     parser.add_argument("--out", default="docs/benchmarks/reader",
                         help="Path prefix for <out>.json and <out>.png.")
-    parser.add_argument("--num_images", type=int, default=3000)
+    parser.add_argument("--num_images", type=int, default=4000)
     parser.add_argument("--num_shards", type=int, default=8)
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=9,
-                        help="Interleaved measurement rounds (median and best reported).")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--max_foreign", type=float, default=0.15,
+                        help="Retry a sample taken while other processes used more "
+                             "than this many cores.")
+    parser.add_argument("--retries", type=int, default=3)
     parser.add_argument("--step_ms", type=float, default=10.0)
     parser.add_argument("--step_batch_sizes", default="16,32,64",
                         help="Batch sizes for the simulated-step measurement.")
     args = parser.parse_args()
 
-    import reader
-
     data_dir = build_dataset(args.work_dir, args.num_images, args.num_shards)
     info = reader.open_dataset(data_dir)
     files = info.shard_paths("train")
     spec = info.feature_spec
-    jpegs = [tf.io.parse_single_example(r, {"image": spec["image"]})["image"].numpy()
-             for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    jpegs = tf.constant([
+        tf.io.parse_single_example(r, {"image": spec["image"]})["image"].numpy()
+        for r in tf.data.TFRecordDataset(files, compression_type="GZIP")])
     b = args.batch_size
-    samples, cpu_samples = measure({
+    samples = measure({
         "a_naive": lambda: naive_pipeline(files, spec, b),
         "b_tuned": lambda: tuned_pipeline(files, spec, b),
         "c_reader": lambda: reader.make_dataset(data_dir, "train", b),
         "d_read_only": lambda: read_only_pipeline(files, b),
         "e_decode_only": lambda: decode_only_pipeline(jpegs, b),
-    }, args.rounds)
-    medians = {name: statistics.median(values) for name, values in samples.items()}
-    best = {name: max(values) for name, values in samples.items()}
-    cpu_ms = {name: statistics.median(values) for name, values in cpu_samples.items()}
-
-    def combined(rates: dict[str, float]) -> float:
-        return 1.0 / (1.0 / rates["d_read_only"] + 1.0 / rates["e_decode_only"])
+        "e2_decode_autotune": lambda: decode_only_pipeline(jpegs, b, autotune=True),
+    }, args.rounds, args.max_foreign, args.retries)
+    summary = summarize(samples)
     waits = {}
     for step_batch in (int(x) for x in args.step_batch_sizes.split(",")):
         # Long training runs read an endless stream (steps_per_epoch in model.fit).
         dataset = reader.make_dataset(data_dir, "train", step_batch, num_epochs=None)
         waits[str(step_batch)] = input_wait(dataset, args.step_ms, steps=600)
 
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    foreign = [s["foreign_cores"] for values in samples.values() for s in values]
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()
-                    or platform.machine(), "tensorflow": tf.__version__},
+        "machine": {"cpu_cores": CORES, "processor": platform.processor()
+                    or platform.machine(), "memory_gib": round(
+                        psutil.virtual_memory().total / 2**30, 1),
+                    "python": platform.python_version(), "tensorflow": tf.__version__},
+        "code_commit": commit,
         "data": {"records": info.num_records("train"), "shards": len(files),
                  "image_size": info.preprocessing["image_size"],
                  "image_format": info.preprocessing["image_format"],
+                 "jpeg_quality": info.preprocessing["jpeg_quality"],
                  "mean_record_bytes": info.manifest["splits"]["train"]["num_bytes"]
-                 // max(1, info.num_records("train"))},
+                 // max(1, info.num_records("train")),
+                 "photos": describe(ensure_photos(args.work_dir, args.num_images))},
         "batch_size": b,
         "rounds": args.rounds,
-        "examples_per_second_median": medians,
-        "examples_per_second_best": best,
-        "examples_per_second_samples": samples,
-        "cpu_ms_per_example_median": cpu_ms,
-        "combined_ceiling_median": combined(medians),
-        "combined_ceiling_best": combined(best),
-        "reader_vs_tuned": {"median": medians["c_reader"] / medians["b_tuned"],
-                            "best": best["c_reader"] / best["b_tuned"]},
-        "reader_vs_combined_ceiling": {
-            "median": medians["c_reader"] / combined(medians),
-            "best": best["c_reader"] / combined(best)},
+        "max_foreign_cores": args.max_foreign,
+        "foreign_cores": {"median": statistics.median(foreign), "max": max(foreign)},
+        **summary,
+        "samples": samples,
         "simulated_step_ms": args.step_ms,
         "input_wait_fraction_by_batch_size": waits,
+        "definitions": {
+            "ceilings": "d and e run one call per core with tf.data's autotuner off; "
+                        "combined ceiling = 1 / (1/d + 1/e) per statistic",
+            "cpu_ms_per_example": "CPU time of this process during the pass / examples",
+            "foreign_cores": "CPU used by other processes during a sample, in cores",
+        },
     }
-    names = {"a_naive": "(a) naive (seeds' baseline)", "b_tuned": "(b) hand-tuned checklist",
-             "c_reader": "(c) reader.make_dataset", "d_read_only": "(d) read-only ceiling",
-             "e_decode_only": "(e) decode-only ceiling"}
-    print(f"{'examples/s over ' + str(args.rounds) + ' rounds':<32}{'median':>9}{'best':>9}"
-          f"{'worst':>9}{'CPU ms/ex':>11}")
-    for key in medians:
-        print(f"{names[key]:<32}{medians[key]:>9.0f}{best[key]:>9.0f}"
-              f"{min(samples[key]):>9.0f}{cpu_ms[key]:>11.3f}")
-    print(f"{'combined ceiling 1/(1/d+1/e)':<32}{combined(medians):>9.0f}"
-          f"{combined(best):>9.0f}")
-    for stat in ("median", "best"):
-        print(f"{stat:>6}: reader / tuned = {result['reader_vs_tuned'][stat]:.2f}; reader / "
-              f"combined ceiling = {result['reader_vs_combined_ceiling'][stat]:.2f}")
-    for step_batch, wait in waits.items():
-        demand = int(step_batch) * 1000 / args.step_ms
-        print(f"{args.step_ms:g} ms step, batch {step_batch} ({demand:.0f} img/s): input wait "
-              f"{100 * wait['net']:.1f}% net (raw {100 * wait['raw']:.1f}% - in-memory "
-              f"{100 * wait['in_memory_baseline']:.1f}%)")
-
+    print_table(result)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump(result, f, indent=2, sort_keys=True)
-    _plot(medians, best, combined(medians), combined(best), names, args.out + ".png",
-          result)
+    plot(result, args.out + ".png")
     print(f"wrote {args.out}.json and {args.out}.png")
 
 
-def _plot(medians: dict, best: dict, combined_median: float, combined_best: float,
-          names: dict, path: str, result: dict) -> None:
+def print_table(result: dict) -> None:
+    rates = result["examples_per_second"]
+    data = result["data"]
+    print(f"\n{data['records']} records of {data['mean_record_bytes']} B "
+          f"({data['image_size']} px {data['image_format']}), batch "
+          f"{result['batch_size']}, {result['rounds']} rounds; other processes used "
+          f"{result['foreign_cores']['median']:.2f} cores (median), "
+          f"{result['foreign_cores']['max']:.2f} at most")
+    print(f"{'examples/s':<52}{'median':>8}{'best':>8}{'worst':>8}{'CPU ms/ex':>11}")
+    for name, value in rates.items():
+        print(f"{NAMES[name]:<52}{value['median']:>8.0f}{value['best']:>8.0f}"
+              f"{value['worst']:>8.0f}{value['cpu_ms_per_example_median']:>11.3f}")
+    ceiling = result["combined_ceiling"]
+    print(f"{'combined ceiling 1/(1/d + 1/e)':<52}{ceiling['median']:>8.0f}"
+          f"{ceiling['best']:>8.0f}{ceiling['worst']:>8.0f}")
+    for stat in ("median", "best"):
+        print(f"{stat:>6}: reader / combined ceiling = "
+              f"{result['vs_combined_ceiling']['c_reader'][stat]:.2f}; reader / tuned = "
+              f"{result['reader_vs_tuned'][stat]:.2f}")
+    print(f"rounds in which the reader beat that round's combined ceiling: "
+          f"{result['rounds_reader_above_combined_ceiling']} of {result['rounds']}")
+    for step_batch, wait in result["input_wait_fraction_by_batch_size"].items():
+        demand = int(step_batch) * 1000 / result["simulated_step_ms"]
+        print(f"{result['simulated_step_ms']:g} ms step, batch {step_batch} ({demand:.0f} "
+              f"img/s): input wait {100 * wait['net']:.1f}% net (raw "
+              f"{100 * wait['raw']:.1f}% - in-memory "
+              f"{100 * wait['in_memory_baseline']:.1f}%)")
+
+
+def plot(result: dict, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [names[k] for k in medians] + ["combined ceiling"]
-    med = [*medians.values(), combined_median]
-    top = [*best.values(), combined_best]
+    rates = result["examples_per_second"]
+    ceiling = result["combined_ceiling"]
+    labels = [NAMES[k] for k in rates] + ["combined ceiling 1/(1/d + 1/e)"]
+    med = [v["median"] for v in rates.values()] + [ceiling["median"]]
+    top = [v["best"] for v in rates.values()] + [ceiling["best"]]
     y = np.arange(len(labels))[::-1]
-    fig, ax = plt.subplots(figsize=(8.5, 4))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.barh(y + 0.2, top, height=0.4, color="#cc6633", label="best round")
     ax.barh(y - 0.2, med, height=0.4, color="#6699cc", label="median round")
     for yy, m, t in zip(y, med, top, strict=True):
-        ax.text(t, yy + 0.2, f" {t:.0f}", va="center", fontsize=8)
-        ax.text(m, yy - 0.2, f" {m:.0f}", va="center", fontsize=8)
-    ax.set_yticks(y, labels)
+        ax.text(t, yy + 0.2, f" {t:,.0f}", va="center", fontsize=8)
+        ax.text(m, yy - 0.2, f" {m:,.0f}", va="center", fontsize=8)
+    ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("examples / s")
     ax.legend(loc="lower right", fontsize=8)
     data = result["data"]
-    ax.set_title(f"{data['records']} x {data['image_size']} px {data['image_format']} records, "
-                 f"{data['shards']} shards, {result['machine']['cpu_cores']} cores, "
-                 f"batch {result['batch_size']}, {result['date']}", fontsize=9)
+    ax.set_title(f"{data['records']} x {data['image_size']} px {data['image_format']} "
+                 f"records from photos, {data['shards']} shards, "
+                 f"{result['machine']['cpu_cores']} cores, batch {result['batch_size']}, "
+                 f"{result['date']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
