@@ -8,12 +8,16 @@ Example::
     model.fit(train, epochs=5)
 """
 
+from typing import TYPE_CHECKING, Any
+
 from reader.augment import Augmentation
 from reader.dataset_info import DatasetError, DatasetInfo, open_dataset
 from reader.helpers import label_vocabulary, steps_per_epoch, transform_output
 from reader.pipeline import make_dataset
 from reader.read_config import ReadConfig
-from reader.resume import FitCheckpoint
+
+if TYPE_CHECKING:
+    from reader.resume import FitCheckpoint
 
 __all__ = [
     "Augmentation",
@@ -27,3 +31,13 @@ __all__ = [
     "steps_per_epoch",
     "transform_output",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # FitCheckpoint subclasses tf.keras's Callback: loading it picks which Keras
+    # tf.keras means in this process, so that happens only when it is asked for.
+    if name == "FitCheckpoint":
+        from reader.resume import FitCheckpoint
+
+        return FitCheckpoint
+    raise AttributeError(f"module 'reader' has no attribute {name!r}")

@@ -32,8 +32,18 @@ def transform_output(data_dir: str) -> Any:
 
     ``transform_output(d).transform_features_layer()`` inside a Keras serving
     function applies exactly the preprocessing that produced the stored examples.
-    """
-    import tensorflow_transform as tft  # Imported on demand: only serving needs it.
 
+    Raises:
+        FileNotFoundError: no manifest (the job did not finish).
+        ImportError: tensorflow-transform is not installed (it is optional).
+    """
     contract.load_manifest(data_dir)  # Refuse unfinished directories.
+    try:
+        # Imported on demand: only serving needs it, and a training install lacks it.
+        import tensorflow_transform as tft
+    except ImportError:
+        raise ImportError(
+            "reader.transform_output needs tensorflow-transform, which a training "
+            "install does not include: pip install 'tensorflow-transform>=1.21,<1.22'"
+        ) from None
     return tft.TFTransformOutput(data_dir)

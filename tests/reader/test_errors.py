@@ -109,3 +109,25 @@ def test_skip_corrupt_reads_around_damage_and_verify_counts_the_loss(dataset_cop
     [(path, problem)] = verify.find_damaged_shards(dataset_copy)
     assert path == shard
     assert "records readable" in problem and "sha256" in problem
+
+
+BLOCK_TFT = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "tensorflow_transform":
+            raise ImportError(f"No module named {name!r} (blocked by the test)")
+sys.meta_path.insert(0, Block())
+import reader
+try:
+    reader.transform_output(sys.argv[1])
+except ImportError as error:
+    print(error)
+"""
+
+
+def test_transform_output_without_tensorflow_transform_says_what_to_install(image_dataset):
+    result = subprocess.run([sys.executable, "-c", BLOCK_TFT, image_dataset],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "pip install 'tensorflow-transform" in result.stdout
