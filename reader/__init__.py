@@ -1,4 +1,4 @@
-"""Reads the ETL's sharded TFRecord datasets with tf.data (never imports Apache Beam).
+"""Reads the ETL's sharded TFRecord datasets with tf.data (needs TensorFlow only).
 
 Example::
 
@@ -6,18 +6,39 @@ Example::
 
     train = make_dataset("out/images", "train", batch_size=64, seed=1, augment=True)
     model.fit(train, epochs=5)
+
+The names below load on first use: ``import reader`` itself imports nothing heavy,
+so the ETL can import ``reader.contract`` without the tf.data pipeline, and
+``FitCheckpoint`` (a tf.keras callback) does not decide which Keras ``tf.keras``
+means in a process that never asks for it.
 """
 
+from __future__ import annotations
+
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from reader.augment import Augmentation
-from reader.dataset_info import DatasetError, DatasetInfo, open_dataset
-from reader.helpers import label_vocabulary, steps_per_epoch, transform_output
-from reader.pipeline import make_dataset
-from reader.read_config import ReadConfig
-
 if TYPE_CHECKING:
+    from reader.augment import Augmentation
+    from reader.dataset_info import DatasetError, DatasetInfo, open_dataset
+    from reader.helpers import label_vocabulary, steps_per_epoch, transform_output
+    from reader.pipeline import make_dataset
+    from reader.read_config import ReadConfig
     from reader.resume import FitCheckpoint
+
+# Public name → the module that defines it.
+_EXPORTS = {
+    "Augmentation": "reader.augment",
+    "DatasetError": "reader.dataset_info",
+    "DatasetInfo": "reader.dataset_info",
+    "FitCheckpoint": "reader.resume",
+    "ReadConfig": "reader.read_config",
+    "label_vocabulary": "reader.helpers",
+    "make_dataset": "reader.pipeline",
+    "open_dataset": "reader.dataset_info",
+    "steps_per_epoch": "reader.helpers",
+    "transform_output": "reader.helpers",
+}
 
 __all__ = [
     "Augmentation",
@@ -34,10 +55,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # FitCheckpoint subclasses tf.keras's Callback: loading it picks which Keras
-    # tf.keras means in this process, so that happens only when it is asked for.
-    if name == "FitCheckpoint":
-        from reader.resume import FitCheckpoint
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'reader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # Later lookups skip this function.
+    return value
 
-        return FitCheckpoint
-    raise AttributeError(f"module 'reader' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -42,8 +42,10 @@ class FitCheckpoint(tf.keras.callbacks.Callback):
       uninterrupted run would have had. tf.data 2.21 cannot restore a repeated stream
       symbolically, so its buffers are saved in full: larger checkpoints.
 
-    Pass the same ``seed`` both times. Keras's metrics restart at the resumed step,
-    so the resumed epoch's logged averages cover only the steps after it.
+    Pass the same ``seed`` and set the same TensorFlow global seed (e.g.
+    ``tf.keras.utils.set_random_seed``) both times: tf.data combines the two. Keras's
+    metrics restart at the resumed step, so the resumed epoch's logged averages cover
+    only the steps after it.
 
     Args:
         directory: where checkpoints go (local or any ``tf.io.gfile`` path).

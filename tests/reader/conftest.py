@@ -32,6 +32,13 @@ def write_coloured_images(root: str) -> int:
     return total
 
 
+@pytest.fixture()
+def fresh_global_seed():
+    """No TensorFlow global seed, as in a new process: tf.data combines an op's seed
+    with the global one, which tests that call Keras's set_random_seed leave set."""
+    tf.random.set_seed(None)
+
+
 @pytest.fixture(scope="session")
 def image_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Directory of a finished PNG image dataset with 4 shards per split."""

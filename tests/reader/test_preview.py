@@ -72,7 +72,8 @@ def run_preview(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-def test_preview_cli_writes_the_sheet_pixel_for_pixel(image_dataset, tmp_path):
+def test_preview_cli_writes_the_sheet_pixel_for_pixel(image_dataset, tmp_path,
+                                                      fresh_global_seed):
     out = str(tmp_path / "sheet.png")
     result = run_preview(image_dataset, "--out", out, "--n", "6", "--seed", "2")
     assert result.returncode == 0, result.stderr[-2000:]

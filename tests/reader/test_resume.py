@@ -38,7 +38,8 @@ def read_batches(iterator, count: int | None = None) -> list[list[str]]:
     return batches
 
 
-def test_iterator_checkpoint_resumes_rest_of_epoch_in_new_process(image_dataset, tmp_path):
+def test_iterator_checkpoint_resumes_rest_of_epoch_in_new_process(image_dataset, tmp_path,
+                                                                  fresh_global_seed):
     dataset = resume_worker.iterator_dataset(image_dataset, endless=False)
     iterator = iter(dataset)
     before = read_batches(iterator, 4)
@@ -51,7 +52,10 @@ def test_iterator_checkpoint_resumes_rest_of_epoch_in_new_process(image_dataset,
     assert sorted(seen) == manifest_keys(image_dataset, "train")  # Each record once.
 
 
-def test_iterator_checkpoint_resumes_endless_stream_across_epochs(image_dataset, tmp_path):
+def test_iterator_checkpoint_resumes_endless_stream_across_epochs(image_dataset, tmp_path,
+                                                                 fresh_global_seed):
+    # The next epochs' shuffles draw from the restoring process's seed state: both
+    # processes must have the same global seed (here none).
     records = reader.open_dataset(image_dataset).num_records("train")
     three_epochs = 3 * records // resume_worker.ITERATOR_BATCH
     iterator = iter(resume_worker.iterator_dataset(image_dataset, endless=True))
