@@ -12,8 +12,8 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from etl import contract
 from etl.atomic_files import write_text_atomically
+from reader import contract
 
 DEFAULT_MAX_ERROR_FRACTION = 0.1
 # Written instead of the manifest when a check withholds the dataset, so the launcher

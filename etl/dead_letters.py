@@ -10,8 +10,9 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl import contract, hashing
+from etl import hashing
 from etl.atomic_files import atomic_path, write_text_atomically
+from reader import contract
 
 # Stable reason codes. They appear in errors/rejected.jsonl, the manifest and the
 # Beam counters, so they are part of the contract: add new ones, never rename.

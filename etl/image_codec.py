@@ -3,17 +3,14 @@
 The same functions run in the validation step (eagerly, to reject bad files before
 tf.Transform) and inside ``preprocessing_fn`` (in the exported ``transform_fn``), so
 serving applies byte-for-byte the preprocessing that produced the stored examples.
-No Apache Beam import here: the reader may use the decoders.
+The reader decodes stored images with ``reader.contract.decode_stored_image``.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-JPEG = "jpeg"
-PNG = "png"
-RAW = "raw"
-IMAGE_FORMATS: tuple[str, ...] = (JPEG, PNG, RAW)
+from reader.contract import IMAGE_FORMATS, JPEG, PNG, RAW
 
 # Leading bytes of the containers tf.io.decode_image understands.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -97,20 +94,6 @@ def encode(image: tf.Tensor, image_format: str, jpeg_quality: int) -> tf.Tensor:
         pixels = tf.reshape(tf.cast(image, tf.int32), [-1])
         return tf.strings.reduce_join(tf.gather(tf.constant(_BYTE_TABLE), pixels))
     raise ValueError(f"Unknown image format {image_format!r}; use one of {IMAGE_FORMATS}.")
-
-
-def decode_stored(encoded: tf.Tensor, image_format: str, size: int) -> tf.Tensor:
-    """Inverse of :func:`encode` for one stored image: ``uint8 [size, size, 3]``."""
-    if image_format == RAW:
-        image = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [size, size, 3])
-    elif image_format in (JPEG, PNG):
-        image = tf.io.decode_image(encoded, channels=3, dtype=tf.uint8,
-                                   expand_animations=False)
-    else:
-        raise ValueError(f"Unknown image format {image_format!r}; use one of "
-                         f"{IMAGE_FORMATS}.")
-    image.set_shape([size, size, 3])
-    return image
 
 
 def preprocess(image_bytes: tf.Tensor, size: int, image_format: str,

@@ -13,17 +13,15 @@ from typing import Any
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from etl import contract, image_codec
-from etl.contract import RAW_IMAGE_KEY, RAW_LABEL_KEY, RAW_SOURCE_KEY
+from etl import image_codec
+from reader import contract
+from reader.contract import RAW_IMAGE_KEY, RAW_LABEL_KEY, RAW_SOURCE_KEY, UNKNOWN_LABEL_ID
 
 RAW_FEATURE_SPEC: dict[str, tf.io.FixedLenFeature] = {
     RAW_IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
     RAW_LABEL_KEY: tf.io.FixedLenFeature([], tf.string),
     RAW_SOURCE_KEY: tf.io.FixedLenFeature([], tf.string),
 }
-
-# Label id for a label that never occurs in the train split.
-UNKNOWN_LABEL_ID = -1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,10 +32,11 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
-from etl import contract, dead_letters, image_codec, image_loading, sharding
+from etl import dead_letters, image_codec, image_loading, sharding
 from etl.dead_letters import Rejection
 from etl.examples import serialize_example
 from etl.image_sources import ImageRecord
+from reader import contract
 
 # Bounds of one batch given to the transform graph: rows, and raw (encoded) bytes.
 # Output bytes never depend on batching: every output is computed per image.

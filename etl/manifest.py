@@ -15,9 +15,11 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl import accounting, contract, fault_injection
+from etl import accounting, fault_injection
 from etl.accounting import EmptyTrainSplitError
 from etl.atomic_files import write_text_atomically
+from reader import contract
+from reader.contract import CLASSIFICATION
 
 
 def library_versions() -> dict[str, str]:
@@ -102,9 +104,6 @@ def build_manifest(
         raise ValueError(f"Extra manifest entries {clashes} would overwrite standard ones.")
     return {**manifest, **(extra or {})}
 
-
-CLASSIFICATION = "classification"
-FORECAST = "forecast"
 
 # Called with the written tft.TFTransformOutput; returns extra manifest entries.
 TransformDescriber = Callable[[Any], Mapping[str, Any]]

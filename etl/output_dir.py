@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 
-from etl import contract
+from reader import contract
 
 # Everything a job writes under its output directory, besides the manifest.
 OWNED_ENTRIES: tuple[str, ...] = (

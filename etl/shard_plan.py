@@ -26,10 +26,11 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl import contract, hashing, image_codec, image_loading, sharding
+from etl import hashing, image_codec, image_loading, sharding
 from etl.examples import serialize_example
 from etl.image_preprocessing import ImagePreprocessing
 from etl.image_sources import ImageRecord
+from reader import contract
 
 SAMPLE_SIZE = 32
 SAMPLE_SALT = "sample"

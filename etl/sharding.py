@@ -29,8 +29,9 @@ from typing import Any, NamedTuple
 
 import apache_beam as beam
 
-from etl import contract, fault_injection, hashing
+from etl import fault_injection, hashing
 from etl.atomic_files import publish, temp_path_for
+from reader import contract
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
 DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from etl import contract, hashing
+from etl import hashing
+from reader import contract
 
 # Folder or column values accepted as an explicit split, mapped to the canonical name.
 SPLIT_ALIASES: dict[str, str] = {

@@ -17,9 +17,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from etl import contract, exact_stats
-
-UNKNOWN_LABEL_ID = -1
+from etl import exact_stats
+from reader import contract
+from reader.contract import UNKNOWN_LABEL_ID
 
 
 @dataclasses.dataclass(frozen=True)

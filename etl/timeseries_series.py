@@ -28,9 +28,10 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from etl import contract, dead_letters, splits
+from etl import dead_letters, splits
 from etl.dead_letters import Rejection
 from etl.timeseries_sources import Row
+from reader import contract
 
 DUPLICATE_POLICIES = ("mean", "reject")
 MISSING_POLICIES = ("drop", "ffill", "interpolate", "reject")

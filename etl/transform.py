@@ -38,8 +38,8 @@ import tensorflow_transform.beam as tft_beam
 from apache_beam.transforms import window
 from tensorflow_transform.tf_metadata import dataset_metadata
 
-from etl import contract
 from etl.sharding import KeyedExample
+from reader import contract
 
 ANALYZE = "analyze"
 # tf.Transform passthrough column carrying each row's split through TransformDataset

@@ -14,9 +14,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
 from etl import accounting, sharding, splits
-from etl.contract import load_manifest
 from etl.output_dir import prepare_output_dir
 from pipelines import runner_defaults, summary
+from reader.contract import load_manifest
 
 
 class DatasetOptions(PipelineOptions):

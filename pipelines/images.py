@@ -22,7 +22,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from etl import (
     accounting,
-    contract,
     dead_letters,
     image_codec,
     image_loading,
@@ -32,11 +31,13 @@ from etl import (
 from etl.dead_letters import REJECTED
 from etl.image_shards import TransformAndWriteImageShards
 from etl.image_sources import ImageRecord, ReadImageRecords, assign_split, check_input
-from etl.manifest import CLASSIFICATION, WriteManifest
+from etl.manifest import WriteManifest
 from etl.shard_plan import PlanImageShards
 from etl.sharding import FinalizeShards
 from etl.transform import AnalyzeAndWriteTransformFn
 from pipelines import common
+from reader import contract
+from reader.contract import CLASSIFICATION
 
 
 class ImagesOptions(common.DatasetOptions, PipelineOptions):
@@ -213,7 +214,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         | "WriteRejections" >> dead_letters.WriteRejections(output_dir)
     )
     _ = pipeline | "WriteManifest" >> WriteManifest(
-        output_dir, job.output.name, job.describe_preprocessing(), kind="images",
+        output_dir, job.output.name, job.describe_preprocessing(), kind=contract.IMAGES,
         task=CLASSIFICATION, shards=shards,
         label_counts=label_counts, rejected=rejected_summary,
         transform_written=transform_written, extras=[inputs],

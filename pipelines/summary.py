@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from etl import contract
+from reader import contract
 
 
 def _mib(num_bytes: int) -> str:
@@ -24,13 +24,13 @@ def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: floa
     reasons = ", ".join(f"{r}={n}" for r, n in rejected["by_reason"].items()) or "none"
     lines.append(f"  rejected: {rejected['count']} ({reasons}); details in "
                  f"{contract.ERRORS_DIRNAME}/{contract.REJECTED_FILENAME}")
-    task = manifest.get("task", "classification")
-    if task == "classification":
+    task = manifest.get("task", contract.CLASSIFICATION)
+    if task == contract.CLASSIFICATION:
         target = f"{len(manifest['label_vocab'])} labels"
     else:
         shape = manifest["features"][contract.TARGET_KEY]["shape"]
         target = f"target shape {shape}"
-    lines.append(f"  {manifest.get('kind', 'images')} {task}, {target}; manifest: "
+    lines.append(f"  {manifest.get('kind', contract.IMAGES)} {task}, {target}; manifest: "
                  f"{output_dir.rstrip('/')}/{contract.MANIFEST_FILENAME}")
     lines.append(f"  wall time: {elapsed_s:.1f} s")
     return "\n".join(lines)

@@ -23,11 +23,11 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-from etl import accounting, contract, dead_letters
+from etl import accounting, dead_letters
 from etl import timeseries_preprocessing as ts_preprocessing
 from etl import timeseries_series as ts_series
 from etl.dead_letters import Rejection
-from etl.manifest import CLASSIFICATION, FORECAST, WriteManifest
+from etl.manifest import WriteManifest
 from etl.sharding import WriteShards
 from etl.splits import split_index
 from etl.timeseries_sources import (
@@ -42,6 +42,8 @@ from etl.timeseries_sources import (
 )
 from etl.transform import ANALYZE, AnalyzeAndTransform
 from pipelines import common
+from reader import contract
+from reader.contract import CLASSIFICATION, FORECAST
 
 STATS = "stats"
 _LABEL_FILE_SUFFIXES = (".csv", ".jsonl", ".json")
@@ -380,7 +382,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         output_dir, job.output.name, num_shards=job.output.num_shards,
         target_shard_bytes=job.output.target_shard_bytes, gzip_level=job.output.gzip_level)
     _ = pipeline | "WriteManifest" >> WriteManifest(
-        output_dir, job.output.name, job.describe(), kind="timeseries",
+        output_dir, job.output.name, job.describe(), kind=contract.TIMESERIES,
         task=CLASSIFICATION if job.classification else FORECAST, shards=shards,
         label_counts=label_counts, rejected=rejected_summary,
         transform_written=transform_written, extras=[counts, inputs],

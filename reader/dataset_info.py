@@ -9,12 +9,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from etl import contract
-
-IMAGES = "images"
-TIMESERIES = "timeseries"
-CLASSIFICATION = "classification"
-FORECAST = "forecast"
+from reader import contract
+from reader.contract import CLASSIFICATION, IMAGES, TIMESERIES
 
 
 class DatasetError(ValueError):

@@ -8,8 +8,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from etl import contract, image_codec
-from reader.dataset_info import FORECAST, IMAGES, DatasetInfo
+from reader import contract
+from reader.contract import FORECAST, IMAGES
+from reader.dataset_info import DatasetInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +72,11 @@ def decode_images_fn(preprocessing: Mapping[str, Any]) -> Callable[[dict], dict]
 
     def decode(features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         encoded = features[contract.IMAGE_KEY]
-        if image_format == image_codec.RAW:
+        if image_format == contract.RAW:
             images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, size, size, 3])
         else:
             images = tf.map_fn(
-                lambda x: image_codec.decode_stored(x, image_format, size), encoded,
+                lambda x: contract.decode_stored_image(x, image_format, size), encoded,
                 fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
                 parallel_iterations=16)
         return {**features, contract.IMAGE_KEY: images}

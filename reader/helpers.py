@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from etl import contract
+from reader import contract
 from reader.dataset_info import open_dataset
 
 

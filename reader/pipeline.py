@@ -15,10 +15,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from etl import contract
 from reader import augment as augment_lib
-from reader import decoding
-from reader.dataset_info import FORECAST, DatasetInfo, open_dataset
+from reader import contract, decoding
+from reader.contract import FORECAST
+from reader.dataset_info import DatasetInfo, open_dataset
 from reader.read_config import ReadConfig
 
 AUTOTUNE = tf.data.AUTOTUNE

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from etl import contract
 from reader import augment as augment_lib
-from reader.dataset_info import FORECAST, IMAGES, DatasetInfo, open_dataset
+from reader import contract
+from reader.contract import FORECAST, IMAGES
+from reader.dataset_info import DatasetInfo, open_dataset
 from reader.pipeline import make_dataset
 
 # Shown tiles are at least / at most this many pixels wide: small images are enlarged

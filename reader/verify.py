@@ -15,7 +15,7 @@ import sys
 
 import tensorflow as tf
 
-from etl import contract
+from reader import contract
 from reader.dataset_info import open_dataset
 
 # tf.data's messages for a damaged TFRecord stream (TensorFlow 2.21).

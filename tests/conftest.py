@@ -11,7 +11,7 @@ import hashlib
 
 import pytest
 
-from etl import contract
+from reader import contract
 from tests import image_fixtures
 
 # Small images keep the DirectRunner tests fast; the code path is the same at 224.

@@ -10,6 +10,7 @@ import tensorflow as tf
 from PIL import Image
 
 from etl import image_codec
+from reader import contract
 from tests.image_fixtures import _encode
 
 RGB = (200, 100, 50)
@@ -182,7 +183,7 @@ def test_resize_and_center_crop_crops_the_centre_of_a_tall_image():
 def test_encode_decode_stored_round_trip_is_exact(image_format):
     pixels = _pixels(3, 12, 12)
     encoded = image_codec.encode(tf.constant(pixels), image_format, 90)
-    decoded = image_codec.decode_stored(encoded, image_format, 12).numpy()
+    decoded = contract.decode_stored_image(encoded, image_format, 12).numpy()
     np.testing.assert_array_equal(decoded, pixels)
 
 
@@ -211,7 +212,7 @@ def test_encode_decode_stored_jpeg_is_close():
     pixels = pixels.astype(np.uint8)
     encoded = image_codec.encode(tf.constant(pixels), image_codec.JPEG, 90)
     assert image_codec.sniff_format(encoded.numpy()) == "jpeg"
-    decoded = image_codec.decode_stored(encoded, image_codec.JPEG, 32).numpy()
+    decoded = contract.decode_stored_image(encoded, image_codec.JPEG, 32).numpy()
     assert decoded.shape == (32, 32, 3)
     diff = np.abs(decoded.astype(int) - pixels.astype(int))
     assert diff.max() <= 12
@@ -232,13 +233,13 @@ def test_encode_rejects_unknown_format():
 
 def test_decode_stored_rejects_unknown_format():
     with pytest.raises(ValueError, match="Unknown image format 'gif'"):
-        image_codec.decode_stored(tf.constant(b""), "gif", 2)
+        contract.decode_stored_image(tf.constant(b""), "gif", 2)
 
 
 def test_decode_stored_raw_with_wrong_size_fails():
     encoded = image_codec.encode(tf.constant(_pixels(7, 4, 4)), image_codec.RAW, 90)
     with pytest.raises(tf.errors.InvalidArgumentError):
-        image_codec.decode_stored(encoded, image_codec.RAW, 5)
+        contract.decode_stored_image(encoded, image_codec.RAW, 5)
 
 
 def test_preprocess_chains_decode_resize_crop_encode():

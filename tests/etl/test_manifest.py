@@ -1,4 +1,4 @@
-"""Unit tests of etl/manifest.py build_manifest and the etl/contract.py helpers."""
+"""Unit tests of etl/manifest.py build_manifest and the reader/contract.py helpers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 import pytest
 import tensorflow as tf
 
-from etl import contract, manifest
+from etl import manifest
+from reader import contract
 
 
 def _shard(split: str, index: int, num_records: int, num_bytes: int) -> dict:

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etl import contract, image_codec, image_loading, shard_plan
+from etl import image_codec, image_loading, shard_plan
 from etl.examples import serialize_example
 from etl.image_preprocessing import ImagePreprocessing
 from etl.image_sources import ImageRecord
+from reader import contract
 
 LIMITS = image_loading.InputLimits()
 

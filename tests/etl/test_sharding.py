@@ -13,8 +13,9 @@ import pytest
 import tensorflow as tf
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from etl import contract, examples, sharding
+from etl import examples, sharding
 from etl.sharding import KeyedExample
+from reader import contract
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"

@@ -6,7 +6,8 @@ import collections
 
 import pytest
 
-from etl import contract, hashing, splits
+from etl import hashing, splits
+from reader import contract
 
 
 def test_split_fractions_default_is_80_10_10():

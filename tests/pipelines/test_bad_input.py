@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etl import contract
+from reader import contract
 from tests import image_fixtures
 from tests.conftest import run_images_job
 

@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from etl import contract, splits
+from etl import splits
+from reader import contract
 from tests.conftest import TEST_IMAGE_SIZE, output_digests, run_images_job
 
 

@@ -23,7 +23,7 @@ import tempfile
 import apache_beam as beam
 import pytest
 
-from etl import contract
+from reader import contract
 from tests import image_fixtures
 from tests.conftest import output_digests, run_images_job
 

@@ -11,8 +11,9 @@ import pytest
 import tensorflow as tf
 
 import reader
-from etl import contract, splits
+from etl import splits
 from pipelines import timeseries
+from reader import contract
 from tests.conftest import output_digests
 
 

@@ -11,8 +11,7 @@ import pytest
 import tensorflow as tf
 
 import reader
-from etl import contract
-from reader import verify
+from reader import contract, verify
 
 
 @pytest.fixture()

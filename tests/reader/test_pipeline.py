@@ -10,8 +10,7 @@ import pytest
 import tensorflow as tf
 
 import reader
-from etl import contract
-from reader import pipeline
+from reader import contract, pipeline
 from tests.conftest import TEST_IMAGE_SIZE
 from tests.reader.conftest import BASE_COLOURS, CLASS_SIZES, NUM_SHARDS
 

@@ -1,8 +1,9 @@
 """The on-disk contract between the ETL jobs and every reader: names, layout, specs.
 
-Both sides import this module, so it must not import Apache Beam (``import reader``
-has to work where only TensorFlow is installed). TensorFlow itself is imported
-lazily, only by the functions that build ``tf.io`` parse specs.
+The reader owns it: ``etl/`` and ``pipelines/`` import it from here, never the
+reverse, so a training install (TensorFlow and ``reader/``) has the whole format.
+Nothing here imports Apache Beam or tf.Transform; TensorFlow itself is imported
+lazily, only by the functions that need it (parse specs, stored-image decoding).
 
 Layout of a finished output directory::
 
@@ -29,6 +30,22 @@ TRANSFORM_FN_DIRNAME = "transform_fn"
 TRANSFORMED_METADATA_DIRNAME = "transformed_metadata"
 SHARD_SUFFIX = ".tfrecord.gz"
 COMPRESSION = "GZIP"
+
+# What an example holds (manifest ``kind``) and what its target is (manifest ``task``).
+IMAGES = "images"
+TIMESERIES = "timeseries"
+CLASSIFICATION = "classification"
+FORECAST = "forecast"
+
+# Label id of a label that never occurs in the train split (classification).
+UNKNOWN_LABEL_ID = -1
+
+# Stored image encodings (manifest ``preprocessing.image_format``); ``raw`` is the
+# row-major ``size × size × 3`` uint8 pixel bytes.
+JPEG = "jpeg"
+PNG = "png"
+RAW = "raw"
+IMAGE_FORMATS: tuple[str, ...] = (JPEG, PNG, RAW)
 
 TRAIN = "train"
 VALIDATION = "validation"
@@ -74,6 +91,28 @@ def shard_filename(name: str, split: str, index: int, num_shards: int) -> str:
 def shard_relpath(name: str, split: str, index: int, num_shards: int) -> str:
     """Shard path relative to the output directory, always with ``/`` separators."""
     return f"{split}/{shard_filename(name, split, index, num_shards)}"
+
+
+def decode_stored_image(encoded: Any, image_format: str, size: int) -> Any:
+    """One stored image (scalar string tensor) → ``uint8 [size, size, 3]``.
+
+    The inverse of the job's encoding (``etl/image_codec.py``'s ``encode``).
+
+    Raises:
+        ValueError: for an ``image_format`` not in :data:`IMAGE_FORMATS`.
+    """
+    import tensorflow as tf
+
+    if image_format == RAW:
+        image = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [size, size, 3])
+    elif image_format in (JPEG, PNG):
+        image = tf.io.decode_image(encoded, channels=3, dtype=tf.uint8,
+                                   expand_animations=False)
+    else:
+        raise ValueError(f"Unknown image format {image_format!r}; use one of "
+                         f"{IMAGE_FORMATS}.")
+    image.set_shape([size, size, 3])
+    return image
 
 
 def feature_spec_to_json(feature_spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
