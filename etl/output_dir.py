@@ -11,6 +11,7 @@ OWNED_ENTRIES: tuple[str, ...] = (
     *contract.SPLITS,
     contract.TRANSFORM_FN_DIRNAME,
     contract.TRANSFORMED_METADATA_DIRNAME,
+    contract.RAW_METADATA_DIRNAME,
     contract.ERRORS_DIRNAME,
     "tmp",            # default tf.Transform scratch dir (--tft_temp_dir)
     "transform_tmp",  # tft_beam.WriteTransformFn's staging dir

@@ -28,6 +28,7 @@ tests/pipelines/test_scale.py).
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -205,6 +206,25 @@ def analyze_input_columns(preprocessing_fn: Callable[[dict], dict],
     return sorted(tft.get_analyze_input_columns(preprocessing_fn, type_specs))
 
 
+def write_transform_output(transform_fn: Any, raw_feature_spec: Mapping[str, Any],
+                           output_dir: str) -> beam.PCollection:
+    """Writes ``transform_fn/`` and ``transformed_metadata/`` (``WriteTransformFn``) and
+    the raw input's schema in ``metadata/``, which ``tft.TFTransformOutput``'s
+    ``raw_feature_spec()`` reads when serving code builds its parse spec the TFX way.
+
+    Returns:
+        A PCollection that is complete once all three are final (callers wait on it
+        as a side input).
+    """
+    pipeline = transform_fn[0].pipeline
+    written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(output_dir)
+    raw_written = (
+        dataset_metadata.DatasetMetadata.from_feature_spec(dict(raw_feature_spec))
+        | "WriteRawMetadata" >> tft_beam.WriteMetadata(
+            posixpath.join(output_dir, contract.RAW_METADATA_DIRNAME), pipeline))
+    return (written, raw_written) | "TransformOutputWritten" >> beam.Flatten()
+
+
 class _TransformStage(beam.PTransform):
     """What every tf.Transform stage is built from: the preprocessing, the raw spec,
     where the transform output goes and tf.Transform's scratch directory."""
@@ -257,8 +277,8 @@ class AnalyzeAndWriteTransformFn(_TransformStage):
                 _ToRecordBatches(builder, max_rows, MAX_BATCH_BYTES, split=None))
             transform_fn = (batches, config) | "AnalyzeTrain" >> tft_beam.AnalyzeDataset(
                 self._preprocessing_fn)
-            return transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
-                self._output_dir)
+            return write_transform_output(transform_fn, self._raw_feature_spec,
+                                          self._output_dir)
 
 
 class AnalyzeAndTransform(_TransformStage):
@@ -305,8 +325,8 @@ class AnalyzeAndTransform(_TransformStage):
             transform_fn = (
                 (batches(ANALYZE), tensor_adapter_config)
                 | "AnalyzeTrain" >> tft_beam.AnalyzeDataset(self._preprocessing_fn))
-            transform_written = transform_fn | "WriteTransformFn" >> (
-                tft_beam.WriteTransformFn(self._output_dir))
+            transform_written = write_transform_output(
+                transform_fn, self._raw_feature_spec, self._output_dir)
             all_splits = split_batches | "FlattenSplits" >> beam.Flatten()
             transformed, _ = (
                 ((all_splits, tensor_adapter_config), transform_fn)

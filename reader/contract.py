@@ -11,6 +11,7 @@ Layout of a finished output directory::
       manifest.json                      written last; its presence means "complete"
       transform_fn/                      tf.Transform SavedModel (serving preprocessing)
       transformed_metadata/              tf.Transform schema of the stored features
+      metadata/                          tf.Transform schema of the raw (serving) input
       errors/rejected.jsonl              one JSON object per rejected input
       <split>/<name>-<split>-SSSSS-of-NNNNN.tfrecord.gz
 """
@@ -28,6 +29,8 @@ ERRORS_DIRNAME = "errors"
 REJECTED_FILENAME = "rejected.jsonl"
 TRANSFORM_FN_DIRNAME = "transform_fn"
 TRANSFORMED_METADATA_DIRNAME = "transformed_metadata"
+# tft.TFTransformOutput.RAW_METADATA_DIR: what its raw_feature_spec() reads.
+RAW_METADATA_DIRNAME = "metadata"
 SHARD_SUFFIX = ".tfrecord.gz"
 COMPRESSION = "GZIP"
 

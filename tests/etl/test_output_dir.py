@@ -8,8 +8,8 @@ import pytest
 
 from etl import output_dir
 
-OWNED = ("train", "validation", "test", "transform_fn", "transformed_metadata", "errors",
-         "tmp", "transform_tmp")
+OWNED = ("train", "validation", "test", "transform_fn", "transformed_metadata", "metadata",
+         "errors", "tmp", "transform_tmp")
 
 
 def _populate(root, *, manifest: bool) -> None:
