@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 import reader
-from tests.reader.conftest import write_coloured_images
+from tests.reader.conftest import FORECAST_HORIZON, FORECAST_WINDOW, write_coloured_images
 
 RAW_STRING = tf.io.FixedLenFeature([], tf.string)
 
@@ -34,6 +34,13 @@ def stored_examples(data_dir: str, split: str) -> list[dict[str, np.ndarray]]:
 def test_raw_feature_spec_is_the_image_jobs_raw_input(image_dataset):
     assert reader.transform_output(image_dataset).raw_feature_spec() == {
         "image": RAW_STRING, "label": RAW_STRING, "key": RAW_STRING}
+
+
+def test_raw_feature_spec_is_the_time_series_jobs_raw_window(forecast_dataset):
+    assert reader.transform_output(forecast_dataset).raw_feature_spec() == {
+        "window": tf.io.FixedLenFeature([FORECAST_WINDOW, 1], tf.float32),
+        "target": tf.io.FixedLenFeature([FORECAST_HORIZON, 1], tf.float32),
+        "series_id": RAW_STRING, "window_start": RAW_STRING, "key": RAW_STRING}
 
 
 def test_serving_signature_from_raw_feature_spec_reproduces_stored_examples(
