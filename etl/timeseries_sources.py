@@ -8,7 +8,6 @@ anything else that is not a finite number is rejected as ``unparsable_value``.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime as dt
 import math
@@ -17,16 +16,15 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl import dead_letters
+from etl import dead_letters, text_rows
 from etl.dead_letters import Rejection
-from etl.image_sources import parse_csv_line, parse_jsonl_line
+from etl.text_rows import BOM, csv_fields, parse_csv_line, parse_jsonl_line
 
 REJECTED = dead_letters.REJECTED
 NUMERIC = "numeric"
 DATETIME = "datetime"
 # Compared case-insensitively.
 _MISSING_TEXT = frozenset({"", "nan", "null", "none", "na", "n/a"})
-_BOM = "\ufeff"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,25 +175,6 @@ def matched_files(pattern: str) -> list[str]:
     return files
 
 
-def _csv_fields(line: str) -> tuple[str, ...]:
-    """Fields of a CSV header line.
-
-    Raises:
-        ValueError: if the csv module cannot parse it (e.g. a stray carriage return).
-    """
-    try:
-        return tuple(c.strip() for c in next(csv.reader([line]), []))
-    except csv.Error as e:
-        raise ValueError(f"Unreadable CSV header {line[:80]!r}: {e}") from None
-
-
-def read_csv_header(path: str) -> tuple[str, ...]:
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "r") as f:
-        return _csv_fields(f.readline().lstrip(_BOM))
-
-
 def check_columns(header: Sequence[str], columns: Columns, path: str) -> None:
     """Raises ValueError naming the required columns a CSV header lacks."""
     missing = [c for c in (columns.series_id, columns.timestamp, *columns.values)
@@ -214,9 +193,9 @@ def _numbered_lines(path: str, csv_header: bool
     with tf.io.gfile.GFile(path, "r") as f:
         for number, line in enumerate(f, start=1):
             if number == 1:
-                line = line.lstrip(_BOM)
+                line = line.lstrip(BOM)
                 if csv_header:
-                    header = _csv_fields(line)
+                    header = csv_fields(line)
                     continue
             if line.strip():
                 yield f"{path}:{number}", line.rstrip("\r\n"), header
@@ -273,7 +252,7 @@ class ReadTimeSeriesRows(beam.PTransform):
                 _parquet_rows, columns=self._columns).with_outputs(REJECTED, main="rows")
         if fmt == "csv":
             for path in files:
-                check_columns(read_csv_header(path), self._columns, path)
+                check_columns(text_rows.read_csv_header(path), self._columns, path)
         return (
             start
             | "NumberLines" >> beam.FlatMap(_numbered_lines, csv_header=fmt == "csv")
@@ -299,10 +278,10 @@ def read_labels(path: str, series_column: str, label_column: str = "label"
     with tf.io.gfile.GFile(path, "r") as f:
         lines = [line.rstrip("\r\n") for line in f]
     if lines:
-        lines[0] = lines[0].lstrip(_BOM)
+        lines[0] = lines[0].lstrip(BOM)
     rows: list[tuple[str, dict[str, Any] | None]] = []
     if fmt == "csv":
-        header = _csv_fields(lines[0]) if lines else ()
+        header = csv_fields(lines[0]) if lines else ()
         if series_column not in header or label_column not in header:
             raise ValueError(f"Labels file {path!r} needs columns {series_column!r} and "
                              f"{label_column!r}; its header is {list(header)}.")
