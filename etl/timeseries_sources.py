@@ -123,8 +123,24 @@ def parse_value(value: Any) -> float:
     return _finite_float(value)
 
 
+# Finite float64 values at least this large in magnitude round to ±inf as float32,
+# the dtype windows are stored in: 2**128 - 2**103, halfway between float32's largest
+# value (2**128 - 2**104) and 2**128 (ties round to even, i.e. up).
+FLOAT32_OVERFLOW = 3.4028235677973366e38
+
+
+def fits_float32(value: float) -> bool:
+    """True if ``value`` (finite, or NaN for missing) is not rounded to ±inf as
+    float32."""
+    return not abs(value) >= FLOAT32_OVERFLOW
+
+
 def parse_row(row: Mapping[str, Any], columns: Columns, source: str) -> Row | Rejection:
-    """Validates one input row (already a mapping of column → value)."""
+    """Validates one input row (already a mapping of column → value).
+
+    This is the reference for every row: the columnar readers take a faster path only
+    where it gives the same result, and call this for anything else.
+    """
     series = row.get(columns.series_id)
     if series is None or not str(series).strip():
         return Rejection(key=source, source=source, reason=dead_letters.MISSING_SERIES_ID,
@@ -143,6 +159,11 @@ def parse_row(row: Mapping[str, Any], columns: Columns, source: str) -> Row | Re
         except ValueError as e:
             return Rejection(key=key, source=source, reason=dead_letters.UNPARSABLE_VALUE,
                              message=f"Column {column!r}: {e}")
+        if not fits_float32(values[-1]):
+            return Rejection(key=key, source=source, reason=dead_letters.VALUE_OUT_OF_RANGE,
+                             message=f"Column {column!r}: {values[-1]!r} does not fit "
+                                     f"float32 (largest finite 3.4028235e+38), the dtype "
+                                     f"windows are stored in.")
     return Row(series_id=series_id, time=time, time_text=time_text, time_kind=kind,
                values=tuple(values), source=source)
 

@@ -538,3 +538,41 @@ def test_read_labels_blank_series_id_is_malformed_row(tmp_path):
     labels, rejected = timeseries_sources.read_labels(str(path), "series_id")
     assert labels == {"s1": "dog"}
     assert [r.reason for r in rejected] == ["malformed_row"]
+
+
+# --- values that do not fit float32 ---------------------------------------------------
+
+@pytest.mark.parametrize(("a", "b", "column"), [
+    ("1e39", "2", "a"), ("-1e39", "2", "a"), ("1", "1e308", "b"), ("1", -3.5e38, "b"),
+])
+def test_parse_row_value_beyond_float32_is_value_out_of_range(a, b, column):
+    result = timeseries_sources.parse_row({"id": "s1", "ts": "5", "a": a, "b": b}, COLUMNS,
+                                          SOURCE)
+    assert isinstance(result, Rejection)
+    assert (result.key, result.source, result.reason) == ("s1@5", SOURCE,
+                                                          "value_out_of_range")
+    assert result.message.startswith(f"Column {column!r}: ")
+    assert "float32" in result.message
+
+
+@pytest.mark.parametrize("value", [3.4028234663852886e38, "3.4028235e38", -3.4028235e38,
+                                   "1e-50", "0"])
+def test_parse_row_values_that_round_into_float32_are_kept(value):
+    result = timeseries_sources.parse_row({"id": "s1", "ts": "5", "a": value, "b": "1"},
+                                          COLUMNS, SOURCE)
+    assert isinstance(result, Row)
+
+
+def test_fits_float32_boundary_matches_numpy_rounding():
+    import warnings
+
+    import numpy as np
+
+    limit = timeseries_sources.FLOAT32_OVERFLOW
+    below = float(np.nextafter(limit, 0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy warns on the overflow.
+        for value in (limit, below, -limit, -below, 1e39, 3e38):
+            assert timeseries_sources.fits_float32(value) == bool(
+                np.isfinite(np.float32(value))), value
+    assert timeseries_sources.fits_float32(math.nan)
