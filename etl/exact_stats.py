@@ -12,6 +12,8 @@ so they are identical for any partitioning of the data.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from collections.abc import Iterable
 from fractions import Fraction
 
@@ -57,6 +59,34 @@ class Moments:
             means.append(float(mean))
             variances.append(float(second - mean * mean))
         return np.array(means, np.float32), np.array(variances, np.float32)
+
+
+    def mean_and_std(self) -> tuple[np.ndarray, np.ndarray]:
+        """Population mean and standard deviation per column as float32.
+
+        The standard deviation is the square root of the exact variance rounded to
+        float64, so it stays finite for any float32 data (a float32 variance
+        overflows beyond ~1.8e19 spreads). An empty accumulator gives 0 and 0.
+        """
+        if self.count == 0:
+            zeros = np.zeros(len(self.sums), np.float32)
+            return zeros, zeros.copy()
+        means, stds = [], []
+        for total, squares in zip(self.sums, self.squares, strict=True):
+            mean = Fraction(total, self.count) * Fraction(2) ** _MIN_EXPONENT
+            second = Fraction(squares, self.count) * Fraction(2) ** (2 * _MIN_EXPONENT)
+            means.append(float(mean))
+            stds.append(math.sqrt(float(second - mean * mean)))
+        return np.array(means, np.float32), np.array(stds, np.float32)
+
+    def to_bytes(self) -> bytes:
+        """A compact, exact text form (``from_bytes`` reads it back)."""
+        return json.dumps([self.count, self.sums, self.squares]).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Moments:
+        count, sums, squares = json.loads(data)
+        return cls(count, sums, squares)
 
 
 def _bucket_sums(mantissas: np.ndarray, exponents: np.ndarray) -> list[int]:

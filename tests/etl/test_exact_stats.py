@@ -53,3 +53,26 @@ def test_moments_of_nothing_is_zero():
 def test_moments_accept_a_single_column():
     mean, _ = exact_stats.moments_of(np.array([1.0, 2.0, 4.0], np.float32)).mean_and_variance()
     assert mean.tolist() == pytest.approx([7 / 3])
+
+
+def test_moments_mean_and_std_round_the_exact_variance_once():
+    x = values(3)
+    mean, std = exact_stats.moments_of(x).mean_and_std()
+    for c in range(x.shape[1]):
+        column = [Fraction(float(v)) for v in x[:, c]]
+        exact_mean = sum(column) / len(column)
+        exact_var = sum(v * v for v in column) / len(column) - exact_mean ** 2
+        assert mean[c] == np.float32(float(exact_mean))
+        assert std[c] == np.float32(np.sqrt(float(exact_var)))
+
+
+def test_moments_std_of_float32_extremes_is_finite():
+    # The variance (~1e77) overflows float32; the standard deviation does not.
+    x = np.array([[3e38], [-3e38]], np.float32)
+    _, std = exact_stats.moments_of(x).mean_and_std()
+    assert std[0] == np.float32(3e38)
+
+
+def test_moments_bytes_round_trip_exactly():
+    moments = exact_stats.moments_of(values(4))
+    assert exact_stats.Moments.from_bytes(moments.to_bytes()) == moments
