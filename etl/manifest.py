@@ -168,7 +168,7 @@ class WriteManifest(beam.PTransform):
         preprocessing: every preprocessing parameter, recorded verbatim.
         kind: what an example holds (``"images"``, ``"timeseries"``).
         task: ``"classification"`` (a label vocabulary exists) or ``"forecast"``.
-        shards: PCollection of shard entries from ``WriteShards``.
+        shards: PCollection of shard entries from ``FinalizeShards``.
         label_counts: PCollection of ``((split, label_name), count)``.
         rejected: single-element PCollection from ``WriteRejections``.
         transform_written: PCollection produced by ``tft_beam.WriteTransformFn``.

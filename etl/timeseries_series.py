@@ -362,9 +362,3 @@ def windows(piece: Segment, windowing: Windowing
     for i, start in enumerate(starts.tolist()):
         yield start, window[i], target[i]
 
-
-def tiles(piece: Segment, window_size: int) -> Iterator[tuple[int, np.ndarray]]:
-    """Non-overlapping ``window_size``-row blocks: every row once (the normaliser's
-    statistics are per row, not weighted by how many windows overlap a row)."""
-    for start in range(0, len(piece) - window_size + 1, window_size):
-        yield start, piece.values[start:start + window_size]

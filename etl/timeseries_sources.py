@@ -1,9 +1,11 @@
-"""Time-series inputs: long-format rows (CSV, JSONL, Parquet) and a labels file.
+"""Time-series inputs: what a long-format row means, the input files, the labels file.
 
 Long format: one row per (series id, timestamp, value columns...). Timestamps are
 numbers (any unit) or ISO 8601 dates/times (naive ones are taken as UTC). Empty,
 ``"nan"`` and null values are *missing* (handled later by the missing-value policy);
-anything else that is not a finite number is rejected as ``unparsable_value``.
+anything else that is not a finite number is rejected as ``unparsable_value``, and a
+number float32 cannot hold as ``value_out_of_range``. ``parse_row`` is the reference
+for one row; ``etl/timeseries_read.py`` reads whole files column-wise by these rules.
 """
 
 from __future__ import annotations
@@ -11,12 +13,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import apache_beam as beam
-
-from etl import dead_letters, text_rows
+from etl import dead_letters
 from etl.dead_letters import Rejection
 from etl.text_rows import BOM, csv_fields, parse_csv_line, parse_jsonl_line
 
@@ -202,85 +202,6 @@ def check_columns(header: Sequence[str], columns: Columns, path: str) -> None:
                if c not in header]
     if missing:
         raise ValueError(f"{path!r} lacks column(s) {missing}; its header is {list(header)}.")
-
-
-def _numbered_lines(path: str, csv_header: bool
-                    ) -> Iterator[tuple[str, str, tuple[str, ...] | None]]:
-    """``(file:line, line, header)`` for every non-blank data line; ``header`` is the
-    file's own CSV header (files of one glob may order their columns differently)."""
-    import tensorflow as tf
-
-    header = None
-    with tf.io.gfile.GFile(path, "r") as f:
-        for number, line in enumerate(f, start=1):
-            if number == 1:
-                line = line.lstrip(BOM)
-                if csv_header:
-                    header = csv_fields(line)
-                    continue
-            if line.strip():
-                yield f"{path}:{number}", line.rstrip("\r\n"), header
-
-
-class _ParseLine(beam.DoFn):
-    def __init__(self, columns: Columns) -> None:
-        self._columns = columns
-
-    def process(self, numbered: tuple[str, str, tuple[str, ...] | None]) -> Iterator[Any]:
-        source, line, header = numbered  # header None: JSON Lines.
-        row = (parse_jsonl_line(line) if header is None
-               else parse_csv_line(line, header))
-        if row is None:
-            result: Row | Rejection = Rejection(
-                key=source, source=source, reason=dead_letters.MALFORMED_ROW,
-                message=f"Cannot parse line: {line[:200]!r}")
-        else:
-            result = parse_row(row, self._columns, source)
-        yield from dead_letters.route(result)
-
-
-
-def _parquet_rows(path: str, columns: Columns) -> Iterator[Any]:
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path)
-    missing = [c for c in (columns.series_id, columns.timestamp, *columns.values)
-               if c not in table.column_names]
-    if missing:
-        raise ValueError(f"{path!r} lacks column(s) {missing}; it has {table.column_names}.")
-    for number, row in enumerate(table.to_pylist(), start=1):
-        yield from dead_letters.route(parse_row(row, columns, f"{path}:row{number}"))
-
-
-class ReadTimeSeriesRows(beam.PTransform):
-    """Reads every matched file as ``Row``s plus tagged ``Rejection``s.
-
-    Files are read line by line on workers (one file per worker), never pickled
-    into the job graph. Every source position is ``<file>:<line>``.
-    """
-
-    def __init__(self, pattern: str, columns: Columns) -> None:
-        super().__init__()
-        self._pattern = pattern
-        self._columns = columns
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> Any:
-        files = matched_files(self._pattern)
-        fmt = input_format(self._pattern)
-        start = pbegin | "ListFiles" >> beam.Create(files)
-        if fmt == "parquet":
-            return start | "ReadParquet" >> beam.FlatMap(
-                _parquet_rows, columns=self._columns).with_outputs(REJECTED, main="rows")
-        if fmt == "csv":
-            for path in files:
-                check_columns(text_rows.read_csv_header(path), self._columns, path)
-        return (
-            start
-            | "NumberLines" >> beam.FlatMap(_numbered_lines, csv_header=fmt == "csv")
-            | "ReshuffleLines" >> beam.Reshuffle()
-            | "ParseLines" >> beam.ParDo(_ParseLine(self._columns)).with_outputs(
-                REJECTED, main="rows")
-        )
 
 
 def read_labels(path: str, series_column: str, label_column: str = "label"

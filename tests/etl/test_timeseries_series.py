@@ -18,7 +18,6 @@ from etl.timeseries_series import (
     Windowing,
     clean_series,
     split_pieces,
-    tiles,
     windows,
 )
 from etl.timeseries_sources import Row
@@ -581,28 +580,6 @@ def test_split_pieces_no_piece_spans_two_splits(segments, time_split):
         assert len(homes) == 1
         start = homes[0].times.tolist().index(piece.times[0])
         assert homes[0].times[start:start + len(piece)].tolist() == piece.times.tolist()
-
-
-# --- tiles ----------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("length", "window_size"), [
-    (0, 1), (1, 1), (5, 1), (10, 3), (9, 3), (11, 3), (4, 5), (5, 5), (16, 4), (7, 2),
-])
-def test_tiles_are_non_overlapping_blocks(length, window_size):
-    got = list(tiles(_indexed(length), window_size))
-    assert [start for start, _ in got] == list(range(0, length - window_size + 1,
-                                                     window_size))
-    for start, block in got:
-        rows = list(range(start, start + window_size))
-        assert block.tolist() == [[r, -r] for r in rows]
-
-
-@pytest.mark.parametrize(("length", "window_size"), [(10, 3), (12, 4), (3, 5), (1, 1)])
-def test_tiles_cover_each_row_at_most_once(length, window_size):
-    covered = [int(r) for _, block in tiles(_indexed(length), window_size)
-               for r in block[:, 0]]
-    assert len(covered) == len(set(covered)) == (length // window_size) * window_size
-    assert covered == list(range(len(covered)))
 
 
 def test_clean_series_missing_value_rejection_names_the_input_row():

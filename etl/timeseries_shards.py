@@ -1,0 +1,141 @@
+"""The time-series job's fused step: a shard's window runs → windows → transform_fn → file.
+
+Only small ``WindowRun`` records are grouped by shard; each run's rows are read
+back from the spill, cut into overlapping windows, normalised by the exported
+``transform_fn`` itself (so the stored values are ``transform_fn(raw window)`` by
+construction, as at serving time) and serialized, all inside this step. The
+shard's examples are then ordered by their key's order hash and written. A window
+whose normalised values overflow float32 is a dead letter, never an inf on disk.
+"""
+
+from __future__ import annotations
+
+import collections
+import posixpath
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.utils import shared
+
+from etl import contract, dead_letters, sharding
+from etl import timeseries_preprocessing as ts_preprocessing
+from etl.dead_letters import Rejection
+from etl.timeseries_runs import WindowRun, read_run
+from etl.timeseries_series import Windowing, window_arrays
+from etl.window_examples import WindowSchema
+
+
+class SeriesTransform:
+    """The exported ``transform_fn`` applied to batches of raw windows, eagerly.
+
+    Loaded from ``<output_dir>/transform_fn`` with tf.Transform's own loader and
+    pruned to the outputs stored as floats or ids (the string features are copied
+    as given); thread-safe, one instance per process (``shared.Shared``).
+    """
+
+    def __init__(self, transform_fn_dir: str, config: ts_preprocessing.SeriesPreprocessing
+                 ) -> None:
+        from tensorflow_transform.saved import saved_transform_io_v2
+
+        self._config = config
+        self.output_keys = [contract.WINDOW_KEY, contract.LABEL_KEY if config.classification
+                            else contract.TARGET_KEY]
+        self.input_keys = sorted(config.serving_feature_spec())
+        loader = saved_transform_io_v2.SavedModelLoader(transform_fn_dir)
+        loader.finalize(self.input_keys, self.output_keys)
+        self._apply = loader.apply_transform_model
+
+    def __call__(self, series_id: str, starts: Sequence[str], windows: np.ndarray,
+                 targets: np.ndarray, label: str | None) -> dict[str, np.ndarray]:
+        n = len(starts)
+        series = series_id.encode()
+        inputs = ts_preprocessing.serving_inputs(
+            self._config, windows, targets, [series] * n, [s.encode() for s in starts],
+            [series + b"@" + s.encode() for s in starts],
+            None if label is None else [label.encode()] * n)
+        outputs = self._apply(inputs)
+        return {name: outputs[name].numpy() for name in self.output_keys}
+
+
+def _finite_rows(array: np.ndarray) -> np.ndarray:
+    return np.isfinite(array.reshape(len(array), -1)).all(axis=1)
+
+
+class TransformAndWriteWindowShard(beam.DoFn):
+    """``((split, shard), [WindowRun])`` → the shard's pending file; emits its shard
+    result (small dict, with label counts) and tagged ``Rejection``s."""
+
+    def __init__(self, output_dir: str, name: str, gzip_level: int,
+                 config: ts_preprocessing.SeriesPreprocessing, windowing: Windowing,
+                 transform_handle: shared.Shared) -> None:
+        self._output_dir = output_dir
+        self._name = name
+        self._gzip_level = gzip_level
+        self._config = config
+        self._windowing = windowing
+        self._schema = WindowSchema(config.window_size, config.horizon, config.num_features,
+                                    config.classification)
+        self._transform_handle = transform_handle
+
+    def setup(self) -> None:
+        self._written = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
+                                                     "windows_written")
+
+    def process(self, element: tuple[tuple[str, int], Iterable[WindowRun]],
+                num_shards: dict[str, int], transform_written: list[Any]) -> Iterator[Any]:
+        del num_shards, transform_written  # Only ordering: the transform_fn is final.
+        (split, shard), runs = element
+        transform_dir = posixpath.join(self._output_dir, contract.TRANSFORM_FN_DIRNAME)
+        transform = self._transform_handle.acquire(
+            lambda: SeriesTransform(transform_dir, self._config), tag=transform_dir)
+        records: list[tuple[tuple[int, str], bytes]] = []
+        rejections: list[Rejection] = []
+        labels: collections.Counter[str] = collections.Counter()
+        for run in sorted(runs, key=lambda r: r.key):
+            encoded, rejected = self._run_examples(run, transform)
+            records += encoded
+            rejections += rejected
+            if run.label is not None:
+                labels[run.label] += len(encoded)
+        records.sort(key=lambda record: record[0])
+        relpath = sharding.pending_relpath(self._name, split, shard)
+        with sharding.ShardWriter(posixpath.join(self._output_dir, relpath),
+                                  self._gzip_level) as writer:
+            for _, serialized in records:
+                writer.write(serialized)
+        self._written.inc(writer.num_records)
+        for rejection in rejections:
+            yield from dead_letters.route(rejection)
+        yield sharding.shard_result(split, shard, relpath, writer,
+                                    label_counts=sorted(labels.items()))
+
+    def _run_examples(self, run: WindowRun, transform: SeriesTransform
+                      ) -> tuple[list[tuple[tuple[int, str], bytes]], list[Rejection]]:
+        """A run's examples ``((order key), bytes)`` and its rejected windows."""
+        values, starts = read_run(run, self._config.num_features)
+        _, windows, targets = window_arrays(values, self._windowing, run.num_windows)
+        outputs = transform(run.series_id, starts, windows, targets, run.label)
+        normalised = outputs[contract.WINDOW_KEY]
+        finite = _finite_rows(normalised)
+        label_id = 0
+        if self._config.classification:
+            label_id = int(outputs[contract.LABEL_KEY][0])
+        else:
+            finite &= _finite_rows(outputs[contract.TARGET_KEY])
+        keep = np.flatnonzero(finite)
+        kept_starts = [starts[i] for i in keep.tolist()]
+        encoded = self._schema.encode(
+            run.series_id, kept_starts, normalised[keep],
+            None if self._config.classification else outputs[contract.TARGET_KEY][keep],
+            run.label, label_id)
+        keys = [f"{run.series_id}@{start}" for start in kept_starts]
+        rejected = [Rejection(
+            key=f"{run.series_id}@{starts[i]}", source=run.source,
+            reason=dead_letters.WINDOW_OUT_OF_RANGE,
+            message="The normalised window or target does not fit float32: a value "
+                    "lies too far outside the train statistics (mean, std) for them.")
+            for i in np.flatnonzero(~finite).tolist()]
+        return [(sharding.shard_sort_key(key), data)
+                for key, data in zip(keys, encoded, strict=True)], rejected
