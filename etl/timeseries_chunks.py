@@ -1,18 +1,21 @@
-"""Columnar time-series rows as they cross the one grouping stage: ``RowChunk``.
+"""Columnar time-series rows between the read step and the series step: ``RowChunk``.
 
-The time-series job reads each input range into arrays and groups them by series
-(``etl/timeseries_sources.py`` → ``etl/timeseries_process.py``). What crosses that
-stage boundary is the input itself, so it is kept compact: per row a float64 time,
-the float64 values and an int64 input position (about 24 bytes for one value
-column), rows of one series contiguous, series ids once per run. The timestamps as
-written (``window_start``, dead-letter keys) are usually a fixed format of the time
-itself, e.g. ``2012-01-01 00:00:00``; then only the format's name travels
-(``TimeTexts`` regenerates any row's text from its time), else the texts do.
+The time-series job reads each input range into arrays (``etl/timeseries_read.py``)
+and hands each bucket of series all its rows (``etl/timeseries_process.py``). The
+rows wait in the read range's spill file under the job's temporary directory; only
+a ``ChunkRef`` (path, byte range) crosses the grouping stage, so the runner never
+holds the input. A chunk stays compact all the same: per row a float64 time, the
+float64 values and an int64 input position (about 24 bytes for one value column),
+rows of one series contiguous, series ids once per run. The timestamps as written
+(``window_start``, dead-letter keys) are usually a fixed format of the time itself,
+e.g. ``2012-01-01 00:00:00``; then only the format's name is kept (``TimeTexts``
+regenerates any row's text from its time), else the texts are.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -204,3 +207,58 @@ class RowChunk:
         bounds = np.concatenate([[0], np.cumsum(self.run_lengths)]).tolist()
         for k, series_id in enumerate(self.series_ids):
             yield series_id, int(self.run_kinds[k]), slice(bounds[k], bounds[k + 1])
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkRef:
+    """Where a ``RowChunk`` waits in a read range's spill file (a small record)."""
+
+    path: str
+    offset: int
+    length: int
+    rows: int
+
+
+_ARRAYS = ("run_lengths", "run_kinds", "times", "values", "positions")
+
+
+def encode_chunk(chunk: RowChunk) -> bytes:
+    """``chunk`` as bytes: a JSON header (ids, style, array layouts), then the arrays'
+    little-endian bytes, then the stored texts (UTF-8 blob and int64 ends)."""
+    arrays = [np.ascontiguousarray(getattr(chunk, name)) for name in _ARRAYS]
+    arrays = [a.astype(a.dtype.newbyteorder("<"), copy=False) for a in arrays]
+    parts = [a.tobytes() for a in arrays]
+    layout = [[a.dtype.str, list(a.shape), len(p)] for a, p in zip(arrays, parts,
+                                                                   strict=True)]
+    text_layout = None
+    if chunk.texts is not None:
+        texts = [t.encode() for t in chunk.texts.to_pylist()]
+        blob = b"".join(texts)
+        ends = np.cumsum([len(t) for t in texts], dtype="<i8")
+        parts += [blob, ends.tobytes()]
+        text_layout = [len(blob), len(texts)]
+    header = json.dumps({"series_ids": chunk.series_ids, "text_style": chunk.text_style,
+                         "arrays": layout, "texts": text_layout}).encode()
+    return b"".join([len(header).to_bytes(8, "little"), header, *parts])
+
+
+def decode_chunk(data: bytes) -> RowChunk:
+    """The ``RowChunk`` ``encode_chunk`` wrote."""
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + size])
+    at = 8 + size
+    arrays = {}
+    for name, (dtype, shape, length) in zip(_ARRAYS, header["arrays"], strict=True):
+        arrays[name] = np.frombuffer(data, dtype, int(np.prod(shape, dtype=np.int64)),
+                                     at).reshape(shape)
+        at += length
+    texts = None
+    if header["texts"] is not None:
+        blob_length, count = header["texts"]
+        blob = data[at:at + blob_length]
+        ends = np.frombuffer(data, "<i8", count, at + blob_length).tolist()
+        texts = pa.array([blob[a:b].decode() for a, b in zip([0, *ends[:-1]], ends,
+                                                             strict=True)],
+                         pa.large_string())
+    return RowChunk(series_ids=header["series_ids"], text_style=header["text_style"],
+                    texts=texts, **arrays)

@@ -1,6 +1,7 @@
 """The series step: a bucket's row chunks → cleaned, split series, their runs and stats.
 
-For each series of a bucket (in id order): gather its rows from every chunk, clean
+For each series of a bucket (in id order): gather its rows from every chunk (read
+back from the read ranges' spill files), clean
 and split them (``etl/timeseries_series.py``), sum its train rows exactly for the
 normaliser, and spill its windows' rows as runs (``etl/timeseries_runs.py``). Out
 come only small records: ``WindowRun``s, ``Rejection``s, counters, each split's
@@ -22,8 +23,9 @@ from etl import contract, dead_letters, exact_stats
 from etl import timeseries_series as ts_series
 from etl.atomic_files import atomic_path
 from etl.dead_letters import Rejection
-from etl.timeseries_chunks import POSITION_FILE_STRIDE, RowChunk, TimeTexts
+from etl.timeseries_chunks import POSITION_FILE_STRIDE, ChunkRef, RowChunk, TimeTexts
 from etl.timeseries_preprocessing import analysis_instance
+from etl.timeseries_read import read_chunks
 from etl.timeseries_runs import WindowRun, rows_of, run_bounds, run_windows, write_run
 from etl.window_examples import WindowSchema
 
@@ -102,8 +104,9 @@ class _Spill:
 
 
 class ProcessSeriesBucket(beam.DoFn):
-    """``(bucket, [RowChunk])`` → ``WindowRun``s; tagged ``Rejection``s, ``STATS``,
-    ``LONGEST`` and ``ANALYSIS`` records. Writes the bucket's spill file."""
+    """``(bucket, [ChunkRef])`` → ``WindowRun``s; tagged ``Rejection``s, ``STATS``,
+    ``LONGEST`` and ``ANALYSIS`` records. Reads the bucket's chunks and writes its
+    window rows' spill file."""
 
     def __init__(self, settings: SeriesSettings, files: Sequence[str], fmt: str) -> None:
         self._settings = settings
@@ -113,12 +116,12 @@ class ProcessSeriesBucket(beam.DoFn):
     def _source(self, position: int) -> str:
         return source_text(position, self._files, self._fmt)
 
-    def process(self, element: tuple[int, Iterable[RowChunk]], labels: Mapping[str, str]
+    def process(self, element: tuple[int, Iterable[ChunkRef]], labels: Mapping[str, str]
                 ) -> Iterator[Any]:
         import tensorflow as tf
 
-        bucket, chunks = element
-        series = gather_series(chunks)
+        bucket, refs = element
+        series = gather_series(read_chunks(refs))
         path = posixpath.join(self._settings.spill_dir, f"bucket-{bucket:05d}.bin")
         # Emitted once the spill file is complete under its final name.
         outputs: list[Any] = []

@@ -289,12 +289,12 @@ def _sum(values: Iterable[int]) -> int:
 def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
     """Adds the time-series job's transforms to ``pipeline``.
 
-    Rows are read and validated column-wise into chunks, grouped by bucket of series
-    (the input itself, compact, is the only bulk data crossing a stage boundary),
-    cleaned and split per series; from there on only small records travel: window
-    runs, counts, and one analysis instance per series. Each shard's windows are cut,
-    normalised by the exported ``transform_fn`` and written inside one step, in the
-    publishing tail both jobs end with (``etl/publish.py``).
+    Rows are read and validated column-wise into chunks spilled by bucket of series,
+    then cleaned and split a bucket at a time; only small records cross a stage
+    boundary: chunk references, window runs, counts, one analysis instance per
+    series. Each shard's windows are cut, normalised by the exported
+    ``transform_fn`` and written inside one step, in the publishing tail both jobs
+    end with (``etl/publish.py``).
     """
     output_dir = job.output.output_dir
     config = job.preprocessing
@@ -303,11 +303,12 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         config.raw_feature_spec(), output_dir, job.output.tft_temp_dir)
     plan = job.input_plan
 
-    read = pipeline | "ReadSeriesChunks" >> ReadSeriesChunks(plan, job.columns)
+    read = pipeline | "ReadSeriesChunks" >> ReadSeriesChunks(
+        plan, job.columns, posixpath.join(job.output.tft_temp_dir, "rows"))
     labels = beam.pvalue.AsDict(pipeline | "LabelsBySeries" >> beam.Create(job.labels))
     processed = (
         read.chunks
-        # (bucket, [RowChunk]): every row of each series of the bucket.
+        # (bucket, [ChunkRef]): where every row of each series of the bucket waits.
         | "GroupByBucket" >> beam.GroupByKey()
         | "ProcessSeries" >> beam.ParDo(
             ProcessSeriesBucket(job.settings, plan.files, plan.fmt),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import tempfile
 
 import apache_beam as beam
 import numpy as np
@@ -23,7 +24,13 @@ from hypothesis import strategies as st
 
 from etl import dead_letters, text_rows, timeseries_read
 from etl.dead_letters import Rejection
-from etl.timeseries_chunks import DATETIME_BIT, NUMERIC_BIT, POSITION_FILE_STRIDE
+from etl.timeseries_chunks import (
+    DATETIME_BIT,
+    NUMERIC_BIT,
+    POSITION_FILE_STRIDE,
+    decode_chunk,
+    encode_chunk,
+)
 from etl.timeseries_sources import Columns, Row, parse_row
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
@@ -36,7 +43,8 @@ _KINDS = {NUMERIC_BIT: "numeric", DATETIME_BIT: "datetime"}
 
 def _rows_of(element, files, fmt):
     """A chunk's rows as (series, time, text, kind, values, source) tuples."""
-    _, chunk = element
+    _, ref = element
+    [chunk] = timeseries_read.read_chunks([ref])
     texts = chunk.time_texts().strings()
     for series_id, kinds, rows in chunk.runs():
         for i in range(rows.start, rows.stop):
@@ -50,8 +58,9 @@ def _rows_of(element, files, fmt):
 def _read(pattern: str, columns: Columns, check_rows: list, check_rejections: list,
           range_bytes: int = timeseries_read.RANGE_BYTES) -> None:
     plan = timeseries_read.InputPlan.from_pattern(pattern, columns, range_bytes)
+    spill_dir = tempfile.mkdtemp(prefix="chunks")
     with TestPipeline(runner=RUNNER) as p:
-        outputs = p | timeseries_read.ReadSeriesChunks(plan, columns)
+        outputs = p | timeseries_read.ReadSeriesChunks(plan, columns, spill_dir)
         assert_that(outputs.chunks | beam.FlatMap(_rows_of, files=plan.files, fmt=plan.fmt),
                     equal_to(check_rows), label="CheckRows")
         assert_that(outputs[dead_letters.REJECTED]
@@ -344,3 +353,17 @@ def test_typed_parquet_columns_agree_with_parse_row(tmp_path):
                                             result.message))
         assert sorted(got_rows, key=repr) == sorted(expected_rows, key=repr)
         assert sorted(got_rejections) == sorted(expected_rejections)
+
+
+def test_encoded_chunks_decode_to_the_same_rows():
+    block = "".join(f"s{i % 3},{t},{i * 0.25}\n" for i, t in enumerate(
+        ["5", "2024-01-02", "7", "x"] * 5)).encode()
+    parsed = timeseries_read.csv_block_rows(block, 2, ("id", "ts", "v"),
+                                            Columns("id", "ts", ("v",)), 3, "x.csv")
+    for _, chunk in timeseries_read.to_chunks(parsed, 2):
+        back = decode_chunk(encode_chunk(chunk))
+        assert back.series_ids == chunk.series_ids
+        assert back.text_style == chunk.text_style
+        for name in ("run_lengths", "run_kinds", "times", "values", "positions"):
+            np.testing.assert_array_equal(getattr(back, name), getattr(chunk, name))
+        assert back.time_texts().strings() == chunk.time_texts().strings()
