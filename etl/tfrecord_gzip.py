@@ -76,6 +76,7 @@ class GzipRecordWriter:
         self._block_bytes = block_bytes
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self._heads: dict[int, bytes] = {}
         self._history = b""
         self._crc = 0
         self._size = 0
@@ -90,9 +91,13 @@ class GzipRecordWriter:
         self.num_bytes += len(data)
 
     def write(self, record: bytes) -> None:
-        framed = frame(record)
-        self._pending.append(framed)
-        self._pending_bytes += len(framed)
+        length = len(record)
+        head = self._heads.get(length)
+        if head is None:  # Records of one dataset share a few lengths.
+            packed = struct.pack("<Q", length)
+            head = self._heads[length] = packed + struct.pack("<I", masked_crc32c(packed))
+        self._pending += (head, record, struct.pack("<I", masked_crc32c(record)))
+        self._pending_bytes += length + 16
         if self._pending_bytes >= self._block_bytes:
             self._submit(last=False)
 

@@ -134,10 +134,17 @@ def plan_parquet_ranges(paths: Sequence[str], columns: Columns) -> list[InputRan
     return ranges
 
 
-def _read_bytes(path: str, start: int, end: int) -> bytes:
-    import tensorflow as tf
+def _open(path: str) -> Any:
+    """A binary, seekable reader of ``path`` on any filesystem Beam knows (local,
+    gs://, ...), the file's bytes as stored (no decompression)."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
 
-    with tf.io.gfile.GFile(path, "rb") as f:
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _read_bytes(path: str, start: int, end: int) -> bytes:
+    with _open(path) as f:
         f.seek(start)
         return f.read(end - start)
 
@@ -162,9 +169,7 @@ def first_line_numbers(counts: list[tuple[tuple[int, int], int]]) -> dict[tuple[
 def read_owned_lines(task: InputRange) -> tuple[bytes, int]:
     """The lines that start in ``[start, end)``, and how many line breaks precede the
     first of them inside the range (0, or 1 when the range starts mid-line)."""
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(task.path, "rb") as f:
+    with _open(task.path) as f:
         skipped = 0
         if task.start > 0:
             f.seek(task.start - 1)
@@ -288,6 +293,23 @@ def _fast_values(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         return values, decided
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         return np.full(n, np.nan), np.zeros(n, bool)
+    # Common case first: one cast of the whole column, empty strings aside. Every
+    # string Arrow reads as a finite number Python's float() reads as the same number
+    # (both round correctly); it refuses spaces, underscores and words, and then the
+    # patterns below decide. A null or non-finite result is left to parse_value.
+    empty = pc.fill_null(pc.equal(pc.binary_length(column), 0), False)
+    try:
+        cast = pc.cast(pc.if_else(empty, "0", column), pa.float64())
+    except pa.ArrowInvalid:
+        pass
+    else:
+        values = cast.to_numpy(zero_copy_only=False)
+        empty = empty.to_numpy(zero_copy_only=False)
+        with np.errstate(invalid="ignore"):
+            decided = empty | (np.abs(values) < FLOAT32_OVERFLOW)
+        if column.null_count:
+            decided &= ~column.is_null().to_numpy(zero_copy_only=False)
+        return np.where(empty, np.nan, values), decided
     number = pc.fill_null(pc.match_substring_regex(column, _PLAIN_NUMBER), False)
     missing = pc.fill_null(pc.match_substring_regex(column, _MISSING_WORD), False)
     text = pc.if_else(number, pc.utf8_trim(column, " "), "0")
@@ -388,11 +410,13 @@ def _read_plain_csv(data: bytes, num_columns: int, needed: Mapping[str, int]
 def _is_plain_block(block: bytes) -> bool:
     """Every line plain (see _PLAIN_BYTES), a line break at most preceded by one
     carriage return, and no empty line."""
-    leftover = block.translate(None, _PLAIN_BYTES)
-    if leftover and (leftover.strip(b"\r") or block.count(b"\r") != block.count(b"\r\n")):
+    if block.startswith(b"\n") or b"\n\n" in block:
         return False
-    return not (block.startswith((b"\n", b"\r\n")) or b"\n\n" in block
-                or b"\n\r\n" in block)
+    leftover = block.translate(None, _PLAIN_BYTES)
+    if not leftover:
+        return True
+    return not leftover.strip(b"\r") and block.count(b"\r") == block.count(b"\r\n") and not (
+        block.startswith(b"\r\n") or b"\n\r\n" in block)
 
 
 def csv_block_rows(block: bytes, first_line: int, header: tuple[str, ...],
@@ -554,13 +578,11 @@ def spill_chunks(chunks: Iterator[tuple[int, RowChunk]], path: str
 
 def read_chunks(refs: Iterator[ChunkRef]) -> Iterator[RowChunk]:
     """The chunks ``refs`` name, read file by file in offset order."""
-    import tensorflow as tf
-
     by_path: dict[str, list[ChunkRef]] = {}
     for ref in refs:
         by_path.setdefault(ref.path, []).append(ref)
     for path in sorted(by_path):
-        with tf.io.gfile.GFile(path, "rb") as f:
+        with _open(path) as f:
             for ref in sorted(by_path[path], key=lambda r: r.offset):
                 f.seek(ref.offset)
                 yield decode_chunk(f.read(ref.length))

@@ -163,6 +163,9 @@ SourceOf = Callable[[int], str]
 
 def _sort_order(rows: SeriesRows) -> np.ndarray:
     """Total order: timestamp, then values (per column: NaN last), then position."""
+    by_position = np.argsort(rows.positions, kind="stable")
+    if np.all(np.diff(rows.times[by_position]) > 0):
+        return by_position  # Input order is time order, no ties: the usual case.
     keys: list[np.ndarray] = [rows.positions]
     for f in reversed(range(rows.values.shape[1])):
         column = rows.values[:, f]

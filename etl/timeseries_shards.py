@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import posixpath
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -31,8 +31,9 @@ class SeriesTransform:
     """The exported ``transform_fn`` applied to batches of raw windows, eagerly.
 
     Loaded from ``<output_dir>/transform_fn`` with tf.Transform's own loader and
-    pruned to the outputs stored as floats or ids (the string features are copied
-    as given); thread-safe, one instance per process (``shared.Shared``).
+    pruned to the outputs stored as floats or ids and the inputs they depend on
+    (the string features are copied as given); thread-safe, one instance per
+    process (``shared.Shared``).
     """
 
     def __init__(self, transform_fn_dir: str, config: ts_preprocessing.SeriesPreprocessing
@@ -42,21 +43,29 @@ class SeriesTransform:
         self._config = config
         self.output_keys = [contract.WINDOW_KEY, contract.LABEL_KEY if config.classification
                             else contract.TARGET_KEY]
-        self.input_keys = sorted(config.serving_feature_spec())
+        self.input_keys = sorted([contract.WINDOW_KEY, contract.SERIES_ID_KEY,
+                                  contract.LABEL_NAME_KEY if config.classification
+                                  else contract.TARGET_KEY])
         loader = saved_transform_io_v2.SavedModelLoader(transform_fn_dir)
         loader.finalize(self.input_keys, self.output_keys)
         self._apply = loader.apply_transform_model
 
-    def __call__(self, series_id: str, starts: Sequence[str], windows: np.ndarray,
-                 targets: np.ndarray, label: str | None) -> dict[str, np.ndarray]:
-        n = len(starts)
-        series = series_id.encode()
-        inputs = ts_preprocessing.serving_inputs(
-            self._config, windows, targets, [series] * n, [s.encode() for s in starts],
-            [series + b"@" + s.encode() for s in starts],
-            None if label is None else [label.encode()] * n)
+    def __call__(self, windows: np.ndarray, targets: np.ndarray, series_ids: list[bytes],
+                 labels: list[bytes] | None) -> dict[str, np.ndarray]:
+        import tensorflow as tf
+
+        inputs = {contract.WINDOW_KEY: tf.constant(windows, tf.float32),
+                  contract.SERIES_ID_KEY: tf.constant(series_ids, tf.string)}
+        if self._config.classification:
+            inputs[contract.LABEL_NAME_KEY] = tf.constant(labels, tf.string)
+        else:
+            inputs[contract.TARGET_KEY] = tf.constant(targets, tf.float32)
         outputs = self._apply(inputs)
         return {name: outputs[name].numpy() for name in self.output_keys}
+
+
+# Windows per transform_fn call: few calls (each has a fixed cost), bounded memory.
+TRANSFORM_WINDOWS = 8192
 
 
 def _finite_rows(array: np.ndarray) -> np.ndarray:
@@ -93,12 +102,18 @@ class TransformAndWriteWindowShard(beam.DoFn):
         records: list[tuple[tuple[int, str], bytes]] = []
         rejections: list[Rejection] = []
         labels: collections.Counter[str] = collections.Counter()
+        batch: list[tuple[WindowRun, list[str], np.ndarray, np.ndarray]] = []
+        batch_windows = 0
         for run in sorted(runs, key=lambda r: r.key):
-            encoded, rejected = self._run_examples(run, transform)
-            records += encoded
-            rejections += rejected
-            if run.label is not None:
-                labels[run.label] += len(encoded)
+            values, starts = read_run(run, self._config.num_features)
+            _, windows, targets = window_arrays(values, self._windowing, run.num_windows)
+            batch.append((run, starts, windows, targets))
+            batch_windows += len(starts)
+            if batch_windows >= TRANSFORM_WINDOWS:
+                self._add_batch(batch, transform, records, rejections, labels)
+                batch, batch_windows = [], 0
+        if batch:
+            self._add_batch(batch, transform, records, rejections, labels)
         records.sort(key=lambda record: record[0])
         relpath = sharding.pending_relpath(self._name, split, shard)
         with sharding.ShardWriter(posixpath.join(self._output_dir, relpath),
@@ -111,31 +126,44 @@ class TransformAndWriteWindowShard(beam.DoFn):
         yield sharding.shard_result(split, shard, relpath, writer,
                                     label_counts=sorted(labels.items()))
 
-    def _run_examples(self, run: WindowRun, transform: SeriesTransform
-                      ) -> tuple[list[tuple[tuple[int, str], bytes]], list[Rejection]]:
-        """A run's examples ``((order key), bytes)`` and its rejected windows."""
-        values, starts = read_run(run, self._config.num_features)
-        _, windows, targets = window_arrays(values, self._windowing, run.num_windows)
-        outputs = transform(run.series_id, starts, windows, targets, run.label)
-        normalised = outputs[contract.WINDOW_KEY]
-        finite = _finite_rows(normalised)
-        label_id = 0
-        if self._config.classification:
-            label_id = int(outputs[contract.LABEL_KEY][0])
-        else:
-            finite &= _finite_rows(outputs[contract.TARGET_KEY])
-        keep = np.flatnonzero(finite)
-        kept_starts = [starts[i] for i in keep.tolist()]
-        encoded = self._schema.encode(
-            run.series_id, kept_starts, normalised[keep],
-            None if self._config.classification else outputs[contract.TARGET_KEY][keep],
-            run.label, label_id)
-        keys = [f"{run.series_id}@{start}" for start in kept_starts]
-        rejected = [Rejection(
-            key=f"{run.series_id}@{starts[i]}", source=run.source,
-            reason=dead_letters.WINDOW_OUT_OF_RANGE,
-            message="The normalised window or target does not fit float32: a value "
-                    "lies too far outside the train statistics (mean, std) for them.")
-            for i in np.flatnonzero(~finite).tolist()]
-        return [(sharding.shard_sort_key(key), data)
-                for key, data in zip(keys, encoded, strict=True)], rejected
+    def _add_batch(self, batch: list[tuple[WindowRun, list[str], np.ndarray, np.ndarray]],
+                   transform: SeriesTransform, records: list[tuple[tuple[int, str], bytes]],
+                   rejections: list[Rejection], labels: collections.Counter[str]) -> None:
+        """Normalises the windows of several runs in one transform_fn call, then adds
+        each run's examples (with their order keys) and rejected windows."""
+        classification = self._config.classification
+        runs = [run for run, _, _, _ in batch]
+        counts = [len(starts) for _, starts, _, _ in batch]
+        outputs = transform(
+            np.concatenate([windows for _, _, windows, _ in batch]),
+            np.concatenate([targets for _, _, _, targets in batch]),
+            [run.series_id.encode() for run, count in zip(runs, counts, strict=True)
+             for _ in range(count)],
+            [run.label.encode() for run, count in zip(runs, counts, strict=True)
+             for _ in range(count)] if classification else None)
+        at = 0
+        for (run, starts, _, _), count in zip(batch, counts, strict=True):
+            normalised = outputs[contract.WINDOW_KEY][at:at + count]
+            finite = _finite_rows(normalised)
+            label_id = 0
+            if classification:
+                label_id = int(outputs[contract.LABEL_KEY][at])
+                target = None
+            else:
+                target = outputs[contract.TARGET_KEY][at:at + count]
+                finite &= _finite_rows(target)
+                target = target[finite]
+            at += count
+            kept = [start for start, ok in zip(starts, finite.tolist(), strict=True) if ok]
+            encoded = self._schema.encode(run.series_id, kept, normalised[finite], target,
+                                          run.label, label_id)
+            records += [(sharding.shard_sort_key(f"{run.series_id}@{start}"), data)
+                        for start, data in zip(kept, encoded, strict=True)]
+            rejections += [Rejection(
+                key=f"{run.series_id}@{start}", source=run.source,
+                reason=dead_letters.WINDOW_OUT_OF_RANGE,
+                message="The normalised window or target does not fit float32: a value "
+                        "lies too far outside the train statistics (mean, std) for them.")
+                for start, ok in zip(starts, finite.tolist(), strict=True) if not ok]
+            if run.label is not None:
+                labels[run.label] += len(encoded)

@@ -12,6 +12,7 @@ of the job's per-window work together.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -124,6 +125,7 @@ class WindowSchema:
             body_length += length
         return [_Piece(_field(_TAG1, body_length)), *body]
 
+    @functools.lru_cache(maxsize=4096)  # noqa: B019  (schemas are few and immutable)
     def example_bytes(self, series_bytes: int, start_bytes: int, label_bytes: int = 0,
                       label_id: int = 0) -> int:
         """Serialized size of one example with these UTF-8 byte lengths."""

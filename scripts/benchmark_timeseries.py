@@ -116,7 +116,7 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
     seconds = pd.to_datetime(frame["timestamp"], format="%Y-%m-%d %H:%M:%S").to_numpy(
         "datetime64[s]").astype(np.int64).astype(np.float64)
     frame["t"] = seconds
-    frame.sort_values(["series_id", "t"], kind="stable", inplace=True, ignore_index=True)
+    frame = frame.sort_values(["series_id", "t"], kind="stable", ignore_index=True)
     ids = frame["series_id"].to_numpy()
     times = frame["t"].to_numpy()
     values = frame["value"].to_numpy()
@@ -159,7 +159,7 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
             for series_id, x, v in split_pieces:
                 if len(v) < span:
                     continue
-                cut = sliding_window_view((v - mean) / std, span)[::shift]
+                cut = sliding_window_view((v - mean) / std, span)[::shift].tolist()
                 sid = series_id.encode()
                 for i, row in enumerate(cut):
                     start = x[i * shift].encode()
