@@ -1,11 +1,12 @@
 """The time-series job's fused step: a shard's window runs → windows → transform_fn → file.
 
-Only small ``WindowRun`` records are grouped by shard; each run's rows are read
-back from the spill, cut into overlapping windows, normalised by the exported
-``transform_fn`` itself (so the stored values are ``transform_fn(raw window)`` by
-construction, as at serving time) and serialized, all inside this step. The
-shard's examples are then ordered by their key's order hash and written. A window
-whose normalised values overflow float32 is a dead letter, never an inf on disk.
+Only small ``WindowRun`` records are grouped by shard. Inside this step the runs'
+rows are read back from the spill (the shard's input: about ``shift / window_size``
+of its windows' size), the windows are put in shard order (their keys' order hash)
+and then, block by block, cut, normalised by the exported ``transform_fn`` itself
+(so the stored values are ``transform_fn(raw window)`` by construction, as at
+serving time), serialized and written. A window whose normalised values overflow
+float32 is a dead letter, never an inf on disk.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from etl import contract, dead_letters, sharding
 from etl import timeseries_preprocessing as ts_preprocessing
 from etl.dead_letters import Rejection
 from etl.timeseries_runs import WindowRun, read_run
-from etl.timeseries_series import Windowing, window_arrays
+from etl.timeseries_series import Windowing, window_rows
 from etl.window_examples import WindowSchema
 
 
@@ -95,75 +96,103 @@ class TransformAndWriteWindowShard(beam.DoFn):
     def process(self, element: tuple[tuple[str, int], Iterable[WindowRun]],
                 num_shards: dict[str, int], transform_written: list[Any]) -> Iterator[Any]:
         del num_shards, transform_written  # Only ordering: the transform_fn is final.
-        (split, shard), runs = element
+        (split, shard), units = element
         transform_dir = posixpath.join(self._output_dir, contract.TRANSFORM_FN_DIRNAME)
         transform = self._transform_handle.acquire(
             lambda: SeriesTransform(transform_dir, self._config), tag=transform_dir)
-        records: list[tuple[tuple[int, str], bytes]] = []
+        shard_windows = _ShardWindows(sorted(units, key=lambda r: r.key),
+                                      self._config.num_features, self._windowing)
         rejections: list[Rejection] = []
         labels: collections.Counter[str] = collections.Counter()
-        batch: list[tuple[WindowRun, list[str], np.ndarray, np.ndarray]] = []
-        batch_windows = 0
-        for run in sorted(runs, key=lambda r: r.key):
-            values, starts = read_run(run, self._config.num_features)
-            _, windows, targets = window_arrays(values, self._windowing, run.num_windows)
-            batch.append((run, starts, windows, targets))
-            batch_windows += len(starts)
-            if batch_windows >= TRANSFORM_WINDOWS:
-                self._add_batch(batch, transform, records, rejections, labels)
-                batch, batch_windows = [], 0
-        if batch:
-            self._add_batch(batch, transform, records, rejections, labels)
-        records.sort(key=lambda record: record[0])
         relpath = sharding.pending_relpath(self._name, split, shard)
         with sharding.ShardWriter(posixpath.join(self._output_dir, relpath),
                                   self._gzip_level) as writer:
-            for _, serialized in records:
-                writer.write(serialized)
+            # Windows are cut, normalised and serialized in shard order, a block at a
+            # time, so each block is written (and deflated, on other cores) while the
+            # next is prepared.
+            order = shard_windows.order
+            for first in range(0, len(order), TRANSFORM_WINDOWS):
+                block = order[first:first + TRANSFORM_WINDOWS]
+                for data in self._block_examples(shard_windows, block, transform,
+                                                 rejections, labels):
+                    writer.write(data)
         self._written.inc(writer.num_records)
         for rejection in rejections:
             yield from dead_letters.route(rejection)
         yield sharding.shard_result(split, shard, relpath, writer,
                                     label_counts=sorted(labels.items()))
 
-    def _add_batch(self, batch: list[tuple[WindowRun, list[str], np.ndarray, np.ndarray]],
-                   transform: SeriesTransform, records: list[tuple[tuple[int, str], bytes]],
-                   rejections: list[Rejection], labels: collections.Counter[str]) -> None:
-        """Normalises the windows of several runs in one transform_fn call, then adds
-        each run's examples (with their order keys) and rejected windows."""
+    def _block_examples(self, windows: _ShardWindows, block: np.ndarray,
+                        transform: SeriesTransform, rejections: list[Rejection],
+                        labels: collections.Counter[str]) -> list[bytes]:
+        """Serialized examples of the windows ``block`` (indices, in shard order);
+        windows whose normalised values overflow go to ``rejections``."""
         classification = self._config.classification
-        runs = [run for run, _, _, _ in batch]
-        counts = [len(starts) for _, starts, _, _ in batch]
-        outputs = transform(
-            np.concatenate([windows for _, _, windows, _ in batch]),
-            np.concatenate([targets for _, _, _, targets in batch]),
-            [run.series_id.encode() for run, count in zip(runs, counts, strict=True)
-             for _ in range(count)],
-            [run.label.encode() for run, count in zip(runs, counts, strict=True)
-             for _ in range(count)] if classification else None)
-        at = 0
-        for (run, starts, _, _), count in zip(batch, counts, strict=True):
-            normalised = outputs[contract.WINDOW_KEY][at:at + count]
-            finite = _finite_rows(normalised)
-            label_id = 0
-            if classification:
-                label_id = int(outputs[contract.LABEL_KEY][at])
-                target = None
-            else:
-                target = outputs[contract.TARGET_KEY][at:at + count]
-                finite &= _finite_rows(target)
-                target = target[finite]
-            at += count
-            kept = [start for start, ok in zip(starts, finite.tolist(), strict=True) if ok]
-            encoded = self._schema.encode(run.series_id, kept, normalised[finite], target,
-                                          run.label, label_id)
-            records += [(sharding.shard_sort_key(f"{run.series_id}@{start}"), data)
-                        for start, data in zip(kept, encoded, strict=True)]
-            rejections += [Rejection(
-                key=f"{run.series_id}@{start}", source=run.source,
+        runs = [windows.runs[r] for r in windows.run_of[block].tolist()]
+        series = [run.series_id for run in runs]
+        starts = [windows.starts[i] for i in block.tolist()]
+        run_labels = [run.label or "" for run in runs]
+        raw_windows, raw_targets = windows.cut(block)
+        outputs = transform(raw_windows, raw_targets, [s.encode() for s in series],
+                            [label.encode() for label in run_labels] if classification
+                            else None)
+        normalised = outputs[contract.WINDOW_KEY]
+        finite = _finite_rows(normalised)
+        target = None
+        label_ids = None
+        if classification:
+            label_ids = outputs[contract.LABEL_KEY]
+        else:
+            target = outputs[contract.TARGET_KEY]
+            finite &= _finite_rows(target)
+        keep = np.flatnonzero(finite).tolist()
+        for i in np.flatnonzero(~finite).tolist():
+            rejections.append(Rejection(
+                key=f"{series[i]}@{starts[i]}", source=runs[i].source,
                 reason=dead_letters.WINDOW_OUT_OF_RANGE,
                 message="The normalised window or target does not fit float32: a value "
-                        "lies too far outside the train statistics (mean, std) for them.")
-                for start, ok in zip(starts, finite.tolist(), strict=True) if not ok]
-            if run.label is not None:
-                labels[run.label] += len(encoded)
+                        "lies too far outside the train statistics (mean, std) for them."))
+        if classification:
+            labels.update(run_labels[i] for i in keep)
+        return self._schema.encode(
+            [series[i] for i in keep], [starts[i] for i in keep], normalised[keep],
+            None if target is None else target[keep],
+            [run_labels[i] for i in keep] if classification else None,
+            None if label_ids is None else label_ids[keep].tolist())
+
+
+class _ShardWindows:
+    """Every window of a shard's runs: their rows (read back from the spill), each
+    window's start row, run and start text, and the shard order of the windows."""
+
+    def __init__(self, runs: list[WindowRun], num_features: int, windowing: Windowing
+                 ) -> None:
+        self.runs = runs
+        self._windowing = windowing
+        parts, start_rows, run_of = [], [], []
+        self.starts: list[str] = []
+        offset = 0
+        for index, run in enumerate(runs):
+            values, starts = read_run(run, num_features)
+            parts.append(values)
+            start_rows.append(offset + np.arange(run.num_windows, dtype=np.int64)
+                              * windowing.shift)
+            run_of.append(np.full(run.num_windows, index, np.int64))
+            self.starts += starts
+            offset += len(values)
+        self._values = (np.concatenate(parts) if parts
+                        else np.zeros((0, num_features), np.float32))
+        self._start_rows = np.concatenate(start_rows) if start_rows else np.zeros(0, np.int64)
+        self.run_of = np.concatenate(run_of) if run_of else np.zeros(0, np.int64)
+        sort_keys = [sharding.shard_sort_key(f"{runs[r].series_id}@{start}")
+                     for r, start in zip(self.run_of.tolist(), self.starts, strict=True)]
+        self.order = np.array(sorted(range(len(sort_keys)), key=sort_keys.__getitem__),
+                              np.int64)
+        window_offsets, target_offsets = window_rows(1, windowing)
+        self._window_offsets, self._target_offsets = window_offsets[0], target_offsets[0]
+
+    def cut(self, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Raw windows ``[n, W, F]`` and targets ``[n, H, F]`` of windows ``block``."""
+        first = self._start_rows[block][:, None]
+        return (self._values[first + self._window_offsets],
+                self._values[first + self._target_offsets])

@@ -2,11 +2,11 @@
 
 Byte for byte what ``etl.examples.serialize_example`` (protobuf with
 ``deterministic=True``) writes for the same instance, tested so: the proto's wire
-format with the feature map in that serializer's order. The windows of one run share every
-length but that of ``window_start`` (and so of ``key``), so the examples of one
-text length are rows of one ``uint8`` matrix assembled by column slices, with no
-per-example Python work; a protobuf round trip per window cost more than the rest
-of the job's per-window work together.
+format with the feature map in that serializer's order. Examples whose strings have
+the same lengths (in practice: nearly all of a dataset) share one layout, so they
+are rows of one ``uint8`` matrix assembled by column slices, with no per-example
+protobuf work; a protobuf object per window cost more than the rest of the job's
+per-window work together.
 """
 
 from __future__ import annotations
@@ -77,11 +77,10 @@ def _float_feature(column: str, count: int) -> tuple[list[_Piece], int]:
         _field(_TAG2, float_list_length)) + float_list_length
 
 
-def _int_feature(value: int) -> tuple[list[_Piece], int]:
-    packed = _varint(value)
-    int_list_length = len(_field(_TAG1, len(packed))) + len(packed)
-    body = _field(_TAG3, int_list_length) + _field(_TAG1, len(packed)) + packed
-    return [_Piece(body)], len(body)
+def _int_feature(column: str, varint_length: int) -> tuple[list[_Piece], int]:
+    int_list_length = len(_field(_TAG1, varint_length)) + varint_length
+    head = _field(_TAG3, int_list_length) + _field(_TAG1, varint_length)
+    return [_Piece(head), _Piece(column=column)], len(head) + varint_length
 
 
 def _map_order(name: str) -> bytes:
@@ -103,7 +102,7 @@ class WindowSchema:
     classification: bool
 
     def _layout(self, series_bytes: int, start_bytes: int, label_bytes: int,
-                label_id: int) -> list[_Piece]:
+                label_id_bytes: int) -> list[_Piece]:
         features: dict[str, tuple[list[_Piece], int]] = {
             contract.SOURCE_KEY: _bytes_feature("key", series_bytes + 1 + start_bytes),
             contract.SERIES_ID_KEY: _bytes_feature("series_id", series_bytes),
@@ -112,7 +111,7 @@ class WindowSchema:
             contract.WINDOW_START_KEY: _bytes_feature("window_start", start_bytes),
         }
         if self.classification:
-            features[contract.LABEL_KEY] = _int_feature(label_id)
+            features[contract.LABEL_KEY] = _int_feature("label", label_id_bytes)
             features[contract.LABEL_NAME_KEY] = _bytes_feature("label_name", label_bytes)
         else:
             features[contract.TARGET_KEY] = _float_feature(
@@ -129,54 +128,69 @@ class WindowSchema:
     def example_bytes(self, series_bytes: int, start_bytes: int, label_bytes: int = 0,
                       label_id: int = 0) -> int:
         """Serialized size of one example with these UTF-8 byte lengths."""
-        fixed = {"window": 4 * self.window_size * self.num_features,
-                 "target": 4 * self.horizon * self.num_features,
-                 "key": series_bytes + 1 + start_bytes, "series_id": series_bytes,
-                 "window_start": start_bytes, "label_name": label_bytes}
-        return sum(len(p.constant) if p.column is None else fixed[p.column]
-                   for p in self._layout(series_bytes, start_bytes, label_bytes, label_id))
+        varint = len(_varint(label_id))
+        widths = {"window": 4 * self.window_size * self.num_features,
+                  "target": 4 * self.horizon * self.num_features,
+                  "key": series_bytes + 1 + start_bytes, "series_id": series_bytes,
+                  "window_start": start_bytes, "label_name": label_bytes, "label": varint}
+        return sum(len(p.constant) if p.column is None else widths[p.column]
+                   for p in self._layout(series_bytes, start_bytes, label_bytes, varint))
 
-    def encode(self, series_id: str, starts: Sequence[str], windows: np.ndarray,
-               targets: np.ndarray | None = None, label: str | None = None,
-               label_id: int = 0) -> list[bytes]:
-        """Serialized examples of windows ``[n, W, F]`` (and targets ``[n, H, F]``, or
-        the series' ``label`` and its id) starting at ``starts``, in that order."""
-        series = series_id.encode()
-        label_bytes = (label or "").encode()
-        encoded_starts = [s.encode() for s in starts]
-        n = len(encoded_starts)
-        window_bytes = np.ascontiguousarray(windows, dtype="<f4").reshape(n, -1).view(
-            np.uint8)
-        target_bytes = None if targets is None else np.ascontiguousarray(
-            targets, dtype="<f4").reshape(n, -1).view(np.uint8)
-        lengths = np.fromiter((len(s) for s in encoded_starts), np.int64, n)
+    def encode(self, series_ids: Sequence[str], starts: Sequence[str], windows: np.ndarray,
+               targets: np.ndarray | None = None, labels: Sequence[str] | None = None,
+               label_ids: Sequence[int] | None = None) -> list[bytes]:
+        """Serialized examples, in order, of windows ``[n, W, F]`` with their series
+        ids and start texts, and targets ``[n, H, F]`` or labels and label ids."""
+        n = len(starts)
+        if not n:
+            return []
+        text: dict[str, bytes] = {}
+
+        def encoded(values: Sequence[str]) -> list[bytes]:
+            return [text.get(v) or text.setdefault(v, v.encode()) for v in values]
+
+        columns_of = {"series_id": encoded(series_ids), "window_start": encoded(starts),
+                      "label_name": encoded(labels) if labels is not None else [b""] * n,
+                      "label": ([_varint(int(i)) for i in label_ids]
+                                if label_ids is not None else [b""] * n)}
+        floats = {"window": np.ascontiguousarray(windows, dtype="<f4").reshape(n, -1)
+                  .view(np.uint8)}
+        if targets is not None:
+            floats["target"] = np.ascontiguousarray(targets, dtype="<f4").reshape(
+                n, -1).view(np.uint8)
+        lengths = np.array([[len(v) for v in columns_of[name]] for name in
+                            ("series_id", "window_start", "label_name", "label")],
+                           np.int64).T.reshape(n, 4)
         out: list[bytes | None] = [None] * n
-        for length in np.unique(lengths).tolist():
-            rows = np.flatnonzero(lengths == length)
-            texts = np.frombuffer(b"".join(encoded_starts[i] for i in rows.tolist()),
-                                  np.uint8).reshape(len(rows), length)
-            columns = {
-                "window": window_bytes[rows], "window_start": texts,
-                "key": np.concatenate([np.broadcast_to(np.frombuffer(
-                    series + b"@", np.uint8), (len(rows), len(series) + 1)), texts], axis=1),
-                "series_id": np.broadcast_to(np.frombuffer(series, np.uint8),
-                                             (len(rows), len(series))),
-                "label_name": np.broadcast_to(np.frombuffer(label_bytes, np.uint8),
-                                              (len(rows), len(label_bytes))),
-            }
-            if target_bytes is not None:
-                columns["target"] = target_bytes[rows]
-            layout = self._layout(len(series), length, len(label_bytes), label_id)
+        # Rows whose strings have the same lengths share one layout: one matrix each.
+        groups, inverse = np.unique(lengths, axis=0, return_inverse=True)
+        for g, (series_len, start_len, label_len, varint_len) in enumerate(groups.tolist()):
+            rows = np.flatnonzero(inverse.reshape(-1) == g)
+            picked = rows.tolist()
+
+            def matrix(name: str, width: int, picked: list[int] = picked) -> np.ndarray:
+                values = columns_of[name]
+                return np.frombuffer(b"".join(values[i] for i in picked), np.uint8).reshape(
+                    len(picked), width)
+
+            columns = {name: matrix(name, width) for name, width in (
+                ("series_id", series_len), ("window_start", start_len),
+                ("label_name", label_len), ("label", varint_len))}
+            columns["key"] = np.concatenate([
+                columns["series_id"], np.full((len(rows), 1), ord("@"), np.uint8),
+                columns["window_start"]], axis=1)
+            columns.update({name: array[rows] for name, array in floats.items()})
+            layout = self._layout(series_len, start_len, label_len, varint_len)
             widths = [len(p.constant) if p.column is None else columns[p.column].shape[1]
                       for p in layout]
-            matrix = np.empty((len(rows), sum(widths)), np.uint8)
+            result = np.empty((len(rows), sum(widths)), np.uint8)
             at = 0
             for piece, width in zip(layout, widths, strict=True):
                 if piece.column is None:
-                    matrix[:, at:at + width] = np.frombuffer(piece.constant, np.uint8)
+                    result[:, at:at + width] = np.frombuffer(piece.constant, np.uint8)
                 else:
-                    matrix[:, at:at + width] = columns[piece.column]
+                    result[:, at:at + width] = columns[piece.column]
                 at += width
-            for i, row in zip(rows.tolist(), matrix, strict=True):
+            for i, row in zip(picked, result, strict=True):
                 out[i] = row.tobytes()
         return out  # type: ignore[return-value]
