@@ -64,8 +64,9 @@ class DatasetOptions(PipelineOptions):
             "--gzip_level", type=int, default=sharding.DEFAULT_GZIP_LEVEL,
             help="zlib level 0-9 of the GZIP shard files. Default %(default)s. For "
                  "JPEG/PNG images, 0 (GZIP container, records stored) writes much "
-                 "faster and files grow only ~3 %%; keep the default for raw pixels "
-                 "and time series, which compress several-fold.")
+                 "faster and files grow only ~3 %%; raw pixels compress several-fold. "
+                 "Time-series windows, stored in shuffled (hash) order, shrink ~20 %%, "
+                 "about as much at level 1 as at 6.")
         parser.add_argument(
             "--max_error_fraction", type=float,
             default=accounting.DEFAULT_MAX_ERROR_FRACTION,
