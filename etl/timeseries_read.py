@@ -69,6 +69,7 @@ BUCKET_SALT = "bucket"
 ROW_COUNTS = "row_counts"
 
 _READ_TAIL_BYTES = 64 * 1024
+_BOM_BYTES = text_rows.BOM.encode()
 # A CSV line the column-wise path reads: printable ASCII without quotes, so its
 # fields are exactly its comma-separated parts (and Python's strip() removes only
 # spaces from them).
@@ -479,11 +480,65 @@ def _malformed(source: str, raw: bytes, line: str | None) -> Rejection:
                      message=f"{what}: {shown!r}")
 
 
+# Arrow types a JSON Lines column may have for the column-wise path to stand for
+# json.loads + parse_row: each Arrow value reads back as the Python value json.loads
+# gave. Not float64 for the series id or timestamp: pyarrow types a column float64 when
+# it mixes 7 and 7.5, and json.loads kept 7 an int (its text is "7", not "7.0").
+_JSON_EXACT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_int64,
+                     pa.types.is_boolean, pa.types.is_null)
+
+
+def _read_plain_jsonl(block: bytes, columns: Columns) -> dict[str, pa.Array] | None:
+    """pyarrow's parse of ``block``'s needed columns (one JSON object per line), or
+    None when it cannot stand for parsing each line alone: a line pyarrow skips or
+    refuses, a nested value, a type that hides what a line held (above)."""
+    import pyarrow.json as pa_json
+
+    count = block.count(b"\n") + (not block.endswith(b"\n"))
+    needed = list(dict.fromkeys((columns.series_id, columns.timestamp, *columns.values)))
+    try:
+        table = pa_json.read_json(pa.py_buffer(block))
+        # pyarrow turns strings that look like dates into timestamps: read those
+        # columns again as the strings they are.
+        dated = [name for name in needed if name in table.column_names
+                 and pa.types.is_temporal(table.schema.field(name).type)]
+        if dated:
+            table = pa_json.read_json(pa.py_buffer(block), parse_options=pa_json.ParseOptions(
+                explicit_schema=pa.schema([(name, pa.string()) for name in dated])))
+    except pa.ArrowInvalid:
+        return None
+    if table.num_rows != count:  # pyarrow skips blank lines; they are no rows here either,
+        return None              # but then row k is not line k.
+    arrays = {}
+    for name in needed:
+        if name not in table.column_names:
+            arrays[name] = pa.nulls(count)
+            continue
+        array = _as_array(table.column(name))
+        exact = any(check(array.type) for check in _JSON_EXACT_TYPES)
+        if name in columns.values and pa.types.is_float64(array.type):
+            exact = True  # A value 7 or 7.0 is the same float.
+        if not exact:
+            return None
+        arrays[name] = array
+    return arrays
+
+
 def jsonl_block_rows(block: bytes, first_line: int, columns: Columns, file_index: int,
                      path: str, strip_bom: bool) -> ParsedRows:
     """The rows of ``block`` (whole JSON Lines; the first is line ``first_line``)."""
     builder = _RowsBuilder(len(columns.values))
     base = file_index * POSITION_FILE_STRIDE
+    plain = block
+    while strip_bom and plain.startswith(_BOM_BYTES):
+        plain = plain[len(_BOM_BYTES):]
+    table = _read_plain_jsonl(plain, columns) if plain else None
+    if table is not None:
+        count = len(table[columns.series_id])
+        _add_table(builder, table, columns,
+                   base + first_line + np.arange(count, dtype=np.int64),
+                   lambda position: f"{path}:{position - base}")
+        return builder.build()
     starts, ends = _line_spans(block)
     for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
         number = first_line + k

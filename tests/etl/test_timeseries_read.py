@@ -367,3 +367,99 @@ def test_encoded_chunks_decode_to_the_same_rows():
         for name in ("run_lengths", "run_kinds", "times", "values", "positions"):
             np.testing.assert_array_equal(getattr(back, name), getattr(chunk, name))
         assert back.time_texts().strings() == chunk.time_texts().strings()
+
+
+_JSON_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.integers(-2**70, 2**70),
+    st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(
+        [1e39, -1e308, 0.5, 7.0, "", "nan", "NA", " 3 ", "x", "2024-01-02", "17", "é"]),
+)
+_JSON_ROWS = st.lists(st.fixed_dictionaries(
+    {}, optional={"id": st.one_of(st.sampled_from(["a", "b", " c "]), _JSON_VALUES),
+                  "ts": _JSON_VALUES, "v": _JSON_VALUES, "w": _JSON_VALUES,
+                  "other": _JSON_VALUES}), min_size=1, max_size=25)
+
+
+def _reference_rows(lines: list[str], columns: Columns, path: str):
+    rows, rejections = [], []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        row = text_rows.parse_jsonl_line(line)
+        source = f"{path}:{number}"
+        result = (Rejection(source, source, dead_letters.MALFORMED_ROW,
+                            f"Cannot parse line: {line[:200]!r}") if row is None
+                  else parse_row(row, columns, source))
+        if isinstance(result, Row):
+            rows.append((result.series_id, result.time, result.time_text, result.time_kind,
+                         tuple("nan" if math.isnan(v) else v for v in result.values),
+                         number))
+        else:
+            rejections.append((result.key, result.source, result.reason, result.message))
+    return sorted(rows, key=repr), sorted(rejections)
+
+
+def _parsed_rows(parsed):
+    rows = [(parsed.series_ids[parsed.codes[i]], float(parsed.times[i]),
+             parsed.text_dictionary[parsed.text_codes[i]], _KINDS[int(parsed.kinds[i])],
+             tuple("nan" if math.isnan(v) else float(v) for v in parsed.values[i]),
+             int(parsed.positions[i]))
+            for i in range(len(parsed.codes))]
+    return (sorted(rows, key=repr),
+            sorted((r.key, r.source, r.reason, r.message) for r in parsed.rejections))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects=_JSON_ROWS, blank=st.booleans())
+def test_jsonl_block_rows_agree_with_parse_row(objects, blank):
+    columns = Columns("id", "ts", ("v", "w"))
+    lines = [json.dumps(o) for o in objects]
+    if blank:
+        lines.insert(len(lines) // 2, "")
+    block = ("\n".join(lines) + "\n").encode()
+    parsed = timeseries_read.jsonl_block_rows(block, 1, columns, 0, "in.jsonl",
+                                              strip_bom=True)
+    assert _parsed_rows(parsed) == _reference_rows(lines, columns, "in.jsonl")
+
+
+@pytest.mark.parametrize("stamp", [lambda i: i, lambda i: f"2024-01-02 {i:02d}:00:00",
+                                   lambda i: f"2024-01-{i + 1:02d}"], ids=["int", "datetime",
+                                                                          "date"])
+def test_jsonl_block_rows_take_the_column_path_for_plain_objects(monkeypatch, stamp):
+    # Typed columns (string ids, integer or date-like timestamps, float values): no line
+    # is parsed on its own, and date-like strings keep their text.
+    lines = [json.dumps({"id": f"s{i % 3}", "ts": stamp(i), "v": i * 0.5})
+             for i in range(20)]
+    calls = []
+    monkeypatch.setattr(timeseries_read, "parse_row",
+                        lambda *args: calls.append(args) or parse_row(*args))
+    parsed = timeseries_read.jsonl_block_rows(("\n".join(lines) + "\n").encode(), 1,
+                                              Columns("id", "ts", ("v",)), 0, "in.jsonl",
+                                              strip_bom=True)
+    assert len(parsed.codes) == 20 and calls == []
+    assert _parsed_rows(parsed) == _reference_rows(lines, Columns("id", "ts", ("v",)),
+                                                   "in.jsonl")
+
+
+_TYPED_COLUMN = st.one_of(
+    st.lists(st.one_of(st.none(), st.integers(-2**62, 2**62)), min_size=30, max_size=30),
+    st.lists(st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False,
+                                            min_value=-1e300, max_value=1e300)),
+             min_size=30, max_size=30),
+    st.lists(st.one_of(st.none(), st.sampled_from(
+        ["", "nan", "x", " 3 ", "2024-01-02", "1e39", "17", "a", " b "])),
+        min_size=30, max_size=30),
+    st.lists(st.one_of(st.none(), st.booleans()), min_size=30, max_size=30),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ids=_TYPED_COLUMN, stamps=_TYPED_COLUMN, values=_TYPED_COLUMN, count=st.integers(1, 30))
+def test_jsonl_typed_columns_agree_with_parse_row(ids, stamps, values, count):
+    # One type per column (as real files have): mostly the column-wise path.
+    lines = [json.dumps({"id": ids[i], "ts": stamps[i], "v": values[i]})
+             for i in range(count)]
+    columns = Columns("id", "ts", ("v",))
+    parsed = timeseries_read.jsonl_block_rows(("\n".join(lines) + "\n").encode(), 1,
+                                              columns, 0, "in.jsonl", strip_bom=True)
+    assert _parsed_rows(parsed) == _reference_rows(lines, columns, "in.jsonl")
