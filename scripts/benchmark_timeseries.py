@@ -21,8 +21,9 @@ over that time. Each command runs as the only child of a fresh wrapper process
 (scripts/measure_memory.py's), whose resource.getrusage(RUSAGE_CHILDREN).ru_maxrss
 after the child exits is the child's exact peak RSS. --rounds rounds alternate the
 two; a sample taken while other processes used more than --max_foreign cores is
-retried (up to --retries times). Then the job runs once on --scale_factor times the
-hours (same series), for the memory growth target.
+retried (up to --retries times), each sample waiting first (up to --max_wait s) for
+other processes to fall below that. Then the job runs once on --scale_factor times
+the hours (same series), for the memory growth target.
 
 Targets (PASS/FAIL): job rows/s >= --min_ratio (0.5) x the reference's (the goal is
 1.0: the job may use both cores, the reference uses one); job peak RSS <= --max_peak_gb
@@ -238,10 +239,24 @@ def run_job(input_path: str, out: str, log: str, flags: dict) -> dict:
                                 / MIB, 1)}
 
 
+def wait_for_quiet(max_foreign: float, max_wait_s: float) -> float:
+    """Waits (up to ``max_wait_s``) until other processes use at most ``max_foreign``
+    cores over 3 s; returns what they used in the last window."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        busy0, start = _busy_cpu_seconds(), time.perf_counter()
+        time.sleep(3)
+        used = (_busy_cpu_seconds() - busy0) / (time.perf_counter() - start)
+        if used <= max_foreign or time.monotonic() > deadline:
+            return used
+
+
 def sample(fn, args) -> dict:
-    """``fn()`` retried while other processes use more than --max_foreign cores."""
+    """``fn()`` on a quiet machine, retried while other processes used more than
+    --max_foreign cores during it."""
     attempts = []
     for _ in range(args.retries + 1):
+        wait_for_quiet(args.max_foreign, args.max_wait)
         result = fn()
         attempts.append(result["foreign_cores"])
         if result["foreign_cores"] <= args.max_foreign:
@@ -264,6 +279,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max_foreign", type=float, default=0.15)
     parser.add_argument("--retries", type=int, default=3)
+    parser.add_argument("--max_wait", type=float, default=300,
+                        help="Seconds to wait for a quiet machine before each sample.")
     parser.add_argument("--min_ratio", type=float, default=0.5)
     parser.add_argument("--max_peak_gb", type=float, default=2.0)
     parser.add_argument("--max_growth", type=float, default=1.3)
