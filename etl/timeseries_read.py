@@ -23,8 +23,11 @@ dead letters) come from a first pass that counts the line breaks of every range.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import math
+import os
 import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -33,6 +36,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from apache_beam.transforms import window
 
 from etl import dead_letters, hashing, text_rows
 from etl.atomic_files import atomic_path
@@ -643,9 +647,42 @@ def read_chunks(refs: Iterator[ChunkRef]) -> Iterator[RowChunk]:
                 yield decode_chunk(f.read(ref.length))
 
 
+def parse_range(task: InputRange, first_line: int, fmt: str, columns: Columns,
+                header: tuple[str, ...], buckets: int, spill_dir: str
+                ) -> tuple[list[Rejection], int, list[tuple[int, ChunkRef]]]:
+    """Parses one range and spills its chunks: ``(rejections, rows, (bucket, ref)s)``.
+
+    ``first_line`` is the number of the range's first line (1 + the line breaks
+    before the range); unused for Parquet.
+    """
+    if fmt == "parquet":
+        parsed = parquet_group_rows(task, columns)
+    else:
+        block, skipped = read_owned_lines(task)
+        first_line += skipped
+        if fmt == "csv":
+            if task.start == 0:  # The header line.
+                cut = block.find(b"\n")
+                block = b"" if cut < 0 else block[cut + 1:]
+                first_line += 1
+            parsed = csv_block_rows(block, first_line, header, columns, task.file_index,
+                                    task.path)
+        else:
+            parsed = jsonl_block_rows(block, first_line, columns, task.file_index,
+                                      task.path, strip_bom=task.start == 0)
+    path = posixpath.join(spill_dir, f"range-{task.file_index:05d}-{task.range_index:06d}.bin")
+    refs = list(spill_chunks(to_chunks(parsed, buckets), path))
+    return parsed.rejections, len(parsed.codes), refs
+
+
 class ParseRange(beam.DoFn):
     """``InputRange`` → ``(bucket, ChunkRef)``s (the rows wait in the range's spill
-    file under ``spill_dir``), tagged ``Rejection``s and ``(ROW_COUNTS, rows)``."""
+    file under ``spill_dir``), tagged ``Rejection``s and ``(ROW_COUNTS, rows)``.
+
+    Up to one range per core is parsed at once on a thread pool (pyarrow, numpy and
+    file I/O release the GIL), since the local runner hands this step its ranges one
+    at a time; outputs (and Beam counters) are emitted from the calling thread.
+    """
 
     def __init__(self, fmt: str, columns: Columns, headers: Sequence[tuple[str, ...]],
                  buckets: int, spill_dir: str) -> None:
@@ -655,30 +692,44 @@ class ParseRange(beam.DoFn):
         self._buckets = buckets
         self._spill_dir = spill_dir
 
+    def setup(self) -> None:
+        self._threads = max(1, os.cpu_count() or 1)
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._threads,
+                                                           thread_name_prefix="ParseRange")
+
+    def teardown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def start_bundle(self) -> None:
+        self._in_flight: collections.deque[concurrent.futures.Future] = collections.deque()
+
     def process(self, task: InputRange, line_breaks_before: dict[tuple[int, int], int]
                 ) -> Iterator[Any]:
-        if self._fmt == "parquet":
-            parsed = parquet_group_rows(task, self._columns)
-        else:
-            block, skipped = read_owned_lines(task)
-            first_line = 1 + line_breaks_before[task.file_index, task.range_index] + skipped
-            if self._fmt == "csv":
-                if task.start == 0:  # The header line.
-                    cut = block.find(b"\n")
-                    block = b"" if cut < 0 else block[cut + 1:]
-                    first_line += 1
-                parsed = csv_block_rows(block, first_line, self._headers[task.file_index],
-                                        self._columns, task.file_index, task.path)
-            else:
-                parsed = jsonl_block_rows(block, first_line, self._columns,
-                                          task.file_index, task.path,
-                                          strip_bom=task.start == 0)
-        for rejection in parsed.rejections:
-            yield from dead_letters.route(rejection)
-        yield beam.pvalue.TaggedOutput(ROW_COUNTS, len(parsed.codes))
-        path = posixpath.join(self._spill_dir,
-                              f"range-{task.file_index:05d}-{task.range_index:06d}.bin")
-        yield from spill_chunks(to_chunks(parsed, self._buckets), path)
+        first_line = 1 + line_breaks_before.get((task.file_index, task.range_index), 0)
+        header = self._headers[task.file_index] if self._fmt == "csv" else ()
+        self._in_flight.append(self._pool.submit(
+            parse_range, task, first_line, self._fmt, self._columns, header,
+            self._buckets, self._spill_dir))
+        while len(self._in_flight) > self._threads:
+            yield from self._emit(self._in_flight.popleft().result(), windowed=False)
+
+    def finish_bundle(self) -> Iterator[Any]:
+        while self._in_flight:
+            yield from self._emit(self._in_flight.popleft().result(), windowed=True)
+
+    @staticmethod
+    def _emit(result: tuple[list[Rejection], int, list[tuple[int, ChunkRef]]],
+              windowed: bool) -> Iterator[Any]:
+        def wrap(value: Any) -> Any:
+            return window.GlobalWindows.windowed_value(value) if windowed else value
+
+        rejections, rows, refs = result
+        for rejection in rejections:
+            for output in dead_letters.route(rejection):
+                yield beam.pvalue.TaggedOutput(output.tag, wrap(output.value))
+        yield beam.pvalue.TaggedOutput(ROW_COUNTS, wrap(rows))
+        for ref in refs:
+            yield wrap(ref)
 
 
 @dataclasses.dataclass(frozen=True)
