@@ -15,9 +15,6 @@ INSTALL_REQUIRES = [
     "tfx-bsl>=1.21,<1.22",
     # Reads image headers (pixel counts) without decoding, to refuse decompression bombs.
     "pillow>=10",
-    # TFRecord checksums for the parallel GZIP shard writer (etl/tfrecord_gzip.py); also
-    # a dependency of Beam's GCP extra.
-    "google-crc32c>=1.5",
 ]
 
 EXTRAS_REQUIRE = {

@@ -9,7 +9,9 @@ given. Otherwise a split's serialized size is estimated and divided by
 * ``jpeg`` / ``png``: the mean stored size of a deterministic sample of up to
   ``SAMPLE_SIZE`` images per split (the keys with the lowest sample hash), read and
   preprocessed with the job's own ops. A split's files can then differ from the
-  target by the sample's error, typically a few percent.
+  target by the sample's error, typically a few percent. A split that fits one shard
+  even if every image were stored at twice its raw size plus 4 KiB is not
+  sampled at all: it gets one shard (the sample's decodes are wasted work there).
 
 The estimate is a pure function of the input, so the plan (and the files) are the
 same on every rerun, worker count and runner.
@@ -17,7 +19,9 @@ same on every rerun, worker count and runner.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import concurrent.futures
+import os
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -29,6 +33,11 @@ from etl.image_sources import ImageRecord
 
 SAMPLE_SIZE = 32
 SAMPLE_SALT = "sample"
+# No stored JPEG or PNG reaches twice the raw size plus its headers: uniform noise,
+# the worst case, stores at 0.66x raw as JPEG quality 100 (4:2:0) and 1.004x as PNG
+# at 224 px, and JPEG's tables (~600 bytes) dominate tiny images (tested).
+UPPER_BOUND_FACTOR = 2.0
+UPPER_BOUND_HEADER_BYTES = 4096
 
 
 def stored_image_bytes(data: bytes, preprocessing: ImagePreprocessing,
@@ -48,25 +57,31 @@ def stored_image_bytes(data: bytes, preprocessing: ImagePreprocessing,
     return len(encoded.numpy())
 
 
+def _stored_size_of(record: ImageRecord, preprocessing: ImagePreprocessing,
+                    limits: image_loading.InputLimits) -> int | None:
+    try:
+        data = image_loading.read_bytes(record.uri, limits.max_file_bytes)
+    except OSError:
+        return None
+    return stored_image_bytes(data, preprocessing, limits)
+
+
 def mean_stored_image_bytes(records: Iterable[ImageRecord], preprocessing: ImagePreprocessing,
                             limits: image_loading.InputLimits) -> float:
     """Mean stored image size over ``records`` (a sample); exact for ``raw``.
 
-    Falls back to the ``raw`` size, an upper bound for JPEG and PNG, when no sampled
-    image can be read and preprocessed.
+    The sample is decoded on one thread per core (TensorFlow's ops release the GIL):
+    it runs in a stage of its own, with nothing else to keep the cores busy. Falls
+    back to the ``raw`` size, an upper bound for JPEG and PNG, when no sampled image
+    can be read and preprocessed.
     """
     raw_size = preprocessing.image_size ** 2 * 3
     if preprocessing.image_format == image_codec.RAW:
         return float(raw_size)
-    sizes = []
-    for record in records:
-        try:
-            data = image_loading.read_bytes(record.uri, limits.max_file_bytes)
-        except OSError:
-            continue
-        size = stored_image_bytes(data, preprocessing, limits)
-        if size is not None:
-            sizes.append(size)
+    with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 1)) as pool:
+        sizes = [size for size in pool.map(
+            lambda record: _stored_size_of(record, preprocessing, limits), records)
+            if size is not None]
     return sum(sizes) / len(sizes) if sizes else float(raw_size)
 
 
@@ -87,6 +102,19 @@ def estimated_split_bytes(num_records: int, key_bytes: int, label_bytes: int,
     return num_records * len(example)
 
 
+def upper_bound_image_bytes(image_size: int) -> float:
+    """More than any stored JPEG or PNG of an ``image_size`` square RGB image."""
+    return UPPER_BOUND_FACTOR * image_size ** 2 * 3 + UPPER_BOUND_HEADER_BYTES
+
+
+def fits_one_shard(num_records: int, key_bytes: int, label_bytes: int,
+                   preprocessing: ImagePreprocessing, target_shard_bytes: int) -> bool:
+    """True if the split fits one shard even at the upper bound of stored sizes."""
+    bound = upper_bound_image_bytes(preprocessing.image_size)
+    return estimated_split_bytes(num_records, key_bytes, label_bytes, bound,
+                                 preprocessing.image_size) <= target_shard_bytes
+
+
 def _sizes(record: ImageRecord) -> tuple[str, tuple[int, int, int]]:
     return record.split, (1, len(record.key.encode("utf-8")), len(record.label.encode("utf-8")))
 
@@ -104,9 +132,12 @@ def _sample_key(record: ImageRecord) -> tuple[int, str]:
 
 def _measure_sample(element: tuple[str, list[ImageRecord]],
                     preprocessing: ImagePreprocessing,
-                    limits: image_loading.InputLimits) -> tuple[str, float]:
+                    limits: image_loading.InputLimits,
+                    sizes: dict[str, tuple[int, int, int]], target_shard_bytes: int
+                    ) -> Iterator[tuple[str, float]]:
     split, sample = element
-    return split, mean_stored_image_bytes(sample, preprocessing, limits)
+    if not fits_one_shard(*sizes[split], preprocessing, target_shard_bytes):
+        yield split, mean_stored_image_bytes(sample, preprocessing, limits)
 
 
 def _plan_split(element: tuple[str, tuple[int, int, int]], image_bytes: dict[str, float],
@@ -115,6 +146,8 @@ def _plan_split(element: tuple[str, tuple[int, int, int]], image_bytes: dict[str
     split, (num_records, key_bytes, label_bytes) = element
     if num_shards is not None:
         return split, sharding.plan_num_shards(num_records, 0, target_shard_bytes, num_shards)
+    if split not in image_bytes:  # Not sampled: it fits one shard at the upper bound.
+        return split, sharding.plan_num_shards(num_records, 0, target_shard_bytes)
     total = estimated_split_bytes(num_records, key_bytes, label_bytes,
                                   image_bytes[split], preprocessing.image_size)
     return split, sharding.plan_num_shards(num_records, total, target_shard_bytes)
@@ -142,9 +175,10 @@ class PlanImageShards(beam.PTransform):
                 | "KeyBySplit" >> beam.Map(lambda record: (record.split, record))
                 | "SampleImages" >> beam.combiners.Top.PerKey(SAMPLE_SIZE, key=_sample_key,
                                                               reverse=True)
-                | "MeasureSample" >> beam.Map(
+                | "MeasureSample" >> beam.FlatMap(
                     _measure_sample, preprocessing=self._preprocessing,
-                    limits=self._limits))
+                    limits=self._limits, sizes=beam.pvalue.AsDict(sizes),
+                    target_shard_bytes=self._target_shard_bytes))
         return sizes | "PlanShardCounts" >> beam.Map(
             _plan_split, image_bytes=image_bytes, preprocessing=self._preprocessing,
             target_shard_bytes=self._target_shard_bytes, num_shards=self._num_shards)

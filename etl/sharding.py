@@ -16,8 +16,8 @@ random, so reruns give different files. Here everything derives from the key:
    no record (all rejected, or no key hashed there) and renames the rest to their
    contiguous final names ``-SSSSS-of-NNNNN``, so no file is ever empty.
 
-Files are GZIP (zlib) streams at ``gzip_level`` 0-9, deflated on every core
-(``etl/tfrecord_gzip.py``). The default, zlib's own 6, shrinks raw pixels several-fold
+Files are GZIP (zlib) streams at ``gzip_level`` 0-9, written by
+``tf.io.TFRecordWriter``. The default, zlib's own 6, shrinks raw pixels several-fold
 but JPEG/PNG records only by ~3 %, at ~0.4 ms of one core per 20 KB JPEG record, and
 time-series windows ~20 % (in hash order, the overlapping windows of a series lie far
 apart in a shard, beyond deflate's 32 KiB reach); level 0 keeps the GZIP container
@@ -34,8 +34,7 @@ from typing import Any
 import apache_beam as beam
 
 from etl import contract, dead_letters, fault_injection, hashing
-from etl.atomic_files import INCOMPLETE_SUFFIX
-from etl.tfrecord_gzip import GzipRecordWriter
+from etl.atomic_files import publish, temp_path_for
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
 DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
@@ -116,11 +115,11 @@ class ShardWriter:
     def __enter__(self) -> ShardWriter:
         import tensorflow as tf
 
-        self._tmp_path = self.path + INCOMPLETE_SUFFIX
+        self._tmp_path = temp_path_for(self.path)
         tf.io.gfile.makedirs(posixpath.dirname(self.path))
-        self._file = tf.io.gfile.GFile(self._tmp_path, "wb")
-        self._writer = GzipRecordWriter(self._file, self._gzip_level)
-        self._file.flush()  # The temporary file exists from the start.
+        options = tf.io.TFRecordOptions(compression_type=contract.COMPRESSION,
+                                        compression_level=self._gzip_level)
+        self._writer = tf.io.TFRecordWriter(self._tmp_path, options)
         return self
 
     def write(self, serialized: bytes) -> None:
@@ -132,17 +131,13 @@ class ShardWriter:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         import tensorflow as tf
 
-        try:
-            if exc_type is None and self.num_records:
-                self._writer.close()
-        finally:
-            self._file.close()
+        self._writer.close()
         if exc_type is not None or self.num_records == 0:
             tf.io.gfile.remove(self._tmp_path)
             return
-        self.num_bytes = self._writer.num_bytes
-        self.sha256 = self._writer.sha256
-        tf.io.gfile.rename(self._tmp_path, self.path, overwrite=True)
+        self.num_bytes = tf.io.gfile.stat(self._tmp_path).length
+        self.sha256 = contract.sha256_of_file(self._tmp_path)
+        publish(self._tmp_path, self.path)
         fault_injection.pause_point(fault_injection.SHARD_WRITTEN)
 
 

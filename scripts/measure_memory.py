@@ -252,6 +252,7 @@ def main() -> None:
             log = os.path.join(log_dir, f"{config}_{count}.log")
             command = [sys.executable, "-m", "pipelines.images", f"--input={root}",
                        f"--output_dir={output_dir}", "--overwrite", *flags, *job_flags]
+            print(f"{count:>7} images  {config:<17} running (log: {log})", flush=True)
             run = {"images": count, "config": config, "command": command[1:], "log": log,
                    **measure(command, log)}
             if run["rc"] == 0:

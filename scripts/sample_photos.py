@@ -10,11 +10,13 @@ from its own generator seeded with ``(seed, i)``, so the first N files of any tr
 are the same N files: a tree of N photos is ``<work_dir>/photos_<N>``, and files that
 a sibling tree already holds are hard-linked from it, not rendered again.
 
-With the defaults the mean file is about 64 KB (a 2,000-photo tree: see the stats
-this prints and saves in ``<work_dir>/photos_<N>.json``), so 200,000 photos take
-about 13 GB. Generation runs on a process pool, skips files that exist and can be
-stopped and resumed at any point (each file is written under a temporary name and
-renamed into place).
+With seed 0 and scikit-learn's photos only, the 200,000-photo tree measured: mean
+65.0 KB, median 50.6 KB, 3.1-337 KB per file (KB = 1000 bytes), 0.41 megapixels
+on average, 13.0 GB in all (its first 2,000 / 20,000 files: mean 65.0 / 64.5 KB).
+The stats of every tree are printed and saved in ``<work_dir>/photos_<N>.json``.
+Generation runs on a process pool (about 150-185 files/s on 2 cores, so 200,000 in
+about 20 minutes), skips files that exist and can be stopped and resumed at any
+point (each file is written under a temporary name and renamed into place).
 
 Usage: nice -n 19 python scripts/sample_photos.py --work_dir /work/bench_data \\
            --count 200000
