@@ -128,6 +128,10 @@ class ShardWriter:
         if self.num_records == 1:
             fault_injection.pause_point(fault_injection.SHARD_WRITING)
 
+    def write_all(self, records: Iterable[bytes]) -> None:
+        for serialized in records:
+            self.write(serialized)
+
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         import tensorflow as tf
 

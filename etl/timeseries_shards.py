@@ -12,6 +12,7 @@ float32 is a dead letter, never an inf on disk.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import posixpath
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -92,6 +93,11 @@ class TransformAndWriteWindowShard(beam.DoFn):
     def setup(self) -> None:
         self._written = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
                                                      "windows_written")
+        self._write_pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="WindowShardWriter")
+
+    def teardown(self) -> None:
+        self._write_pool.shutdown()
 
     def process(self, element: tuple[tuple[str, int], Iterable[WindowRun]],
                 num_shards: dict[str, int], transform_written: list[Any]) -> Iterator[Any]:
@@ -108,14 +114,25 @@ class TransformAndWriteWindowShard(beam.DoFn):
         with sharding.ShardWriter(posixpath.join(self._output_dir, relpath),
                                   self._gzip_level) as writer:
             # Windows are cut, normalised and serialized in shard order, a block at a
-            # time, so each block is written (and deflated, on other cores) while the
-            # next is prepared.
+            # time; a block is written on the writer thread (TensorFlow's writer
+            # deflates with the GIL released, on another core) while the next block
+            # is prepared. Blocks are written one after another, in order.
             order = shard_windows.order
-            for first in range(0, len(order), TRANSFORM_WINDOWS):
-                block = order[first:first + TRANSFORM_WINDOWS]
-                for data in self._block_examples(shard_windows, block, transform,
-                                                 rejections, labels):
-                    writer.write(data)
+            written: concurrent.futures.Future | None = None
+            try:
+                for first in range(0, len(order), TRANSFORM_WINDOWS):
+                    block = order[first:first + TRANSFORM_WINDOWS]
+                    examples = self._block_examples(shard_windows, block, transform,
+                                                    rejections, labels)
+                    if written is not None:
+                        written.result()
+                    written = self._write_pool.submit(writer.write_all, examples)
+            finally:
+                # The writer is closed on leaving the block: never under a write.
+                if written is not None:
+                    concurrent.futures.wait([written])
+            if written is not None:
+                written.result()
         self._written.inc(writer.num_records)
         for rejection in rejections:
             yield from dead_letters.route(rejection)

@@ -1,4 +1,4 @@
-"""Unit tests of etl/window_examples.py: the same bytes as serialize_example, faster."""
+"""Unit tests of etl/window_examples.py: the same bytes as serialize_example."""
 
 from __future__ import annotations
 
