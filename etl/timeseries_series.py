@@ -226,6 +226,16 @@ def _segments(times: np.ndarray, texts: TimeTexts, values: np.ndarray,
             for a, b in itertools.pairwise(bounds)]
 
 
+def _row_rejections(series_id: str, texts: TimeTexts, positions: np.ndarray,
+                    source_of: SourceOf, rows: np.ndarray, reason: str,
+                    messages: Sequence[str]) -> list[Rejection]:
+    """One ``Rejection`` per sorted row index in ``rows``, keyed ``<series>@<time text>``."""
+    return [Rejection(key=f"{series_id}@{text}", source=source_of(int(positions[row])),
+                      reason=reason, message=message)
+            for row, text, message in zip(rows.tolist(), texts.take(rows).strings(),
+                                          messages, strict=True)]
+
+
 def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
                source_of: SourceOf) -> CleanSeries:
     """Steps 1-4 of the module docstring for one series' columns.
@@ -257,15 +267,13 @@ def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
             stats["rows_merged_duplicates"] += int((sizes - 1).sum())
             keep = starts
         else:
-            duplicated = np.repeat(sizes > 1, sizes)
             group_size = np.repeat(sizes, sizes)
-            duplicated_rows = np.flatnonzero(duplicated)
-            duplicated_texts = texts.take(duplicated_rows).strings()
-            for row, text in zip(duplicated_rows.tolist(), duplicated_texts, strict=True):
-                rejections.append(Rejection(
-                    key=f"{series_id}@{text}", source=source_of(int(positions[row])),
-                    reason=dead_letters.DUPLICATE_TIMESTAMP,
-                    message=f"{int(group_size[row])} rows share this timestamp."))
+            duplicated_rows = np.flatnonzero(group_size > 1)
+            rejections += _row_rejections(
+                series_id, texts, positions, source_of, duplicated_rows,
+                dead_letters.DUPLICATE_TIMESTAMP,
+                [f"{size} rows share this timestamp."
+                 for size in group_size[duplicated_rows].tolist()])
             stats["rows_rejected"] += len(duplicated_rows)
             keep = starts[sizes == 1]
             values = values[keep]
@@ -278,12 +286,10 @@ def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
         if cleaning.missing in ("drop", "reject"):
             if cleaning.missing == "reject":
                 missing_rows = np.flatnonzero(missing)
-                missing_texts = texts.take(missing_rows).strings()
-                for row, text in zip(missing_rows.tolist(), missing_texts, strict=True):
-                    rejections.append(Rejection(
-                        key=f"{series_id}@{text}", source=source_of(int(positions[row])),
-                        reason=dead_letters.MISSING_VALUE,
-                        message="Row has a missing value (--missing=reject)."))
+                rejections += _row_rejections(
+                    series_id, texts, positions, source_of, missing_rows,
+                    dead_letters.MISSING_VALUE,
+                    ["Row has a missing value (--missing=reject)."] * len(missing_rows))
                 stats["rows_rejected"] += int(missing.sum())
             else:
                 stats["rows_dropped_missing"] += int(missing.sum())
