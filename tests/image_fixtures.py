@@ -59,6 +59,12 @@ def _encode(kind: str, height: int, width: int, rgb: tuple[int, int, int]) -> by
         first.save(buf, "GIF", save_all=True, append_images=[second])
     elif kind == "bmp":
         Image.fromarray(pixels).save(buf, "BMP")
+    elif kind == "webp":
+        Image.fromarray(pixels).save(buf, "WEBP", lossless=True)
+    elif kind == "webp_alpha":
+        # Lossless WebP with alpha 77 everywhere: the colour under it is kept exactly.
+        rgba = np.concatenate([pixels, np.full((height, width, 1), 77, np.uint8)], -1)
+        Image.fromarray(rgba, "RGBA").save(buf, "WEBP", lossless=True, exact=True)
     else:
         raise ValueError(kind)
     return buf.getvalue()
@@ -75,6 +81,8 @@ KINDS: tuple[tuple[str, str, int, int, bool], ...] = (
     ("palette", "png", 30, 22, False),
     ("gif", "gif", 24, 36, False),
     ("bmp", "bmp", 28, 28, False),
+    ("webp", "webp", 26, 34, False),
+    ("webp_alpha", "webp", 21, 17, False),
 )
 LABELS: tuple[str, ...] = ("bird", "cat", "dog")
 

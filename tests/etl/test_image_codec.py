@@ -7,7 +7,7 @@ import io
 import numpy as np
 import pytest
 import tensorflow as tf
-from PIL import Image
+from PIL import Image, ImageOps
 
 from etl import image_codec
 from tests.image_fixtures import _encode
@@ -259,3 +259,248 @@ def test_check_decodable_raises_on_truncated_data(kind):
     data = _encode(kind, 40, 40, RGB)
     with pytest.raises(tf.errors.InvalidArgumentError):
         image_codec.check_decodable(data[: len(data) // 2])
+
+
+# --- EXIF orientation -----------------------------------------------------------------
+
+def _exif_jpeg(pixels: np.ndarray, orientation: int | None, endian: str = ">",
+               **extra_tags: object) -> bytes:
+    """A JPEG written by Pillow with an EXIF block holding ``orientation`` (tag 0x0112)
+    in the given TIFF byte order (">" big-endian "MM", "<" little-endian "II")."""
+    exif = Image.Exif()
+    exif.endian = endian
+    exif[0x010F] = "Test camera"  # Make: the orientation is not the first entry.
+    if orientation is not None:
+        exif[0x0112] = orientation
+    for tag, value in extra_tags.items():
+        exif[int(tag.removeprefix("tag_"), 16)] = value
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "JPEG", quality=95, exif=exif)
+    return buf.getvalue()
+
+
+def _orientation(data: bytes) -> int:
+    return int(image_codec.exif_orientation(tf.constant(data)))
+
+
+@pytest.mark.parametrize("endian", [">", "<"])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_reads_the_tag_in_both_byte_orders(orientation, endian):
+    data = _exif_jpeg(_pixels(10, 12, 16), orientation, endian)
+    # Pillow writes a JFIF APP0 segment, then the EXIF APP1, in the requested order.
+    assert data[2:4] == b"\xff\xe0" and data[6:10] == b"JFIF"
+    tiff = data.index(b"Exif\0\0") + 6
+    assert data[tiff:tiff + 2] == (b"MM" if endian == ">" else b"II")
+    assert _orientation(data) == orientation
+
+
+def test_exif_orientation_right_after_soi():
+    # Cameras write the EXIF APP1 first, with no JFIF segment.
+    data = _exif_jpeg(_pixels(11, 12, 16), 6)
+    app0_end = 4 + int.from_bytes(data[4:6], "big")
+    assert data[app0_end:app0_end + 2] == b"\xff\xe1"
+    assert _orientation(data[:2] + data[app0_end:]) == 6
+
+
+def _app1(tiff: bytes) -> bytes:
+    """An APP1 segment holding ``b"Exif\\0\\0" + tiff`` (test data, by the JPEG and
+    EXIF layouts)."""
+    payload = b"Exif\0\0" + tiff
+    return b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+
+
+def _big_endian_tiff(entries: list[tuple[int, int, int, bytes]], ifd_offset: int = 8,
+                     magic: int = 42) -> bytes:
+    """A big-endian TIFF header and IFD0 with ``(tag, type, count, 4 value bytes)``."""
+    body = len(entries).to_bytes(2, "big") + b"".join(
+        tag.to_bytes(2, "big") + kind.to_bytes(2, "big") + count.to_bytes(4, "big") + value
+        for tag, kind, count, value in entries) + b"\0\0\0\0"
+    head = b"MM" + magic.to_bytes(2, "big") + ifd_offset.to_bytes(4, "big")
+    return head + b"\0" * (ifd_offset - 8) + body
+
+
+def _with_segment(segment: bytes, jpeg: bytes | None = None) -> bytes:
+    jpeg = jpeg or _encode("jpeg", 8, 8, RGB)
+    return jpeg[:2] + segment + jpeg[2:]
+
+
+SHORT_6 = (0x0112, 3, 1, b"\x00\x06\x00\x00")
+
+
+def test_exif_orientation_of_hand_built_segments():
+    # The reference layout parses, so the malformed variants below test the guards.
+    assert _orientation(_with_segment(_app1(_big_endian_tiff([SHORT_6])))) == 6
+    # A LONG-typed orientation (some writers) is read too.
+    assert _orientation(_with_segment(_app1(_big_endian_tiff(
+        [(0x0112, 4, 1, b"\x00\x00\x00\x03")])))) == 3
+    # IFD0 further into the segment.
+    assert _orientation(_with_segment(_app1(_big_endian_tiff([SHORT_6], ifd_offset=40)))) == 6
+
+
+@pytest.mark.parametrize("data", [
+    _encode("jpeg", 8, 8, RGB),                                               # no EXIF
+    _encode("png", 8, 8, RGB), _encode("gif", 8, 8, RGB), b"", b"\xff\xd8", b"Exif\0\0",
+    _with_segment(_app1(_big_endian_tiff([SHORT_6], magic=43))),             # bad magic
+    _with_segment(_app1(b"XX" + _big_endian_tiff([SHORT_6])[2:])),            # byte order
+    _with_segment(_app1(b"MM\x00\x2a\xff\xff\xff\xf0"
+                        + _big_endian_tiff([SHORT_6])[8:])),                  # far IFD
+    _with_segment(_app1(_big_endian_tiff([SHORT_6])[:-10])),                  # cut entry
+    _with_segment(_app1(_big_endian_tiff([(0x0112, 3, 1, b"\x00\x09\x00\x00")]))),  # 9
+    _with_segment(_app1(_big_endian_tiff([(0x0112, 3, 1, b"\x00\x00\x00\x00")]))),  # 0
+    _with_segment(_app1(_big_endian_tiff([(0x0112, 2, 1, b"6\x00\x00\x00")]))),  # ASCII
+    _with_segment(_app1(_big_endian_tiff([(0x0112, 3, 2, b"\x00\x06\x00\x06")]))),  # count
+    _with_segment(_app1(_big_endian_tiff([(0x0110, 3, 1, b"\x00\x06\x00\x00")]))),  # tag
+    # The segment's length field ends it before the IFD entry.
+    _with_segment(b"\xff\xe1\x00\x10" + _app1(_big_endian_tiff([SHORT_6]))[4:]),
+    # EXIF signature not in an APP1 segment (here in a comment).
+    _with_segment(b"\xff\xfe" + _app1(_big_endian_tiff([SHORT_6]))[2:]),
+    # An entry count whose IFD would run past the segment.
+    _with_segment(_app1(b"MM\x00\x2a\x00\x00\x00\x08\xff\xff"
+                        + _big_endian_tiff([SHORT_6])[10:])),
+], ids=["no-exif", "png", "gif", "empty", "soi-only", "bare-signature", "magic",
+        "byte-order", "far-ifd", "cut-entry", "value-9", "value-0", "ascii-type",
+        "count-2", "other-tag", "short-segment", "comment", "huge-count"])
+def test_exif_orientation_is_1_without_a_valid_tag(data):
+    assert _orientation(data) == 1
+
+
+def test_exif_orientation_beyond_the_scanned_head_is_1():
+    # An APP1 that starts past the first EXIF_SCAN_BYTES is not read.
+    padding = b"\xff\xfe\xff\xff" + b"\0" * 0xFFFD  # one maximal comment segment
+    assert len(padding) > image_codec.EXIF_SCAN_BYTES
+    assert _orientation(_with_segment(padding + _app1(_big_endian_tiff([SHORT_6])))) == 1
+
+
+def test_exif_orientation_never_raises_on_mutated_exif():
+    # Every byte of the EXIF block set to every "interesting" value in turn.
+    data = _exif_jpeg(_pixels(12, 8, 8), 6)
+    end = 4 + int.from_bytes(data[4:6], "big")
+    for i in range(2, end):
+        for value in (0x00, 0x01, 0x7F, 0xFF):
+            mutated = data[:i] + bytes([value]) + data[i + 1:]
+            assert 1 <= _orientation(mutated) <= 8
+
+
+def _pillow_exif_transpose(pixels: np.ndarray, orientation: int) -> np.ndarray:
+    image = Image.fromarray(pixels)
+    image.getexif()[0x0112] = orientation
+    return np.asarray(ImageOps.exif_transpose(image))
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_apply_orientation_matches_pillow_exif_transpose(orientation):
+    pixels = _pixels(13, 5, 7)
+    upright = image_codec.apply_orientation(tf.constant(pixels), tf.constant(orientation))
+    np.testing.assert_array_equal(upright.numpy(), _pillow_exif_transpose(pixels, orientation))
+
+
+@pytest.mark.parametrize("orientation", [0, 9, -3])
+def test_apply_orientation_outside_1_to_8_keeps_the_pixels(orientation):
+    pixels = _pixels(14, 5, 7)
+    upright = image_codec.apply_orientation(tf.constant(pixels), tf.constant(orientation))
+    np.testing.assert_array_equal(upright.numpy(), pixels)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_resize_and_center_crop_orientation_equals_turning_first_up_to_rounding(
+        orientation):
+    # The resized image is turned, not the decoded one: the same up to float
+    # rounding of the separable resize (documented: at most 1 level).
+    pixels = _pixels(17, 61, 47)
+    first = image_codec.resize_and_center_crop(
+        tf.constant(_pillow_exif_transpose(pixels, orientation)), 16).numpy().astype(int)
+    after = image_codec.resize_and_center_crop(tf.constant(pixels), 16,
+                                               tf.constant(orientation)).numpy().astype(int)
+    assert np.abs(first - after).max() <= 1
+    assert (first != after).mean() < 0.01
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_preprocess_turns_an_oriented_jpeg_upright(orientation):
+    # 12 x 20 stored, PNG-encoded output of size 12: the 90° orientations store the
+    # upright image's 12-wide centre of a 20 x 12 frame. Flat colour regions: exact.
+    pixels = np.zeros((12, 20, 3), np.uint8)
+    pixels[:, :10] = (250, 0, 0)
+    pixels[:6, 10:] = (0, 250, 0)
+    pixels[6:, 10:] = (0, 0, 250)
+    data = _exif_jpeg(pixels, orientation)
+    stored = image_codec.decode_rgb(tf.constant(data)).numpy()
+    expected = image_codec.resize_and_center_crop(
+        tf.constant(_pillow_exif_transpose(stored, orientation)), 12).numpy()
+    out = image_codec.preprocess(tf.constant(data), 12, image_codec.PNG, 95).numpy()
+    np.testing.assert_array_equal(tf.io.decode_png(out).numpy(), expected)
+    kept = image_codec.preprocess(tf.constant(data), 12, image_codec.PNG, 95,
+                                  apply_exif_orientation=False).numpy()
+    np.testing.assert_array_equal(
+        tf.io.decode_png(kept).numpy(),
+        image_codec.resize_and_center_crop(tf.constant(stored), 12).numpy())
+
+
+# --- alpha ----------------------------------------------------------------------------
+
+def _rgba_pixels() -> np.ndarray:
+    rgba = _pixels(15, 6, 9)
+    return np.concatenate([rgba, np.random.default_rng(16).integers(
+        0, 256, (6, 9, 1), dtype=np.uint8)], -1)
+
+
+def _composited(rgba: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:
+    # The documented rule in float64: c * a/255 + bg * (1 - a/255), to nearest.
+    alpha = rgba[..., 3:].astype(np.float64) / 255
+    mixed = rgba[..., :3] * alpha + np.array(background, np.float64) * (1 - alpha)
+    return np.rint(mixed).astype(np.uint8)
+
+
+def _save(image: Image.Image, kind: str, **options: object) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, kind, **options)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("kind,options", [
+    ("PNG", {}), ("WEBP", {"lossless": True, "exact": True})])
+def test_decode_rgb_composites_alpha_on_the_background(kind, options):
+    rgba = _rgba_pixels()
+    data = _save(Image.fromarray(rgba, "RGBA"), kind, **options)
+    background = (255, 250, 10)
+    decoded = image_codec.decode_rgb(tf.constant(data), alpha_background=background)
+    np.testing.assert_array_equal(decoded.numpy(), _composited(rgba, background))
+    # Default: the alpha channel is dropped, the stored colour kept.
+    np.testing.assert_array_equal(_decode(data), rgba[..., :3])
+
+
+def test_decode_rgb_composites_gray_with_alpha():
+    rgba = _rgba_pixels()
+    gray_alpha = np.stack([rgba[..., 0], rgba[..., 3]], -1)
+    data = _save(Image.fromarray(gray_alpha, "LA"), "PNG")
+    expected = _composited(np.concatenate([np.repeat(gray_alpha[..., :1], 3, -1),
+                                           gray_alpha[..., 1:]], -1), (0, 0, 255))
+    decoded = image_codec.decode_rgb(tf.constant(data), alpha_background=(0, 0, 255))
+    np.testing.assert_array_equal(decoded.numpy(), expected)
+
+
+def test_decode_rgb_composites_a_palette_transparency():
+    # Palette index 0 transparent (tRNS): those pixels become the background.
+    pixels = np.zeros((4, 6), np.uint8)
+    pixels[:, 3:] = 1
+    image = Image.fromarray(pixels, "P")
+    image.putpalette([200, 100, 50, 10, 20, 30] + [0] * 762)
+    data = _save(image, "PNG", transparency=0)
+    decoded = image_codec.decode_rgb(tf.constant(data), alpha_background=(9, 9, 9)).numpy()
+    assert (decoded[:, :3] == (9, 9, 9)).all() and (decoded[:, 3:] == (10, 20, 30)).all()
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "png", "gray", "bmp", "gif"])
+def test_decode_rgb_background_leaves_opaque_images_alone(kind):
+    data = _encode(kind, 6, 9, (90, 90, 90))
+    np.testing.assert_array_equal(
+        image_codec.decode_rgb(tf.constant(data), alpha_background=(255, 0, 0)).numpy(),
+        _decode(data))
+
+
+def test_decode_rgb_reads_webp_with_alpha():
+    # tf.io.decode_image(channels=3) refuses a WebP with alpha; it is decoded whole
+    # and its alpha dropped like any other.
+    decoded = _decode(_encode("webp_alpha", 6, 9, RGB))
+    assert decoded.shape == (6, 9, 3)
+    assert (decoded == RGB).all()
