@@ -1,4 +1,4 @@
-"""Image decode → RGB → upright (EXIF) → resize → centre-crop → encode, as pure
+"""Image decode → RGB → resize → upright (EXIF) → centre-crop → encode, as pure
 TensorFlow ops.
 
 They run inside ``preprocessing_fn`` (in the exported ``transform_fn``), so serving

@@ -64,8 +64,10 @@ class ImagePreprocessing:
                               "(255 - a)) / 255); GIF transparency not composited"),
             "exif_orientation": (
                 "applied: a JPEG's EXIF orientation (APP1 Exif, IFD0 tag 0x0112, "
-                "values 2-8) turns the decoded pixels upright before the resize; "
-                "absent or malformed EXIF counts as 1" if self.apply_exif_orientation
+                "values 2-8, as PIL.ImageOps.exif_transpose) turns the resized image "
+                "upright before the centre crop (equal to turning it first up to float "
+                "rounding); absent or malformed EXIF counts as 1"
+                if self.apply_exif_orientation
                 else "ignored: pixels kept in their stored order"),
             "resize": "shorter side to image_size (bilinear, antialias=True), then "
                       "centre crop image_size x image_size, round half to even",
