@@ -10,6 +10,18 @@ from collections.abc import Iterator
 INCOMPLETE_SUFFIX = ".incomplete"
 
 
+def temp_path_for(path: str) -> str:
+    """Where ``path`` is written before it is complete."""
+    return path + INCOMPLETE_SUFFIX
+
+
+def publish(tmp_path: str, path: str) -> None:
+    """Renames a complete temporary file to its final ``path`` (replacing it)."""
+    import tensorflow as tf
+
+    tf.io.gfile.rename(tmp_path, path, overwrite=True)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
     """Yields a temporary path beside ``path``; renames it to ``path`` on success.
@@ -20,7 +32,7 @@ def atomic_path(path: str) -> Iterator[str]:
     """
     import tensorflow as tf
 
-    tmp_path = path + INCOMPLETE_SUFFIX
+    tmp_path = temp_path_for(path)
     tf.io.gfile.makedirs(posixpath.dirname(path) or ".")
     try:
         yield tmp_path
@@ -28,7 +40,7 @@ def atomic_path(path: str) -> Iterator[str]:
         if tf.io.gfile.exists(tmp_path):
             tf.io.gfile.remove(tmp_path)
         raise
-    tf.io.gfile.rename(tmp_path, path, overwrite=True)
+    publish(tmp_path, path)
 
 
 def write_text_atomically(path: str, text: str) -> None:

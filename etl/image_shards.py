@@ -314,9 +314,12 @@ class TransformAndWriteImageShards(beam.PTransform):
     """Split-assigned ``ImageRecord``s → pending shard files, one fused step a shard.
 
     Args:
-        num_shards: single-element... a PCollection of ``(split, num_shards)``.
+        num_shards: a PCollection of ``(split, num_shards)`` (``PlanImageShards``).
         transform_written: the PCollection ``WriteTransformFn`` returns; the step
             waits for it, then loads ``<output_dir>/transform_fn``.
+        transform_threads: batches transformed at once per process. TensorFlow
+            already spreads one batch's images over every core; a second batch in
+            flight keeps them busy while the first one's results are written.
 
     Returns:
         ``(results, rejected, label_counts)``: the shard results for

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 
 from etl import contract, fault_injection, hashing
-from etl.atomic_files import INCOMPLETE_SUFFIX
+from etl.atomic_files import publish, temp_path_for
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
 DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
@@ -119,7 +119,7 @@ class ShardWriter:
     def __enter__(self) -> ShardWriter:
         import tensorflow as tf
 
-        self._tmp_path = self.path + INCOMPLETE_SUFFIX
+        self._tmp_path = temp_path_for(self.path)
         tf.io.gfile.makedirs(posixpath.dirname(self.path))
         options = tf.io.TFRecordOptions(compression_type=contract.COMPRESSION,
                                         compression_level=self._gzip_level)
@@ -141,7 +141,7 @@ class ShardWriter:
             return
         self.num_bytes = tf.io.gfile.stat(self._tmp_path).length
         self.sha256 = contract.sha256_of_file(self._tmp_path)
-        tf.io.gfile.rename(self._tmp_path, self.path, overwrite=True)
+        publish(self._tmp_path, self.path)
         fault_injection.pause_point(fault_injection.SHARD_WRITTEN)
 
 

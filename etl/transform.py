@@ -205,7 +205,21 @@ def analyze_input_columns(preprocessing_fn: Callable[[dict], dict],
     return sorted(tft.get_analyze_input_columns(preprocessing_fn, type_specs))
 
 
-class AnalyzeAndWriteTransformFn(beam.PTransform):
+class _TransformStage(beam.PTransform):
+    """What every tf.Transform stage is built from: the preprocessing, the raw spec,
+    where the transform output goes and tf.Transform's scratch directory."""
+
+    def __init__(self, preprocessing_fn: Callable[[dict], dict],
+                 raw_feature_spec: Mapping[str, Any], output_dir: str,
+                 temp_dir: str) -> None:
+        super().__init__()
+        self._preprocessing_fn = preprocessing_fn
+        self._raw_feature_spec = dict(raw_feature_spec)
+        self._output_dir = output_dir
+        self._temp_dir = temp_dir
+
+
+class AnalyzeAndWriteTransformFn(_TransformStage):
     """Fits ``preprocessing_fn``'s analyzers on instances holding only their input
     columns, and writes ``transform_fn/`` and ``transformed_metadata/``.
 
@@ -223,11 +237,7 @@ class AnalyzeAndWriteTransformFn(beam.PTransform):
     def __init__(self, preprocessing_fn: Callable[[dict], dict],
                  raw_feature_spec: Mapping[str, Any], output_dir: str,
                  temp_dir: str) -> None:
-        super().__init__()
-        self._preprocessing_fn = preprocessing_fn
-        self._raw_feature_spec = dict(raw_feature_spec)
-        self._output_dir = output_dir
-        self._temp_dir = temp_dir
+        super().__init__(preprocessing_fn, raw_feature_spec, output_dir, temp_dir)
         self.analyze_columns = analyze_input_columns(preprocessing_fn, raw_feature_spec)
 
     def expand(self, instances: beam.PCollection) -> Any:
@@ -251,7 +261,7 @@ class AnalyzeAndWriteTransformFn(beam.PTransform):
                 self._output_dir)
 
 
-class AnalyzeAndTransform(beam.PTransform):
+class AnalyzeAndTransform(_TransformStage):
     """Fits ``preprocessing_fn``'s analyzers on one dataset, applies it to every split.
 
     Input: a dict of PCollections of raw instance dicts (``raw_feature_spec``):
@@ -266,14 +276,6 @@ class AnalyzeAndTransform(beam.PTransform):
     ``transform_fn/`` and ``transformed_metadata/`` are final under ``output_dir``.
     """
 
-    def __init__(self, preprocessing_fn: Callable[[dict], dict],
-                 raw_feature_spec: Mapping[str, Any], output_dir: str,
-                 temp_dir: str) -> None:
-        super().__init__()
-        self._preprocessing_fn = preprocessing_fn
-        self._raw_feature_spec = dict(raw_feature_spec)
-        self._output_dir = output_dir
-        self._temp_dir = temp_dir
 
     def expand(self, raw: dict[str, beam.PCollection]) -> tuple[beam.PCollection, Any]:
         from tfx_bsl.tfxio import tensor_adapter, tf_example_record

@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import numpy as np
-import tensorflow as tf
 from sklearn.datasets import load_digits
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pipelines.quiet_start import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # The demo prints no TensorFlow start-up lines.
+import tensorflow as tf  # noqa: E402
 
 
 def write_digits(out_dir: str, limit: int | None = None) -> int:
