@@ -58,9 +58,10 @@ variant starts from the page cache.
 
 --variants picks what runs (default: a_ceiling, f_fused_loop, b_seeds, c_job,
 e_job_gzip0, g_job_lenient, h_job_no_exif; "all" adds a2_ceiling_autotune and
-d_job_mp2). A default run (2,000
-photos, 3 rounds) takes about 5 minutes on an idle 2-core VM (~85 s a round);
-samples retried under foreign load add to that. --baseline_dir adds (c) and
+d_job_mp2). Without (g) and (h), a default run (2,000 photos, 3 rounds) took about 5
+minutes on an idle 2-core VM (~85 s a round); (g) and (h) add two job runs and their
+tiny runs to each round, and the check costs are measured after the rounds; samples
+retried under foreign load add to that. --baseline_dir adds (c) and
 its tiny run for another checkout of the code (e.g. the commit before a change),
 interleaved with the rest, for before/after comparisons.
 
