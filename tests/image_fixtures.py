@@ -111,6 +111,45 @@ def write_image_folder(root: str, copies: int = 2) -> list[FixtureImage]:
     return written
 
 
+def random_pixels(seed: int, height: int, width: int) -> np.ndarray:
+    """``uint8 [height, width, 3]`` uniform noise: no resize or turn leaves it as is."""
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def exif_block(orientation: int) -> bytes:
+    """An EXIF block (TIFF header and IFD0, as Pillow writes it) holding only
+    ``orientation``, for ``Image.save(..., exif=...)``."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif.tobytes()
+
+
+def exif_jpeg(pixels: np.ndarray, orientation: int | None, endian: str = ">",
+              **extra_tags: object) -> bytes:
+    """A JPEG written by Pillow with an EXIF block holding ``orientation`` (tag 0x0112)
+    in the given TIFF byte order (">" big-endian "MM", "<" little-endian "II")."""
+    exif = Image.Exif()
+    exif.endian = endian
+    exif[0x010F] = "Test camera"  # Make: the orientation is not the first entry.
+    if orientation is not None:
+        exif[0x0112] = orientation
+    for tag, value in extra_tags.items():
+        exif[int(tag.removeprefix("tag_"), 16)] = value
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "JPEG", quality=95, exif=exif)
+    return buf.getvalue()
+
+
+def pillow_exif_transpose(pixels: np.ndarray, orientation: int) -> np.ndarray:
+    """``pixels`` turned upright for ``orientation`` by Pillow's ``exif_transpose``:
+    the independent reference of the EXIF rule."""
+    from PIL import ImageOps
+
+    image = Image.fromarray(pixels)
+    image.getexif()[0x0112] = orientation
+    return np.asarray(ImageOps.exif_transpose(image))
+
+
 def textured_jpeg(height: int = 96, width: int = 128, seed: int = 0, **save: object) -> bytes:
     """A JPEG of smooth gradients plus noise: enough entropy-coded data (about 10 KB
     at 96 x 128) for damage in the middle of it to be damage to the pixels."""

@@ -7,23 +7,12 @@ import io
 import numpy as np
 import pytest
 import tensorflow as tf
-from PIL import Image, ImageOps
+from PIL import Image
 
 from etl import image_codec
-from tests.image_fixtures import _encode
+from tests.image_fixtures import _encode, exif_jpeg, pillow_exif_transpose, random_pixels
 
 RGB = (200, 100, 50)
-
-
-def _pixels(seed: int, height: int, width: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def _webp(height: int, width: int, rgb: tuple[int, int, int]) -> bytes:
-    buf = io.BytesIO()
-    pixels = np.broadcast_to(np.array(rgb, np.uint8), (height, width, 3)).copy()
-    Image.fromarray(pixels).save(buf, "WEBP", lossless=True)
-    return buf.getvalue()
 
 
 def _decode(data: bytes) -> np.ndarray:
@@ -34,14 +23,10 @@ def _decode(data: bytes) -> np.ndarray:
 
 @pytest.mark.parametrize(("kind", "expected"), [
     ("jpeg", "jpeg"), ("jpeg_progressive", "jpeg"), ("png", "png"), ("png16", "png"),
-    ("gif", "gif"), ("bmp", "bmp"),
+    ("gif", "gif"), ("bmp", "bmp"), ("webp", "webp"), ("webp_alpha", "webp"),
 ])
 def test_sniff_format_recognises_encoded_images(kind, expected):
     assert image_codec.sniff_format(_encode(kind, 8, 8, RGB)) == expected
-
-
-def test_sniff_format_recognises_webp():
-    assert image_codec.sniff_format(_webp(8, 8, RGB)) == "webp"
 
 
 def test_sniff_format_recognises_gif87a_header():
@@ -64,7 +49,7 @@ def test_sniff_format_ignores_what_the_name_would_say():
 # --- decode_rgb -----------------------------------------------------------------------
 
 def test_decode_rgb_keeps_rgb_pixels():
-    pixels = _pixels(0, 5, 7)
+    pixels = random_pixels(0, 5, 7)
     decoded = _decode(tf.io.encode_png(pixels).numpy())
     assert decoded.dtype == np.uint8
     np.testing.assert_array_equal(decoded, pixels)
@@ -109,7 +94,7 @@ def test_decode_rgb_reads_bmp():
 
 
 def test_decode_rgb_reads_webp():
-    decoded = _decode(_webp(6, 9, RGB))
+    decoded = _decode(_encode("webp", 6, 9, RGB))
     assert decoded.shape == (6, 9, 3)
     assert (decoded == RGB).all()
 
@@ -131,7 +116,7 @@ def test_decode_rgb_rejects_garbage():
     (7, 200),    # very wide and short: upscaled on the short side
 ])
 def test_resize_and_center_crop_output_shape(height, width):
-    out = image_codec.resize_and_center_crop(tf.constant(_pixels(1, height, width)), 32)
+    out = image_codec.resize_and_center_crop(tf.constant(random_pixels(1, height, width)), 32)
     assert out.dtype == tf.uint8
     assert tuple(out.shape) == (32, 32, 3)
 
@@ -143,7 +128,7 @@ def test_resize_and_center_crop_keeps_a_solid_colour_exactly():
 
 
 def test_resize_and_center_crop_same_size_is_identity():
-    pixels = _pixels(2, 16, 16)
+    pixels = random_pixels(2, 16, 16)
     out = image_codec.resize_and_center_crop(tf.constant(pixels), 16).numpy()
     np.testing.assert_array_equal(out, pixels)
 
@@ -180,14 +165,14 @@ def test_resize_and_center_crop_crops_the_centre_of_a_tall_image():
 
 @pytest.mark.parametrize("image_format", [image_codec.PNG, image_codec.RAW])
 def test_encode_decode_stored_round_trip_is_exact(image_format):
-    pixels = _pixels(3, 12, 12)
+    pixels = random_pixels(3, 12, 12)
     encoded = image_codec.encode(tf.constant(pixels), image_format, 90)
     decoded = image_codec.decode_stored(encoded, image_format, 12).numpy()
     np.testing.assert_array_equal(decoded, pixels)
 
 
 def test_encode_raw_is_row_major_pixel_bytes():
-    pixels = _pixels(4, 3, 4)
+    pixels = random_pixels(4, 3, 4)
     encoded = image_codec.encode(tf.constant(pixels), image_codec.RAW, 90).numpy()
     assert encoded == pixels.tobytes()
 
@@ -199,7 +184,7 @@ def test_encode_raw_keeps_trailing_zero_bytes():
 
 
 def test_encode_png_is_a_png_file():
-    encoded = image_codec.encode(tf.constant(_pixels(5, 4, 4)), image_codec.PNG, 90).numpy()
+    encoded = image_codec.encode(tf.constant(random_pixels(5, 4, 4)), image_codec.PNG, 90).numpy()
     assert image_codec.sniff_format(encoded) == "png"
 
 
@@ -219,7 +204,7 @@ def test_encode_decode_stored_jpeg_is_close():
 
 
 def test_encode_jpeg_quality_changes_the_bytes():
-    pixels = tf.constant(_pixels(8, 32, 32))
+    pixels = tf.constant(random_pixels(8, 32, 32))
     low = image_codec.encode(pixels, image_codec.JPEG, 20).numpy()
     high = image_codec.encode(pixels, image_codec.JPEG, 95).numpy()
     assert len(low) < len(high)
@@ -227,7 +212,7 @@ def test_encode_jpeg_quality_changes_the_bytes():
 
 def test_encode_rejects_unknown_format():
     with pytest.raises(ValueError, match="Unknown image format 'webp'"):
-        image_codec.encode(tf.constant(_pixels(6, 2, 2)), "webp", 90)
+        image_codec.encode(tf.constant(random_pixels(6, 2, 2)), "webp", 90)
 
 
 def test_decode_stored_rejects_unknown_format():
@@ -236,7 +221,7 @@ def test_decode_stored_rejects_unknown_format():
 
 
 def test_decode_stored_raw_with_wrong_size_fails():
-    encoded = image_codec.encode(tf.constant(_pixels(7, 4, 4)), image_codec.RAW, 90)
+    encoded = image_codec.encode(tf.constant(random_pixels(7, 4, 4)), image_codec.RAW, 90)
     with pytest.raises(tf.errors.InvalidArgumentError):
         image_codec.decode_stored(encoded, image_codec.RAW, 5)
 
@@ -261,154 +246,14 @@ def test_check_decodable_raises_on_truncated_data(kind):
         image_codec.check_decodable(data[: len(data) // 2])
 
 
-# --- EXIF orientation -----------------------------------------------------------------
-
-def _exif_jpeg(pixels: np.ndarray, orientation: int | None, endian: str = ">",
-               **extra_tags: object) -> bytes:
-    """A JPEG written by Pillow with an EXIF block holding ``orientation`` (tag 0x0112)
-    in the given TIFF byte order (">" big-endian "MM", "<" little-endian "II")."""
-    exif = Image.Exif()
-    exif.endian = endian
-    exif[0x010F] = "Test camera"  # Make: the orientation is not the first entry.
-    if orientation is not None:
-        exif[0x0112] = orientation
-    for tag, value in extra_tags.items():
-        exif[int(tag.removeprefix("tag_"), 16)] = value
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "JPEG", quality=95, exif=exif)
-    return buf.getvalue()
-
-
-def _orientation(data: bytes) -> int:
-    return int(image_codec.exif_orientation(tf.constant(data)))
-
-
-@pytest.mark.parametrize("endian", [">", "<"])
-@pytest.mark.parametrize("orientation", range(1, 9))
-def test_exif_orientation_reads_the_tag_in_both_byte_orders(orientation, endian):
-    data = _exif_jpeg(_pixels(10, 12, 16), orientation, endian)
-    # Pillow writes a JFIF APP0 segment, then the EXIF APP1, in the requested order.
-    assert data[2:4] == b"\xff\xe0" and data[6:10] == b"JFIF"
-    tiff = data.index(b"Exif\0\0") + 6
-    assert data[tiff:tiff + 2] == (b"MM" if endian == ">" else b"II")
-    assert _orientation(data) == orientation
-
-
-def test_exif_orientation_right_after_soi():
-    # Cameras write the EXIF APP1 first, with no JFIF segment.
-    data = _exif_jpeg(_pixels(11, 12, 16), 6)
-    app0_end = 4 + int.from_bytes(data[4:6], "big")
-    assert data[app0_end:app0_end + 2] == b"\xff\xe1"
-    assert _orientation(data[:2] + data[app0_end:]) == 6
-
-
-def _app1(tiff: bytes) -> bytes:
-    """An APP1 segment holding ``b"Exif\\0\\0" + tiff`` (test data, by the JPEG and
-    EXIF layouts)."""
-    payload = b"Exif\0\0" + tiff
-    return b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
-
-
-def _big_endian_tiff(entries: list[tuple[int, int, int, bytes]], ifd_offset: int = 8,
-                     magic: int = 42) -> bytes:
-    """A big-endian TIFF header and IFD0 with ``(tag, type, count, 4 value bytes)``."""
-    body = len(entries).to_bytes(2, "big") + b"".join(
-        tag.to_bytes(2, "big") + kind.to_bytes(2, "big") + count.to_bytes(4, "big") + value
-        for tag, kind, count, value in entries) + b"\0\0\0\0"
-    head = b"MM" + magic.to_bytes(2, "big") + ifd_offset.to_bytes(4, "big")
-    return head + b"\0" * (ifd_offset - 8) + body
-
-
-def _with_segment(segment: bytes, jpeg: bytes | None = None) -> bytes:
-    jpeg = jpeg or _encode("jpeg", 8, 8, RGB)
-    return jpeg[:2] + segment + jpeg[2:]
-
-
-SHORT_6 = (0x0112, 3, 1, b"\x00\x06\x00\x00")
-
-
-def test_exif_orientation_of_hand_built_segments():
-    # The reference layout parses, so the malformed variants below test the guards.
-    assert _orientation(_with_segment(_app1(_big_endian_tiff([SHORT_6])))) == 6
-    # A LONG-typed orientation (some writers) is read too.
-    assert _orientation(_with_segment(_app1(_big_endian_tiff(
-        [(0x0112, 4, 1, b"\x00\x00\x00\x03")])))) == 3
-    # IFD0 further into the segment.
-    assert _orientation(_with_segment(_app1(_big_endian_tiff([SHORT_6], ifd_offset=40)))) == 6
-
-
-@pytest.mark.parametrize("data", [
-    _encode("jpeg", 8, 8, RGB),                                               # no EXIF
-    _encode("png", 8, 8, RGB), _encode("gif", 8, 8, RGB), b"", b"\xff\xd8", b"Exif\0\0",
-    _with_segment(_app1(_big_endian_tiff([SHORT_6], magic=43))),             # bad magic
-    _with_segment(_app1(b"XX" + _big_endian_tiff([SHORT_6])[2:])),            # byte order
-    _with_segment(_app1(b"MM\x00\x2a\xff\xff\xff\xf0"
-                        + _big_endian_tiff([SHORT_6])[8:])),                  # far IFD
-    _with_segment(_app1(_big_endian_tiff([SHORT_6])[:-10])),                  # cut entry
-    _with_segment(_app1(_big_endian_tiff([(0x0112, 3, 1, b"\x00\x09\x00\x00")]))),  # 9
-    _with_segment(_app1(_big_endian_tiff([(0x0112, 3, 1, b"\x00\x00\x00\x00")]))),  # 0
-    _with_segment(_app1(_big_endian_tiff([(0x0112, 2, 1, b"6\x00\x00\x00")]))),  # ASCII
-    _with_segment(_app1(_big_endian_tiff([(0x0112, 3, 2, b"\x00\x06\x00\x06")]))),  # count
-    _with_segment(_app1(_big_endian_tiff([(0x0110, 3, 1, b"\x00\x06\x00\x00")]))),  # tag
-    # The segment's length field ends it before the IFD entry.
-    _with_segment(b"\xff\xe1\x00\x10" + _app1(_big_endian_tiff([SHORT_6]))[4:]),
-    # EXIF signature not in an APP1 segment (here in a comment).
-    _with_segment(b"\xff\xfe" + _app1(_big_endian_tiff([SHORT_6]))[2:]),
-    # An entry count whose IFD would run past the segment.
-    _with_segment(_app1(b"MM\x00\x2a\x00\x00\x00\x08\xff\xff"
-                        + _big_endian_tiff([SHORT_6])[10:])),
-], ids=["no-exif", "png", "gif", "empty", "soi-only", "bare-signature", "magic",
-        "byte-order", "far-ifd", "cut-entry", "value-9", "value-0", "ascii-type",
-        "count-2", "other-tag", "short-segment", "comment", "huge-count"])
-def test_exif_orientation_is_1_without_a_valid_tag(data):
-    assert _orientation(data) == 1
-
-
-def test_exif_orientation_beyond_the_scanned_head_is_1():
-    # An APP1 that starts past the first EXIF_SCAN_BYTES is not read.
-    padding = b"\xff\xfe\xff\xff" + b"\0" * 0xFFFD  # one maximal comment segment
-    assert len(padding) > image_codec.EXIF_SCAN_BYTES
-    assert _orientation(_with_segment(padding + _app1(_big_endian_tiff([SHORT_6])))) == 1
-
-
-def test_exif_orientation_never_raises_on_mutated_exif():
-    # Every byte of the EXIF block set to every "interesting" value in turn.
-    data = _exif_jpeg(_pixels(12, 8, 8), 6)
-    end = 4 + int.from_bytes(data[4:6], "big")
-    for i in range(2, end):
-        for value in (0x00, 0x01, 0x7F, 0xFF):
-            mutated = data[:i] + bytes([value]) + data[i + 1:]
-            assert 1 <= _orientation(mutated) <= 8
-
-
-def _pillow_exif_transpose(pixels: np.ndarray, orientation: int) -> np.ndarray:
-    image = Image.fromarray(pixels)
-    image.getexif()[0x0112] = orientation
-    return np.asarray(ImageOps.exif_transpose(image))
-
-
-@pytest.mark.parametrize("orientation", range(1, 9))
-def test_apply_orientation_matches_pillow_exif_transpose(orientation):
-    pixels = _pixels(13, 5, 7)
-    upright = image_codec.apply_orientation(tf.constant(pixels), tf.constant(orientation))
-    np.testing.assert_array_equal(upright.numpy(), _pillow_exif_transpose(pixels, orientation))
-
-
-@pytest.mark.parametrize("orientation", [0, 9, -3])
-def test_apply_orientation_outside_1_to_8_keeps_the_pixels(orientation):
-    pixels = _pixels(14, 5, 7)
-    upright = image_codec.apply_orientation(tf.constant(pixels), tf.constant(orientation))
-    np.testing.assert_array_equal(upright.numpy(), pixels)
-
-
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_resize_and_center_crop_orientation_equals_turning_first_up_to_rounding(
         orientation):
     # The resized image is turned, not the decoded one: the same up to float
     # rounding of the separable resize (documented: at most 1 level).
-    pixels = _pixels(17, 61, 47)
+    pixels = random_pixels(17, 61, 47)
     first = image_codec.resize_and_center_crop(
-        tf.constant(_pillow_exif_transpose(pixels, orientation)), 16).numpy().astype(int)
+        tf.constant(pillow_exif_transpose(pixels, orientation)), 16).numpy().astype(int)
     after = image_codec.resize_and_center_crop(tf.constant(pixels), 16,
                                                tf.constant(orientation)).numpy().astype(int)
     assert np.abs(first - after).max() <= 1
@@ -423,10 +268,10 @@ def test_preprocess_turns_an_oriented_jpeg_upright(orientation):
     pixels[:, :10] = (250, 0, 0)
     pixels[:6, 10:] = (0, 250, 0)
     pixels[6:, 10:] = (0, 0, 250)
-    data = _exif_jpeg(pixels, orientation)
+    data = exif_jpeg(pixels, orientation)
     stored = image_codec.decode_rgb(tf.constant(data)).numpy()
     expected = image_codec.resize_and_center_crop(
-        tf.constant(_pillow_exif_transpose(stored, orientation)), 12).numpy()
+        tf.constant(pillow_exif_transpose(stored, orientation)), 12).numpy()
     out = image_codec.preprocess(tf.constant(data), 12, image_codec.PNG, 95).numpy()
     np.testing.assert_array_equal(tf.io.decode_png(out).numpy(), expected)
     kept = image_codec.preprocess(tf.constant(data), 12, image_codec.PNG, 95,
@@ -439,7 +284,7 @@ def test_preprocess_turns_an_oriented_jpeg_upright(orientation):
 # --- alpha ----------------------------------------------------------------------------
 
 def _rgba_pixels() -> np.ndarray:
-    rgba = _pixels(15, 6, 9)
+    rgba = random_pixels(15, 6, 9)
     return np.concatenate([rgba, np.random.default_rng(16).integers(
         0, 256, (6, 9, 1), dtype=np.uint8)], -1)
 
