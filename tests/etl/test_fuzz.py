@@ -13,7 +13,6 @@ import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 from etl import dead_letters, image_codec
 from etl.dead_letters import Rejection
@@ -22,21 +21,14 @@ from etl.image_shards import Loaded, transform_batch
 from etl.image_sources import ImageRecord, parse_csv_line, parse_jsonl_line, record_from_row
 from etl.timeseries_series import Cleaning, clean_series
 from etl.timeseries_sources import Columns, Row, parse_row
-from tests.image_fixtures import _encode, textured_jpeg
-
-
-def _exif_orientation(orientation: int) -> bytes:
-    exif = Image.Exif()
-    exif[0x0112] = orientation
-    return exif.tobytes()
-
+from tests.image_fixtures import _encode, exif_block, textured_jpeg
 
 FUZZ = settings(max_examples=1500, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SEEDS = [_encode(kind, 12, 9, (200, 30, 90)) for kind in
          ("jpeg", "jpeg_progressive", "png", "png16", "palette", "gif", "bmp", "webp",
           "webp_alpha")]
-SEEDS += [textured_jpeg(12, 9, exif=_exif_orientation(6)), textured_jpeg(40, 30)]
+SEEDS += [textured_jpeg(12, 9, exif=exif_block(6)), textured_jpeg(40, 30)]
 
 # A mutation: (operation, relative position, byte value, length).
 mutation = st.tuples(st.sampled_from(["flip", "set", "truncate", "insert", "delete"]),

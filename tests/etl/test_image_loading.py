@@ -11,7 +11,7 @@ import tensorflow as tf
 from PIL import Image
 
 from etl import dead_letters, image_codec, image_loading
-from tests.image_fixtures import KINDS, _encode, corrupt_mid_stream, textured_jpeg
+from tests.image_fixtures import KINDS, _encode, corrupt_mid_stream, exif_block, textured_jpeg
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
@@ -83,16 +83,11 @@ VALID_JPEGS = {
     "one-pixel": lambda: textured_jpeg(1, 1),
     "grayscale": lambda: _pillow_jpeg("L"),
     "cmyk": lambda: _pillow_jpeg("CMYK"),
-    "exif": lambda: textured_jpeg(exif=_exif(6)),
+    "exif": lambda: textured_jpeg(exif=exif_block(6)),
     "tensorflow": lambda: tf.io.encode_jpeg(np.asarray(Image.open(io.BytesIO(
         textured_jpeg())))).numpy(),
 }
 
-
-def _exif(orientation: int) -> bytes:
-    exif = Image.Exif()
-    exif[0x0112] = orientation
-    return exif.tobytes()
 
 
 @pytest.mark.parametrize("name", sorted(VALID_JPEGS))

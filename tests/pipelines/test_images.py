@@ -443,6 +443,15 @@ def _psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
 
 
+def _stored_photos(root: str, out: str, *flags: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """Runs the job at 224 px, lossless (PNG), every image in train; returns the
+    manifest and each key's stored pixels."""
+    manifest = run_images_job(root, out, "--image_size=224", "--image_format=png",
+                              "--split_fractions=1,0,0", *flags)
+    rows = read_split(out, manifest, "train")
+    return manifest, {key: tf.io.decode_png(row["image"]).numpy() for key, row in rows.items()}
+
+
 def test_images_job_stores_photos_as_the_documented_resize_and_crop(tmp_path):
     # Real photo content at the default 224 px, lossless storage: every stored image
     # is within a PSNR bound of Pillow's rendering of the documented rule (the two
@@ -450,13 +459,10 @@ def test_images_job_stores_photos_as_the_documented_resize_and_crop(tmp_path):
     # scale or channel order drops PSNR far below the bound).
     root = str(tmp_path / "in")
     crops = _photo_crops(root)
-    out = str(tmp_path / "out")
-    manifest = run_images_job(root, out, "--image_size=224", "--image_format=png",
-                              "--split_fractions=1,0,0")
-    rows = read_split(out, manifest, "train")
-    assert sorted(rows) == sorted(crops)
+    _, stored_photos = _stored_photos(root, str(tmp_path / "out"))
+    assert sorted(stored_photos) == sorted(crops)
     for key in crops:
-        stored = tf.io.decode_png(rows[key]["image"]).numpy()
+        stored = stored_photos[key]
         assert stored.shape == (224, 224, 3)
         reference = _pillow_reference(os.path.join(root, key), 224)
         assert _psnr(stored, reference) > 30.0, key
@@ -516,28 +522,22 @@ def test_images_job_stores_exif_oriented_photos_upright(tmp_path):
     # --ignore_exif_orientation stores the pixels in their stored order.
     root = str(tmp_path / "in")
     photos = _oriented_photos(root)
-    out = str(tmp_path / "out")
-    manifest = run_images_job(root, out, "--image_size=224", "--image_format=png",
-                              "--split_fractions=1,0,0")
+    manifest, stored_photos = _stored_photos(root, str(tmp_path / "out"))
     assert manifest["preprocessing"]["apply_exif_orientation"] is True
     assert manifest["preprocessing"]["exif_orientation"].startswith("applied")
-    rows = read_split(out, manifest, "train")
-    assert sorted(rows) == sorted(photos)
+    assert sorted(stored_photos) == sorted(photos)
     for key, orientation in photos.items():
-        stored = tf.io.decode_png(rows[key]["image"]).numpy()
+        stored = stored_photos[key]
         path = os.path.join(root, key)
         assert _psnr(stored, _pillow_reference(path, 224, exif_transpose=True)) > 30.0, key
         if orientation != 1:
             assert _psnr(stored, _pillow_reference(path, 224)) < 20.0, key
-    kept_out = str(tmp_path / "kept")
-    kept = run_images_job(root, kept_out, "--image_size=224", "--image_format=png",
-                          "--split_fractions=1,0,0", "--ignore_exif_orientation")
+    kept, kept_photos = _stored_photos(root, str(tmp_path / "kept"),
+                                       "--ignore_exif_orientation")
     assert kept["preprocessing"]["apply_exif_orientation"] is False
     assert kept["preprocessing"]["exif_orientation"].startswith("ignored")
-    kept_rows = read_split(kept_out, kept, "train")
     for key in photos:
-        stored = tf.io.decode_png(kept_rows[key]["image"]).numpy()
-        assert _psnr(stored, _pillow_reference(os.path.join(root, key), 224)) > 30.0, key
+        assert _psnr(kept_photos[key], _pillow_reference(os.path.join(root, key), 224)) > 30.0, key
 
 
 def test_images_job_serving_parity_for_exif_oriented_photos(tmp_path):
