@@ -19,7 +19,8 @@ INSTALL_REQUIRES = [
     # libjpeg-turbo with its warnings as errors (strict=True) and reduced-scale decoding:
     # finds damaged JPEG data that TensorFlow's decoder turns into broken pixels
     # without an error (etl/image_loading.py). Self-contained wheels, no system libjpeg.
-    "simplejpeg>=1.8",
+    # Below 2: strict= and min_height/min_width are the 1.x API the check relies on.
+    "simplejpeg>=1.8,<2",
 ]
 
 EXTRAS_REQUIRE = {
