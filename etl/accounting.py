@@ -12,7 +12,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from etl import contract
+from etl import contract, dead_letters
 from etl.atomic_files import write_text_atomically
 
 DEFAULT_MAX_ERROR_FRACTION = 0.1
@@ -84,12 +84,27 @@ def _check_fraction(rejected: int, inputs: int, max_error_fraction: float,
             f"published.")
 
 
+# Why an image dataset's train split can be empty.
+IMAGES_EMPTY_TRAIN = (
+    "tf.Transform's analyzers (the label vocabulary) had nothing to fit on. Check the "
+    "split folders / split column of the input, or --split_fractions")
+
+
+def check_train_split(manifest: Mapping[str, Any], why: str) -> None:
+    """Raises ``EmptyTrainSplitError`` (its message ending in ``why``) when the train
+    split holds no record."""
+    if not manifest["splits"][contract.TRAIN]["num_records"]:
+        raise EmptyTrainSplitError(f"The train split is empty: {why}. No manifest was "
+                                   f"published.")
+
+
 def check_images(manifest: Mapping[str, Any], max_error_fraction: float) -> None:
     """Images: every listed input is written or rejected, exactly once.
 
     Raises:
         ReconciliationError: if ``inputs != written + rejected``.
         TooManyRejectionsError: if ``rejected / inputs > max_error_fraction``.
+        EmptyTrainSplitError: if no image was written to the train split.
     """
     inputs, rejected = manifest["inputs"], manifest["rejected"]["count"]
     written = _written(manifest)
@@ -99,6 +114,7 @@ def check_images(manifest: Mapping[str, Any], max_error_fraction: float) -> None
             f"{written + rejected}: an input was lost or duplicated. No manifest was "
             f"published.")
     _check_fraction(rejected, inputs, max_error_fraction, manifest, "inputs")
+    check_train_split(manifest, IMAGES_EMPTY_TRAIN)
 
 
 def check_timeseries(manifest: Mapping[str, Any], max_error_fraction: float) -> None:
@@ -106,11 +122,13 @@ def check_timeseries(manifest: Mapping[str, Any], max_error_fraction: float) -> 
     kept, merged, dropped by the missing-value policy, or rejected.
 
     Rows rejected with their whole series (too short, unlabelled, inconsistent
-    timestamps) count as rejected rows for the threshold.
+    timestamps) count as rejected rows for the threshold. Every window cut is written
+    or rejected (``window_out_of_range``).
 
     Raises:
-        ReconciliationError: if either identity fails.
+        ReconciliationError: if an identity fails.
         TooManyRejectionsError: if rejected rows / input rows > max_error_fraction.
+        EmptyTrainSplitError: if no train window was written, saying why.
     """
     counts = manifest["timeseries"]["counts"]
     rows_read = counts.get("rows_read", 0)
@@ -126,6 +144,21 @@ def check_timeseries(manifest: Mapping[str, Any], max_error_fraction: float) -> 
         raise ReconciliationError(
             f"{rows_read} parsed rows but kept + rejected + dropped + merged = {outcome}. "
             f"No manifest was published.")
+    windows = sum(counts.get(f"windows_{split}", 0) for split in contract.SPLITS)
+    out_of_range = manifest["rejected"]["by_reason"].get(dead_letters.WINDOW_OUT_OF_RANGE, 0)
+    if windows != _written(manifest) + out_of_range:
+        raise ReconciliationError(
+            f"{windows} windows cut but {_written(manifest)} written + {out_of_range} "
+            f"rejected ({dead_letters.WINDOW_OUT_OF_RANGE}). No manifest was published.")
     rejected_rows = (parse_rejected + counts.get("rows_rejected", 0)
                      + counts.get("rows_in_short_series", 0))
     _check_fraction(rejected_rows, lines, max_error_fraction, manifest, "rows")
+    if not lines:
+        why = "the input has no data rows (a header only, or empty files)"
+    elif not rows_read:
+        why = (f"no row of the input could be parsed (see {contract.ERRORS_DIRNAME}/"
+               f"{contract.REJECTED_FILENAME})")
+    else:
+        reason = manifest["timeseries"].get("empty_splits", {}).get(contract.TRAIN)
+        why = f"no train window, {reason}" if reason else "no train window was written"
+    check_train_split(manifest, why)

@@ -28,12 +28,14 @@ MALFORMED_ROW = "malformed_row"
 MISSING_SERIES_ID = "missing_series_id"
 UNPARSABLE_TIMESTAMP = "unparsable_timestamp"
 UNPARSABLE_VALUE = "unparsable_value"
+VALUE_OUT_OF_RANGE = "value_out_of_range"
 INCONSISTENT_TIMESTAMPS = "inconsistent_timestamps"
 DUPLICATE_TIMESTAMP = "duplicate_timestamp"
 MISSING_VALUE = "missing_value"
 SERIES_TOO_SHORT = "series_too_short"
 UNLABELLED_SERIES = "unlabelled_series"
 CONFLICTING_LABEL = "conflicting_label"
+WINDOW_OUT_OF_RANGE = "window_out_of_range"
 # Limits and input hygiene.
 FILE_TOO_LARGE = "file_too_large"
 IMAGE_TOO_LARGE = "image_too_large"
@@ -49,7 +51,8 @@ REASONS: tuple[str, ...] = (
     MALFORMED_ROW, MISSING_SERIES_ID, UNPARSABLE_TIMESTAMP, UNPARSABLE_VALUE,
     INCONSISTENT_TIMESTAMPS, DUPLICATE_TIMESTAMP, MISSING_VALUE, SERIES_TOO_SHORT,
     UNLABELLED_SERIES, CONFLICTING_LABEL, FILE_TOO_LARGE, IMAGE_TOO_LARGE, DUPLICATE_KEY,
-    PATH_OUTSIDE_ROOT, UNKNOWN_LABEL, CORRUPT_IMAGE_DATA,
+    PATH_OUTSIDE_ROOT, UNKNOWN_LABEL, CORRUPT_IMAGE_DATA, VALUE_OUT_OF_RANGE,
+    WINDOW_OUT_OF_RANGE,
 )
 # Examples of each reason kept in the manifest and in error messages.
 EXAMPLES_PER_REASON = 3

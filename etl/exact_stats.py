@@ -5,13 +5,15 @@ adaptive batching) add in a different order on every run and worker count, so fl
 statistics would differ in the last bits, and with them every normalised value.
 Every float32 is ``M * 2**E`` with an integer ``|M| < 2**24``; summing ``M`` and
 ``M**2`` as integers per exponent gives the exact sums, which merge by plain
-integer addition. Mean and variance are then rounded once, from exact rationals,
-so they are identical for any partitioning of the data.
+integer addition. Mean and standard deviation are then rounded from exact
+rationals, so they are identical for any partitioning of the data.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from collections.abc import Iterable
 from fractions import Fraction
 
@@ -42,21 +44,32 @@ class Moments:
                        [a + b for a, b in zip(self.sums, other.sums, strict=True)],
                        [a + b for a, b in zip(self.squares, other.squares, strict=True)])
 
-    def mean_and_variance(self) -> tuple[np.ndarray, np.ndarray]:
-        """Population mean and variance per column as float32, rounded once.
+    def mean_and_std(self) -> tuple[np.ndarray, np.ndarray]:
+        """Population mean and standard deviation per column as float32.
 
-        An empty accumulator gives mean 0 and variance 0.
+        The standard deviation is the square root of the exact variance rounded to
+        float64, so it stays finite for any float32 data (a float32 variance
+        overflows beyond ~1.8e19 spreads). An empty accumulator gives 0 and 0.
         """
         if self.count == 0:
             zeros = np.zeros(len(self.sums), np.float32)
             return zeros, zeros.copy()
-        means, variances = [], []
+        means, stds = [], []
         for total, squares in zip(self.sums, self.squares, strict=True):
             mean = Fraction(total, self.count) * Fraction(2) ** _MIN_EXPONENT
             second = Fraction(squares, self.count) * Fraction(2) ** (2 * _MIN_EXPONENT)
             means.append(float(mean))
-            variances.append(float(second - mean * mean))
-        return np.array(means, np.float32), np.array(variances, np.float32)
+            stds.append(math.sqrt(float(second - mean * mean)))
+        return np.array(means, np.float32), np.array(stds, np.float32)
+
+    def to_bytes(self) -> bytes:
+        """A compact, exact text form (``from_bytes`` reads it back)."""
+        return json.dumps([self.count, self.sums, self.squares]).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Moments:
+        count, sums, squares = json.loads(data)
+        return cls(count, sums, squares)
 
 
 def _bucket_sums(mantissas: np.ndarray, exponents: np.ndarray) -> list[int]:
@@ -90,7 +103,6 @@ def merge_all(parts: Iterable[Moments], num_columns: int) -> Moments:
     for part in parts:
         total = total.merge(part)
     return total
-
 
 
 class MomentsCombineFn(beam.CombineFn):

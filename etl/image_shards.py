@@ -74,7 +74,7 @@ class ImageTransform:
 
     Loaded from ``<output_dir>/transform_fn`` with tf.Transform's own loader (as
     its ``TransformDataset`` does); thread-safe, so one instance per process serves
-    every thread (see :class:`TransformAndWriteImageShards`).
+    every thread (see :class:`TransformAndWriteImageShard`).
     """
 
     def __init__(self, transform_fn_dir: str) -> None:
@@ -240,13 +240,20 @@ def default_read_threads() -> int:
     return max(4, min(16, 2 * (os.cpu_count() or 1)))
 
 
-class _TransformAndWriteShard(beam.DoFn):
+class TransformAndWriteImageShard(beam.DoFn):
     """``((split, shard), [ImageRecord])`` → the shard's pending file; emits its shard
-    result (small dict, with label counts) and tagged ``Rejection``s."""
+    result (small dict, with label counts) and tagged ``Rejection``s: the image job's
+    writer for ``etl.publish.PublishDataset``.
+
+    It waits for the ``transform_written`` side input, then loads
+    ``<output_dir>/transform_fn`` once per process (``transform_handle``).
+    """
 
     def __init__(self, output_dir: str, name: str, gzip_level: int,
                  limits: image_loading.InputLimits, transform_handle: shared.Shared,
-                 transform_threads: int, read_threads: int | None) -> None:
+                 transform_threads: int = 2, read_threads: int | None = None) -> None:
+        if transform_threads < 1:
+            raise ValueError(f"transform_threads must be >= 1, got {transform_threads}.")
         self._output_dir = output_dir
         self._name = name
         self._gzip_level = gzip_level
@@ -297,70 +304,3 @@ class _TransformAndWriteShard(beam.DoFn):
         _Progress.shard_done(writer.num_records, sum(num_shards.values()), split)
         yield sharding.shard_result(split, shard, relpath, writer,
                                     label_counts=sorted(labels.items()))
-
-
-def _shard_key(record: ImageRecord, num_shards: dict[str, int]
-               ) -> tuple[tuple[str, int], ImageRecord]:
-    assert record.split is not None, record
-    return (record.split, sharding.shard_of(record.key, num_shards[record.split])), record
-
-
-def _label_counts(result: dict[str, Any]) -> Iterator[tuple[tuple[str, str], int]]:
-    for label, count in result["label_counts"]:
-        yield (result["split"], label), count
-
-
-class TransformAndWriteImageShards(beam.PTransform):
-    """Split-assigned ``ImageRecord``s → pending shard files, one fused step a shard.
-
-    Args:
-        num_shards: a PCollection of ``(split, num_shards)`` (``PlanImageShards``).
-        transform_written: the PCollection ``WriteTransformFn`` returns; the step
-            waits for it, then loads ``<output_dir>/transform_fn``.
-        transform_threads: batches transformed at once per process. TensorFlow
-            already spreads one batch's images over every core; a second batch in
-            flight keeps them busy while the first one's results are written.
-
-    Returns:
-        ``(results, rejected, label_counts)``: the shard results for
-        ``sharding.FinalizeShards``, the ``Rejection``s of images that could not be
-        read or preprocessed, and ``((split, label), count)`` of written examples.
-    """
-
-    def __init__(self, output_dir: str, name: str, *, gzip_level: int,
-                 limits: image_loading.InputLimits, num_shards: beam.PCollection,
-                 transform_written: beam.PCollection, transform_threads: int = 2,
-                 read_threads: int | None = None) -> None:
-        super().__init__()
-        if transform_threads < 1:
-            raise ValueError(f"transform_threads must be >= 1, got {transform_threads}.")
-        self._output_dir = output_dir
-        self._name = name
-        self._gzip_level = sharding.check_gzip_level(gzip_level)
-        self._limits = limits
-        self._num_shards = num_shards
-        self._transform_written = transform_written
-        self._transform_threads = transform_threads
-        self._read_threads = read_threads
-
-    def expand(self, records: beam.PCollection) -> tuple[beam.PCollection, ...]:
-        num_shards = beam.pvalue.AsDict(self._num_shards)
-        written = (
-            records
-            # ((split, provisional shard), ImageRecord): small records only.
-            | "AssignShards" >> beam.Map(_shard_key, num_shards=num_shards)
-            | "GroupByShard" >> beam.GroupByKey()
-            | "TransformAndWrite" >> beam.ParDo(
-                _TransformAndWriteShard(self._output_dir, self._name, self._gzip_level,
-                                        self._limits, shared.Shared(),
-                                        self._transform_threads, self._read_threads),
-                num_shards=num_shards,
-                transform_written=beam.pvalue.AsList(self._transform_written),
-            ).with_outputs(dead_letters.REJECTED, main="results")
-        )
-        label_counts = (
-            written.results
-            | "LabelCounts" >> beam.FlatMap(_label_counts)
-            | "SumLabelCounts" >> beam.CombinePerKey(sum)
-        )
-        return written.results, written[dead_letters.REJECTED], label_counts

@@ -21,9 +21,7 @@ so their paths are compared as written.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import os
 import posixpath
 from collections.abc import Iterable, Iterator, Mapping
@@ -32,7 +30,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io import fileio
 
-from etl import dead_letters, splits
+from etl import dead_letters, splits, text_rows
 from etl.dead_letters import Rejection
 
 PATH_COLUMN = "path"
@@ -41,8 +39,6 @@ SPLIT_COLUMN = "split"
 MANIFEST_COLUMNS: tuple[str, ...] = (PATH_COLUMN, LABEL_COLUMN, SPLIT_COLUMN)
 
 REJECTED = dead_letters.REJECTED
-# Byte-order mark that Excel's "CSV UTF-8" and some editors put before the first line.
-_BOM = "\ufeff"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,40 +263,15 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
     return ImageRecord(key=key, uri=uri, label=label.strip(), split=split)
 
 
-def parse_csv_line(line: str, header: tuple[str, ...]) -> dict[str, str] | None:
-    """One CSV data line as a dict, or None if it is not a well-formed row (column
-    count differs, or a stray carriage return the csv module refuses)."""
-    try:
-        values = next(csv.reader([line]), [])
-    except csv.Error:
-        return None
-    if len(values) != len(header):
-        return None
-    return dict(zip(header, values, strict=True))
-
-
-def parse_jsonl_line(line: str) -> dict[str, Any] | None:
-    """One JSON Lines object, or None if the line is not a JSON object."""
-    try:
-        value = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def read_csv_header(manifest_path: str) -> tuple[str, ...]:
     """The CSV header, checked to contain ``path`` and ``label``.
 
     Raises:
         ValueError: naming the columns found if a required one is missing.
     """
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(manifest_path, "r") as f:
-        first_line = f.readline().lstrip(_BOM)
     try:
-        header = tuple(c.strip() for c in next(csv.reader([first_line]), []))
-    except csv.Error as e:
+        header = text_rows.read_csv_header(manifest_path)
+    except ValueError as e:
         raise ValueError(f"Manifest {manifest_path!r} has an unreadable header: {e}") from None
     missing = [c for c in (PATH_COLUMN, LABEL_COLUMN) if c not in header]
     if missing:
@@ -346,8 +317,8 @@ class _ParseManifestLine(beam.DoFn):
         if not line.strip():
             return  # Blank lines are not rows.
         source = f"{self._manifest_path}:{line_number}"
-        row = (parse_jsonl_line(line) if self._header is None
-               else parse_csv_line(line, self._header))
+        row = (text_rows.parse_jsonl_line(line) if self._header is None
+               else text_rows.parse_csv_line(line, self._header))
         if row is None:
             result: ImageRecord | Rejection = Rejection(
                 key=source, source=source, reason=dead_letters.MALFORMED_MANIFEST_ROW,
@@ -383,18 +354,6 @@ def _keep_first_of_duplicates(element: tuple[str, Iterable[ImageRecord]]
             key=key, source=extra.uri, reason=dead_letters.DUPLICATE_KEY,
             message=f"Key listed {len(ordered)} times; kept the row for {ordered[0].uri!r}."))
 
-
-
-def _numbered_lines(path: str, skip_header: bool) -> Iterator[tuple[int, str]]:
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "r") as f:
-        for number, line in enumerate(f, start=1):
-            if number == 1:
-                if skip_header:
-                    continue
-                line = line.lstrip(_BOM)
-            yield number, line.rstrip("\r\n")
 
 
 class ReadImageRecords(beam.PTransform):
@@ -446,7 +405,7 @@ class ReadImageRecords(beam.PTransform):
             # Manifests are read line by line on a worker (not pickled into the job
             # graph) so that large ones stay within Dataflow's graph limits.
             | "NumberManifestLines" >> beam.FlatMap(
-                _numbered_lines, skip_header=header is not None)
+                text_rows.numbered_lines, skip_header=header is not None)
             | "ReshuffleManifestLines" >> beam.Reshuffle()
             | "ParseManifestLines" >> beam.ParDo(
                 _ParseManifestLine(path, header, self._allow_outside_root)).with_outputs(

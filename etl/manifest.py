@@ -46,6 +46,7 @@ def build_manifest(
     preprocessing: Mapping[str, Any],
     versions: Mapping[str, str],
     extra: Mapping[str, Any] | None = None,
+    require_train: bool = True,
 ) -> dict[str, Any]:
     """Assembles the manifest dict (see docs/FORMAT.md for every field).
 
@@ -57,14 +58,14 @@ def build_manifest(
     shards when it is empty; shards are listed in index order.
 
     Raises:
-        EmptyTrainSplitError: if no record landed in the train split.
+        EmptyTrainSplitError: if no record landed in the train split (unless
+            ``require_train`` is False: a job's check then says why, in its terms).
     """
     shards = list(shards)
-    if not any(s["split"] == contract.TRAIN for s in shards):
+    if require_train and not any(s["split"] == contract.TRAIN for s in shards):
         raise EmptyTrainSplitError(
-            "The train split is empty, so tf.Transform's analyzers (the label "
-            "vocabulary) had nothing to fit on; no manifest was published. Check the "
-            "split folders / split column of the input, or --split_fractions.")
+            f"The train split is empty: {accounting.IMAGES_EMPTY_TRAIN}. No manifest "
+            f"was published.")
     split_entries: dict[str, dict[str, Any]] = {}
     for split in contract.SPLITS:
         entries = sorted((s for s in shards if s["split"] == split),
@@ -147,9 +148,11 @@ def _write_manifest(unused: None, *, output_dir: str, name: str, kind: str, task
         manifest = build_manifest(
             name=name, kind=kind, task=task, shards=shards, label_counts=label_counts,
             rejected=rejected, features=features, label_vocab=vocab,
-            preprocessing=preprocessing, versions=library_versions(), extra=extra)
+            preprocessing=preprocessing, versions=library_versions(), extra=extra,
+            require_train=check is None)
         if check is not None:
-            check(manifest)  # Raises to withhold the manifest (accounting, error rate).
+            # Raises to withhold the manifest (accounting, error rate, empty train).
+            check(manifest)
     except accounting.WithheldError as e:
         accounting.write_failure(output_dir, e)
         raise
@@ -168,7 +171,7 @@ class WriteManifest(beam.PTransform):
         preprocessing: every preprocessing parameter, recorded verbatim.
         kind: what an example holds (``"images"``, ``"timeseries"``).
         task: ``"classification"`` (a label vocabulary exists) or ``"forecast"``.
-        shards: PCollection of shard entries from ``WriteShards``.
+        shards: PCollection of shard entries from ``FinalizeShards``.
         label_counts: PCollection of ``((split, label_name), count)``.
         rejected: single-element PCollection from ``WriteRejections``.
         transform_written: PCollection produced by ``tft_beam.WriteTransformFn``.

@@ -1,22 +1,26 @@
-"""Deterministic sharding: shard plans, shard files, and the finalize step both jobs end with.
+"""Deterministic sharding: shard plans, shard files, and the shard steps both jobs end with.
 
 Why not ``beam.io.WriteToTFRecord(num_shards=N)``: it assigns records to shards at
 random, so reruns give different files. Here everything derives from the key:
 
 1. per split, the shard count comes from ``--num_shards`` or the split's (estimated)
-   serialized bytes divided by the target shard size, and never exceeds the record
-   count;
-2. a record's shard is ``stable_hash64(key, "shard") % num_shards``;
-3. inside a shard, records are ordered by ``(stable_hash64(key, "order"), key)``;
+   serialized bytes divided by the target shard size, and never exceeds the number
+   of units a shard is made of (images; runs of windows of one series);
+2. a unit's shard is ``stable_hash64(key, "shard") % num_shards`` (an image's key; a
+   window run's first window's key);
+3. inside a shard, records are ordered by ``(stable_hash64(key, "order"), key)`` of
+   their own keys;
 4. each shard is written whole by one worker under a *pending* name
    (``<split>/<name>-<split>-pending-SSSSS.tfrecord.gz``, itself written under a
    temporary name first); ``FinalizeShards`` then drops the shards that ended with
    no record (all rejected, or no key hashed there) and renames the rest to their
    contiguous final names ``-SSSSS-of-NNNNN``, so no file is ever empty.
 
-Files are GZIP (zlib) streams at ``gzip_level`` 0-9. The default, zlib's own 6,
-shrinks raw pixels and time-series floats several-fold but JPEG/PNG records only by
-~3 %, at ~0.4 ms of one core per 20 KB JPEG record; level 0 keeps the GZIP container
+Files are GZIP (zlib) streams at ``gzip_level`` 0-9, written by
+``tf.io.TFRecordWriter``. The default, zlib's own 6, shrinks raw pixels several-fold
+but JPEG/PNG records only by ~3 %, at ~0.4 ms of one core per 20 KB JPEG record, and
+time-series windows ~20 % (in hash order, the overlapping windows of a series lie far
+apart in a shard, beyond deflate's 32 KiB reach); level 0 keeps the GZIP container
 (every reader unchanged) and stores the records uncompressed, ~13x faster to write.
 """
 
@@ -24,12 +28,12 @@ from __future__ import annotations
 
 import math
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import apache_beam as beam
 
-from etl import contract, fault_injection, hashing
+from etl import contract, dead_letters, fault_injection, hashing
 from etl.atomic_files import publish, temp_path_for
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
@@ -42,14 +46,6 @@ def check_gzip_level(level: int) -> int:
         raise ValueError(f"--gzip_level must be an integer from 0 (store) to 9 "
                          f"(smallest), got {level!r}.")
     return level
-
-
-class KeyedExample(NamedTuple):
-    """A serialized tf.train.Example with the split and key that place it."""
-
-    split: str
-    key: str
-    serialized: bytes
 
 
 def plan_num_shards(num_records: int, num_bytes: int, target_shard_bytes: int,
@@ -132,6 +128,10 @@ class ShardWriter:
         if self.num_records == 1:
             fault_injection.pause_point(fault_injection.SHARD_WRITING)
 
+    def write_all(self, records: Iterable[bytes]) -> None:
+        for serialized in records:
+            self.write(serialized)
+
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         import tensorflow as tf
 
@@ -212,83 +212,47 @@ class FinalizeShards(beam.PTransform):
         )
 
 
-# --- Writing already-serialized examples (the time-series job) ---------------------
-
-def _split_sizes(example: KeyedExample) -> tuple[str, tuple[int, int]]:
-    return example.split, (1, len(example.serialized))
-
-
-def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
-    records = nbytes = 0
-    for r, b in pairs:
-        records += r
-        nbytes += b
-    return records, nbytes
+def _shard_key(unit: Any, num_shards: dict[str, int]) -> tuple[tuple[str, int], Any]:
+    # ((split, provisional shard), unit)
+    return (unit.split, shard_of(unit.key, num_shards[unit.split])), unit
 
 
-def _plan_split(split_sizes: tuple[str, tuple[int, int]], target_shard_bytes: int,
-                num_shards: int | None) -> tuple[str, int]:
-    split, (num_records, num_bytes) = split_sizes
-    return split, plan_num_shards(num_records, num_bytes, target_shard_bytes, num_shards)
+class WriteShardGroups(beam.PTransform):
+    """Small units (anything with a ``split`` and a ``key``) → final shard files.
 
+    Each unit goes to provisional shard ``shard_of(key, num_shards[split])``; the
+    units of a shard are grouped and handed to ``write_shard``, a job's DoFn from
+    ``((split, shard), [unit])`` to that shard's pending file, which emits one
+    ``shard_result`` and tagged ``Rejection``s (it also gets ``num_shards`` and any
+    ``side_inputs`` as keyword side inputs). ``FinalizeShards`` then gives the
+    written shards their final names.
 
-def _assign_shard(example: KeyedExample, num_shards_by_split: dict[str, int]
-                  ) -> tuple[tuple[str, int], tuple[int, str, bytes]]:
-    # (split, provisional shard id), (order, key, serialized)
-    shard = shard_of(example.key, num_shards_by_split[example.split])
-    return (example.split, shard), (order_in_shard(example.key), example.key,
-                                     example.serialized)
-
-
-def _write_pending_shard(element: tuple[tuple[str, int], Iterable[tuple[int, str, bytes]]],
-                         output_dir: str, name: str, gzip_level: int
-                         ) -> Iterator[dict[str, Any]]:
-    (split, shard), records = element
-    relpath = pending_relpath(name, split, shard)
-    with ShardWriter(posixpath.join(output_dir, relpath), gzip_level) as writer:
-        for _, _, serialized in sorted(records):  # (order, key, ...): total order
-            writer.write(serialized)
-    beam.metrics.Metrics.counter("etl", f"records_written_{split}").inc(writer.num_records)
-    yield shard_result(split, shard, relpath, writer)
-
-
-class WriteShards(beam.PTransform):
-    """Writes ``KeyedExample``s as deterministic GZIP TFRecord shards.
-
-    Returns a PCollection of shard entries ``{"split", "index", "path",
-    "num_records", "num_bytes", "sha256"}`` (``path`` relative to ``output_dir``).
+    Returns:
+        ``(entries, results, rejected)``: manifest shard entries, the writer's shard
+        results, and its rejections.
     """
 
-    def __init__(self, output_dir: str, name: str, *, num_shards: int | None = None,
-                 target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
-                 gzip_level: int = DEFAULT_GZIP_LEVEL) -> None:
+    def __init__(self, output_dir: str, name: str, *, num_shards: beam.PCollection,
+                 write_shard: beam.DoFn, write_label: str = "WriteShard",
+                 side_inputs: dict[str, Any] | None = None) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._name = name
         self._num_shards = num_shards
-        self._target_shard_bytes = target_shard_bytes
-        self._gzip_level = check_gzip_level(gzip_level)
-        # Fail at construction, not on a worker, for bad settings.
-        plan_num_shards(1, 1, target_shard_bytes, num_shards)
+        self._write_shard = write_shard
+        self._write_label = write_label
+        self._side_inputs = dict(side_inputs or {})
 
-    def expand(self, examples: beam.PCollection) -> beam.PCollection:
-        num_shards_by_split = (
-            examples
-            | "MeasureSplits" >> beam.Map(_split_sizes)
-            | "SumSplitSizes" >> beam.CombinePerKey(_sum_pairs)
-            # (split, num_shards)
-            | "PlanShardCounts" >> beam.Map(
-                _plan_split, target_shard_bytes=self._target_shard_bytes,
-                num_shards=self._num_shards)
-        )
-        return (
-            examples
-            # ((split, provisional shard), (order, key, serialized))
-            | "AssignShards" >> beam.Map(
-                _assign_shard, num_shards_by_split=beam.pvalue.AsDict(num_shards_by_split))
+    def expand(self, units: beam.PCollection) -> tuple[beam.PCollection, ...]:
+        num_shards = beam.pvalue.AsDict(self._num_shards)
+        written = (
+            units
+            | "AssignShards" >> beam.Map(_shard_key, num_shards=num_shards)
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShardFiles" >> beam.FlatMap(
-                _write_pending_shard, output_dir=self._output_dir, name=self._name,
-                gzip_level=self._gzip_level)
-            | "FinalizeShards" >> FinalizeShards(self._output_dir, self._name)
+            | self._write_label >> beam.ParDo(
+                self._write_shard, num_shards=num_shards, **self._side_inputs,
+            ).with_outputs(dead_letters.REJECTED, main="results")
         )
+        entries = written.results | "FinalizeShards" >> FinalizeShards(self._output_dir,
+                                                                       self._name)
+        return entries, written.results, written[dead_letters.REJECTED]

@@ -1,8 +1,9 @@
 """One series, start to finish: clean → segment at gaps → split → windows. Pure functions.
 
-Order of operations for a series (all deterministic, documented in docs/FORMAT.md):
+Every step works on the series' columns (numpy arrays), never row by row. Order of
+operations for a series (all deterministic, documented in docs/FORMAT.md):
 
-1. sort rows by timestamp (ties by values, then source position);
+1. sort rows by timestamp (ties by values, then input position);
 2. duplicate timestamps: ``mean`` averages them into one row, ``reject`` dead-letters
    every row at that timestamp;
 3. missing values: ``drop`` the row, ``ffill`` from the previous row, ``interpolate``
@@ -23,14 +24,14 @@ import collections
 import dataclasses
 import itertools
 import math
-import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from etl import contract, dead_letters, splits
 from etl.dead_letters import Rejection
-from etl.timeseries_sources import Row
+from etl.timeseries_chunks import DATETIME_BIT, NUMERIC_BIT, TimeTexts
+from etl.timeseries_sources import DATETIME, Row
 
 DUPLICATE_POLICIES = ("mean", "reject")
 MISSING_POLICIES = ("drop", "ffill", "interpolate", "reject")
@@ -100,11 +101,43 @@ class TimeSplit:
 
 
 @dataclasses.dataclass(frozen=True)
+class SeriesRows:
+    """One series' parsed rows as columns, in any order.
+
+    ``positions`` order the rows as the input does (file, then line); ``kinds`` is
+    the OR of the rows' timestamp kinds (``NUMERIC_BIT``, ``DATETIME_BIT``).
+    """
+
+    times: np.ndarray  # float64 [n]
+    values: np.ndarray  # float64 [n, F], NaN = missing
+    positions: np.ndarray  # int64 [n]
+    texts: TimeTexts
+    kinds: int
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Row], num_features: int | None = None) -> SeriesRows:
+        """Columns of ``Row`` objects; a row's position is its index in ``rows``."""
+        if num_features is None:
+            num_features = len(rows[0].values) if rows else 1
+        kinds = 0
+        for row in rows:
+            kinds |= DATETIME_BIT if row.time_kind == DATETIME else NUMERIC_BIT
+        return cls(times=np.array([r.time for r in rows], np.float64),
+                   values=np.array([r.values for r in rows], np.float64).reshape(
+                       len(rows), num_features),
+                   positions=np.arange(len(rows), dtype=np.int64),
+                   texts=TimeTexts.stored([r.time_text for r in rows]), kinds=kinds)
+
+
+@dataclasses.dataclass(frozen=True)
 class Segment:
     """Consecutive clean rows of one series: times, their texts, values [L, F]."""
 
     times: np.ndarray
-    texts: tuple[str, ...]
+    texts: TimeTexts
     values: np.ndarray
 
     def __len__(self) -> int:
@@ -112,8 +145,7 @@ class Segment:
 
     def rows(self, mask: np.ndarray) -> Segment:
         index = np.flatnonzero(mask)
-        return Segment(self.times[index], tuple(self.texts[i] for i in index),
-                       self.values[index])
+        return Segment(self.times[index], self.texts.take(index), self.values[index])
 
 
 @dataclasses.dataclass
@@ -125,44 +157,32 @@ class CleanSeries:
     stats: collections.Counter
 
 
-def _reject(series_id: str, row: Row, reason: str, message: str) -> Rejection:
-    return Rejection(key=f"{series_id}@{row.time_text}", source=row.source, reason=reason,
-                     message=message)
+# The source text ("<file>:<line>") of an input position.
+SourceOf = Callable[[int], str]
 
 
-def _sort_key(row: Row) -> tuple:
-    # NaN-safe, total order: timestamp, then values (NaN last), then source position.
-    return (row.time, tuple((math.isnan(v), 0.0 if math.isnan(v) else v)
-                            for v in row.values), row.source)
+def _sort_order(rows: SeriesRows) -> np.ndarray:
+    """Total order: timestamp, then values (per column: NaN last), then position."""
+    by_position = np.argsort(rows.positions, kind="stable")
+    if np.all(np.diff(rows.times[by_position]) > 0):
+        return by_position  # Input order is time order, no ties: the usual case.
+    keys: list[np.ndarray] = [rows.positions]
+    for f in reversed(range(rows.values.shape[1])):
+        column = rows.values[:, f]
+        missing = np.isnan(column)
+        keys += [np.where(missing, 0.0, column), missing]
+    keys.append(rows.times)
+    return np.lexsort(keys)
 
 
-def _merge_duplicates(series_id: str, rows: list[Row], policy: str,
-                      stats: collections.Counter, rejections: list[Rejection]
-                      ) -> list[tuple[float, str, np.ndarray, str]]:
-    merged: list[tuple[float, str, np.ndarray, str]] = []
-    i = 0
-    while i < len(rows):
-        j = i
-        while j + 1 < len(rows) and rows[j + 1].time == rows[i].time:
-            j += 1
-        group = rows[i:j + 1]
-        if len(group) == 1:
-            merged.append((group[0].time, group[0].time_text,
-                           np.array(group[0].values, np.float64), group[0].source))
-        elif policy == "mean":
-            values = np.array([r.values for r in group], np.float64)
-            with warnings.catch_warnings():  # An all-NaN column stays NaN, quietly.
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean = np.nanmean(values, axis=0)
-            merged.append((group[0].time, group[0].time_text, mean, group[0].source))
-            stats["rows_merged_duplicates"] += len(group) - 1
-        else:
-            for row in group:
-                rejections.append(_reject(series_id, row, dead_letters.DUPLICATE_TIMESTAMP,
-                                          f"{len(group)} rows share this timestamp."))
-            stats["rows_rejected"] += len(group)
-        i = j + 1
-    return merged
+def _group_means(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """NaN-aware mean of each run of rows starting at ``starts`` (a column with no
+    value in the run stays NaN)."""
+    missing = np.isnan(values)
+    sums = np.add.reduceat(np.where(missing, 0.0, values), starts, axis=0)
+    counts = np.add.reduceat((~missing).astype(np.int64), starts, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums / counts
 
 
 def _fill_missing(times: np.ndarray, values: np.ndarray, policy: str
@@ -188,7 +208,7 @@ def _fill_missing(times: np.ndarray, values: np.ndarray, policy: str
     return filled, keep
 
 
-def _segments(times: np.ndarray, texts: tuple[str, ...], values: np.ndarray,
+def _segments(times: np.ndarray, texts: TimeTexts, values: np.ndarray,
               max_gap: float | str, stats: collections.Counter) -> list[Segment]:
     if len(times) == 0:
         return []
@@ -202,53 +222,95 @@ def _segments(times: np.ndarray, texts: tuple[str, ...], values: np.ndarray,
     cuts = np.flatnonzero(steps > limit) + 1
     stats["gaps_split"] += len(cuts)
     bounds = [0, *cuts.tolist(), len(times)]
-    return [Segment(times[a:b], texts[a:b], values[a:b])
+    return [Segment(times[a:b], texts.take(np.arange(a, b)), values[a:b])
             for a, b in itertools.pairwise(bounds)]
 
 
-def clean_series(series_id: str, rows: Iterable[Row], cleaning: Cleaning) -> CleanSeries:
-    """Steps 1-4 of the module docstring for one series."""
+def _row_rejections(series_id: str, texts: TimeTexts, positions: np.ndarray,
+                    source_of: SourceOf, rows: np.ndarray, reason: str,
+                    messages: Sequence[str]) -> list[Rejection]:
+    """One ``Rejection`` per sorted row index in ``rows``, keyed ``<series>@<time text>``."""
+    return [Rejection(key=f"{series_id}@{text}", source=source_of(int(positions[row])),
+                      reason=reason, message=message)
+            for row, text, message in zip(rows.tolist(), texts.take(rows).strings(),
+                                          messages, strict=True)]
+
+
+def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
+               source_of: SourceOf) -> CleanSeries:
+    """Steps 1-4 of the module docstring for one series' columns.
+
+    ``source_of(position)`` names an input row in dead letters.
+    """
     stats: collections.Counter = collections.Counter()
     rejections: list[Rejection] = []
-    ordered = sorted(rows, key=_sort_key)
-    stats["rows_read"] += len(ordered)
-    kinds = {row.time_kind for row in ordered}
-    if len(kinds) > 1:
+    stats["rows_read"] += len(rows)
+    if not len(rows):
+        return CleanSeries([], rejections, stats)
+    order = _sort_order(rows)
+    times, values, positions = rows.times[order], rows.values[order], rows.positions[order]
+    texts = rows.texts.take(order)
+    if rows.kinds == NUMERIC_BIT | DATETIME_BIT:
         rejections.append(Rejection(
-            key=series_id, source=ordered[0].source,
+            key=series_id, source=source_of(int(positions[0])),
             reason=dead_letters.INCONSISTENT_TIMESTAMPS,
-            message=f"Series mixes numeric and date/time timestamps ({len(ordered)} rows)."))
-        stats["rows_rejected"] += len(ordered)
+            message=f"Series mixes numeric and date/time timestamps ({len(rows)} rows)."))
+        stats["rows_rejected"] += len(rows)
         return CleanSeries([], rejections, stats)
-    merged = _merge_duplicates(series_id, ordered, cleaning.duplicates, stats, rejections)
-    if not merged:
-        return CleanSeries([], rejections, stats)
-    times = np.array([m[0] for m in merged], np.float64)
-    texts = tuple(m[1] for m in merged)
-    values = np.stack([m[2] for m in merged])
+
+    # Duplicate timestamps: runs of equal times in sorted order.
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(times) != 0]))
+    sizes = np.diff(np.concatenate([starts, [len(times)]]))
+    if len(starts) < len(times):
+        if cleaning.duplicates == "mean":
+            values = _group_means(values, starts)
+            stats["rows_merged_duplicates"] += int((sizes - 1).sum())
+            keep = starts
+        else:
+            group_size = np.repeat(sizes, sizes)
+            duplicated_rows = np.flatnonzero(group_size > 1)
+            rejections += _row_rejections(
+                series_id, texts, positions, source_of, duplicated_rows,
+                dead_letters.DUPLICATE_TIMESTAMP,
+                [f"{size} rows share this timestamp."
+                 for size in group_size[duplicated_rows].tolist()])
+            stats["rows_rejected"] += len(duplicated_rows)
+            keep = starts[sizes == 1]
+            values = values[keep]
+        times, positions, texts = times[keep], positions[keep], texts.take(keep)
+        if not len(times):
+            return CleanSeries([], rejections, stats)
+
     missing = np.isnan(values).any(axis=1)
     if missing.any():
         if cleaning.missing in ("drop", "reject"):
             if cleaning.missing == "reject":
-                for i in np.flatnonzero(missing):
-                    rejections.append(Rejection(
-                        key=f"{series_id}@{texts[i]}", source=merged[i][3],
-                        reason=dead_letters.MISSING_VALUE,
-                        message="Row has a missing value (--missing=reject)."))
+                missing_rows = np.flatnonzero(missing)
+                rejections += _row_rejections(
+                    series_id, texts, positions, source_of, missing_rows,
+                    dead_letters.MISSING_VALUE,
+                    ["Row has a missing value (--missing=reject)."] * len(missing_rows))
                 stats["rows_rejected"] += int(missing.sum())
             else:
                 stats["rows_dropped_missing"] += int(missing.sum())
-            keep = ~missing
+            keep_mask = ~missing
         else:
             was_missing = np.isnan(values)
-            values, keep = _fill_missing(times, values, cleaning.missing)
-            stats["values_filled"] += int(was_missing[keep].sum())
-            stats["rows_dropped_missing"] += int((~keep).sum())
-        index = np.flatnonzero(keep)
-        times, texts, values = times[index], tuple(texts[i] for i in index), values[index]
+            values, keep_mask = _fill_missing(times, values, cleaning.missing)
+            stats["values_filled"] += int(was_missing[keep_mask].sum())
+            stats["rows_dropped_missing"] += int((~keep_mask).sum())
+        index = np.flatnonzero(keep_mask)
+        times, texts, values = times[index], texts.take(index), values[index]
     stats["rows_kept"] += len(times)
     return CleanSeries(_segments(times, texts, values, cleaning.max_gap, stats),
                        rejections, stats)
+
+
+def clean_series(series_id: str, rows: Iterable[Row], cleaning: Cleaning) -> CleanSeries:
+    """Steps 1-4 for ``Row`` objects (their order is the input order)."""
+    rows = list(rows)
+    return clean_rows(series_id, SeriesRows.from_rows(rows), cleaning,
+                      lambda position: rows[position].source)
 
 
 def split_pieces(series_id: str, segments: Sequence[Segment], time_split: TimeSplit
@@ -282,19 +344,30 @@ def split_pieces(series_id: str, segments: Sequence[Segment], time_split: TimeSp
     return pieces
 
 
+def window_rows(count: int, windowing: Windowing) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of a piece's first ``count`` windows: window ``[count, W]`` and
+    target ``[count, H]``."""
+    w, s, h = windowing.window_size, windowing.stride, windowing.horizon
+    starts = np.arange(count, dtype=np.int64) * windowing.shift
+    window = starts[:, None] + np.arange(w, dtype=np.int64) * s
+    target = starts[:, None] + (w - 1 + np.arange(1, h + 1, dtype=np.int64)) * s
+    return window, target
+
+
+def window_arrays(values: np.ndarray, windowing: Windowing, count: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 6, vectorised: ``(start rows [n], windows [n, W, F], targets [n, H, F])``
+    of the first ``count`` windows (default: all that fit) of a piece's values."""
+    if count is None:
+        count = windowing.count(len(values))
+    window, target = window_rows(count, windowing)
+    return window[:, 0].copy(), values[window], values[target]
+
+
 def windows(piece: Segment, windowing: Windowing
             ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """Step 6: ``(start row, window [W, F], target [H, F])`` for every window."""
-    w, s = windowing.window_size, windowing.stride
-    for start in range(0, windowing.count(len(piece)) * windowing.shift, windowing.shift):
-        last = start + (w - 1) * s
-        window = piece.values[start:last + 1:s]
-        target = piece.values[last + s:last + s * windowing.horizon + 1:s]
-        yield start, window, target
+    starts, window, target = window_arrays(piece.values, windowing)
+    for i, start in enumerate(starts.tolist()):
+        yield start, window[i], target[i]
 
-
-def tiles(piece: Segment, window_size: int) -> Iterator[tuple[int, np.ndarray]]:
-    """Non-overlapping ``window_size``-row blocks: every row once (the normaliser's
-    statistics are per row, not weighted by how many windows overlap a row)."""
-    for start in range(0, len(piece) - window_size + 1, window_size):
-        yield start, piece.values[start:start + window_size]

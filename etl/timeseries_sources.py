@@ -1,32 +1,30 @@
-"""Time-series inputs: long-format rows (CSV, JSONL, Parquet) and a labels file.
+"""Time-series inputs: what a long-format row means, the input files, the labels file.
 
 Long format: one row per (series id, timestamp, value columns...). Timestamps are
 numbers (any unit) or ISO 8601 dates/times (naive ones are taken as UTC). Empty,
 ``"nan"`` and null values are *missing* (handled later by the missing-value policy);
-anything else that is not a finite number is rejected as ``unparsable_value``.
+anything else that is not a finite number is rejected as ``unparsable_value``, and a
+number float32 cannot hold as ``value_out_of_range``. ``parse_row`` is the reference
+for one row; ``etl/timeseries_read.py`` reads whole files column-wise by these rules.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime as dt
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
-
-import apache_beam as beam
 
 from etl import dead_letters
 from etl.dead_letters import Rejection
-from etl.image_sources import parse_csv_line, parse_jsonl_line
+from etl.text_rows import BOM, csv_fields, parse_csv_line, parse_jsonl_line
 
 REJECTED = dead_letters.REJECTED
 NUMERIC = "numeric"
 DATETIME = "datetime"
 # Compared case-insensitively.
 _MISSING_TEXT = frozenset({"", "nan", "null", "none", "na", "n/a"})
-_BOM = "\ufeff"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +123,24 @@ def parse_value(value: Any) -> float:
     return _finite_float(value)
 
 
+# Finite float64 values at least this large in magnitude round to ±inf as float32,
+# the dtype windows are stored in: 2**128 - 2**103, halfway between float32's largest
+# value (2**128 - 2**104) and 2**128 (ties round to even, i.e. up).
+FLOAT32_OVERFLOW = 3.4028235677973366e38
+
+
+def fits_float32(value: float) -> bool:
+    """True if ``value`` (finite, or NaN for missing) is not rounded to ±inf as
+    float32."""
+    return not abs(value) >= FLOAT32_OVERFLOW
+
+
 def parse_row(row: Mapping[str, Any], columns: Columns, source: str) -> Row | Rejection:
-    """Validates one input row (already a mapping of column → value)."""
+    """Validates one input row (already a mapping of column → value).
+
+    This is the reference for every row: the columnar readers take a faster path only
+    where it gives the same result, and call this for anything else.
+    """
     series = row.get(columns.series_id)
     if series is None or not str(series).strip():
         return Rejection(key=source, source=source, reason=dead_letters.MISSING_SERIES_ID,
@@ -145,6 +159,11 @@ def parse_row(row: Mapping[str, Any], columns: Columns, source: str) -> Row | Re
         except ValueError as e:
             return Rejection(key=key, source=source, reason=dead_letters.UNPARSABLE_VALUE,
                              message=f"Column {column!r}: {e}")
+        if not fits_float32(values[-1]):
+            return Rejection(key=key, source=source, reason=dead_letters.VALUE_OUT_OF_RANGE,
+                             message=f"Column {column!r}: {values[-1]!r} does not fit "
+                                     f"float32 (largest finite 3.4028235e+38), the dtype "
+                                     f"windows are stored in.")
     return Row(series_id=series_id, time=time, time_text=time_text, time_kind=kind,
                values=tuple(values), source=source)
 
@@ -177,110 +196,12 @@ def matched_files(pattern: str) -> list[str]:
     return files
 
 
-def _csv_fields(line: str) -> tuple[str, ...]:
-    """Fields of a CSV header line.
-
-    Raises:
-        ValueError: if the csv module cannot parse it (e.g. a stray carriage return).
-    """
-    try:
-        return tuple(c.strip() for c in next(csv.reader([line]), []))
-    except csv.Error as e:
-        raise ValueError(f"Unreadable CSV header {line[:80]!r}: {e}") from None
-
-
-def read_csv_header(path: str) -> tuple[str, ...]:
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "r") as f:
-        return _csv_fields(f.readline().lstrip(_BOM))
-
-
 def check_columns(header: Sequence[str], columns: Columns, path: str) -> None:
     """Raises ValueError naming the required columns a CSV header lacks."""
     missing = [c for c in (columns.series_id, columns.timestamp, *columns.values)
                if c not in header]
     if missing:
         raise ValueError(f"{path!r} lacks column(s) {missing}; its header is {list(header)}.")
-
-
-def _numbered_lines(path: str, csv_header: bool
-                    ) -> Iterator[tuple[str, str, tuple[str, ...] | None]]:
-    """``(file:line, line, header)`` for every non-blank data line; ``header`` is the
-    file's own CSV header (files of one glob may order their columns differently)."""
-    import tensorflow as tf
-
-    header = None
-    with tf.io.gfile.GFile(path, "r") as f:
-        for number, line in enumerate(f, start=1):
-            if number == 1:
-                line = line.lstrip(_BOM)
-                if csv_header:
-                    header = _csv_fields(line)
-                    continue
-            if line.strip():
-                yield f"{path}:{number}", line.rstrip("\r\n"), header
-
-
-class _ParseLine(beam.DoFn):
-    def __init__(self, columns: Columns) -> None:
-        self._columns = columns
-
-    def process(self, numbered: tuple[str, str, tuple[str, ...] | None]) -> Iterator[Any]:
-        source, line, header = numbered  # header None: JSON Lines.
-        row = (parse_jsonl_line(line) if header is None
-               else parse_csv_line(line, header))
-        if row is None:
-            result: Row | Rejection = Rejection(
-                key=source, source=source, reason=dead_letters.MALFORMED_ROW,
-                message=f"Cannot parse line: {line[:200]!r}")
-        else:
-            result = parse_row(row, self._columns, source)
-        yield from dead_letters.route(result)
-
-
-
-def _parquet_rows(path: str, columns: Columns) -> Iterator[Any]:
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path)
-    missing = [c for c in (columns.series_id, columns.timestamp, *columns.values)
-               if c not in table.column_names]
-    if missing:
-        raise ValueError(f"{path!r} lacks column(s) {missing}; it has {table.column_names}.")
-    for number, row in enumerate(table.to_pylist(), start=1):
-        yield from dead_letters.route(parse_row(row, columns, f"{path}:row{number}"))
-
-
-class ReadTimeSeriesRows(beam.PTransform):
-    """Reads every matched file as ``Row``s plus tagged ``Rejection``s.
-
-    Files are read line by line on workers (one file per worker), never pickled
-    into the job graph. Every source position is ``<file>:<line>``.
-    """
-
-    def __init__(self, pattern: str, columns: Columns) -> None:
-        super().__init__()
-        self._pattern = pattern
-        self._columns = columns
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> Any:
-        files = matched_files(self._pattern)
-        fmt = input_format(self._pattern)
-        start = pbegin | "ListFiles" >> beam.Create(files)
-        if fmt == "parquet":
-            return start | "ReadParquet" >> beam.FlatMap(
-                _parquet_rows, columns=self._columns).with_outputs(REJECTED, main="rows")
-        if fmt == "csv":
-            for path in files:
-                check_columns(read_csv_header(path), self._columns, path)
-        return (
-            start
-            | "NumberLines" >> beam.FlatMap(_numbered_lines, csv_header=fmt == "csv")
-            | "ReshuffleLines" >> beam.Reshuffle()
-            | "ParseLines" >> beam.ParDo(_ParseLine(self._columns)).with_outputs(
-                REJECTED, main="rows")
-        )
 
 
 def read_labels(path: str, series_column: str, label_column: str = "label"
@@ -299,10 +220,10 @@ def read_labels(path: str, series_column: str, label_column: str = "label"
     with tf.io.gfile.GFile(path, "r") as f:
         lines = [line.rstrip("\r\n") for line in f]
     if lines:
-        lines[0] = lines[0].lstrip(_BOM)
+        lines[0] = lines[0].lstrip(BOM)
     rows: list[tuple[str, dict[str, Any] | None]] = []
     if fmt == "csv":
-        header = _csv_fields(lines[0]) if lines else ()
+        header = csv_fields(lines[0]) if lines else ()
         if series_column not in header or label_column not in header:
             raise ValueError(f"Labels file {path!r} needs columns {series_column!r} and "
                              f"{label_column!r}; its header is {list(header)}.")

@@ -64,8 +64,9 @@ class DatasetOptions(PipelineOptions):
             "--gzip_level", type=int, default=sharding.DEFAULT_GZIP_LEVEL,
             help="zlib level 0-9 of the GZIP shard files. Default %(default)s. For "
                  "JPEG/PNG images, 0 (GZIP container, records stored) writes much "
-                 "faster and files grow only ~3 %%; keep the default for raw pixels "
-                 "and time series, which compress several-fold.")
+                 "faster and files grow only ~3 %%; raw pixels compress several-fold. "
+                 "Time-series windows, stored in shuffled (hash) order, shrink ~20 %%, "
+                 "about as much at level 1 as at 6.")
         parser.add_argument(
             "--max_error_fraction", type=float,
             default=accounting.DEFAULT_MAX_ERROR_FRACTION,
@@ -177,11 +178,26 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
     return manifest
 
 
+class _HideWithheldTracebacks(logging.Filter):
+    """Drops the log record of a withheld dataset's exception: Beam logs a failing
+    step's exception with its traceback before re-raising it, and ``main`` reports
+    a withheld dataset in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else record.msg
+        return not isinstance(error, accounting.WithheldError)
+
+
 def main(run: Callable[[Sequence[str]], Any]) -> None:
     """Console entry: quiet logs; option errors and withheld datasets (too many
     rejections, counts that do not reconcile, no train examples) as one line
     instead of a trace."""
-    logging.getLogger().setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING)
+    if not root.handlers:
+        logging.basicConfig()  # Installed now, so that later calls add no other one.
+    for handler in root.handlers:
+        handler.addFilter(_HideWithheldTracebacks())
     try:
         run(sys.argv[1:])
     except (ValueError, accounting.WithheldError) as e:

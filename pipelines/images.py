@@ -19,6 +19,7 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.utils import shared
 
 from etl import (
     accounting,
@@ -30,11 +31,11 @@ from etl import (
     splits,
 )
 from etl.dead_letters import REJECTED
-from etl.image_shards import TransformAndWriteImageShards
+from etl.image_shards import TransformAndWriteImageShard
 from etl.image_sources import ImageRecord, ReadImageRecords, assign_split, check_input
-from etl.manifest import CLASSIFICATION, WriteManifest
+from etl.manifest import CLASSIFICATION
+from etl.publish import ManifestSpec, PublishDataset
 from etl.shard_plan import PlanImageShards
-from etl.sharding import FinalizeShards
 from etl.transform import AnalyzeAndWriteTransformFn
 from pipelines import common
 
@@ -206,7 +207,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     Only small records cross a stage boundary: listing, split assignment, the label
     vocabulary (fit on the train split's labels alone) and the shard plan all work
     on ``ImageRecord``s; each shard's images are read, transformed by the exported
-    ``transform_fn`` and written inside one step (``etl/image_shards.py``).
+    ``transform_fn`` and written inside one step (``etl/image_shards.py``), in the
+    publishing tail both jobs end with (``etl/publish.py``).
 
     Raises:
         AssertionError: if the preprocessing's analyzers would read image bytes.
@@ -241,27 +243,21 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         | "TrainLabels" >> beam.FlatMap(_train_labels)
         | "AnalyzeLabels" >> analyze
     )
-    num_shards = split_records | "PlanShards" >> PlanImageShards(
-        job.preprocessing, job.limits, target_shard_bytes=job.output.target_shard_bytes,
-        num_shards=job.output.num_shards)
-    shard_results, shard_rejected, label_counts = (
-        split_records | "TransformAndWriteShards" >> TransformAndWriteImageShards(
-            output_dir, job.output.name, gzip_level=job.output.gzip_level,
-            limits=job.limits, num_shards=num_shards, transform_written=transform_written))
-    shards = shard_results | "FinalizeShards" >> FinalizeShards(output_dir, job.output.name)
-
-    rejected_summary = (
-        (listing_rejected, decided[REJECTED], shard_rejected)
-        | "FlattenRejections" >> beam.Flatten()
-        | "WriteRejections" >> dead_letters.WriteRejections(output_dir)
-    )
-    _ = pipeline | "WriteManifest" >> WriteManifest(
-        output_dir, job.output.name, job.describe_preprocessing(), kind="images",
-        task=CLASSIFICATION, shards=shards,
-        label_counts=label_counts, rejected=rejected_summary,
+    _ = split_records | "Publish" >> PublishDataset(
+        output_dir, job.output.name,
+        plan=PlanImageShards(job.preprocessing, job.limits,
+                             target_shard_bytes=job.output.target_shard_bytes,
+                             num_shards=job.output.num_shards),
+        write_shard=TransformAndWriteImageShard(
+            output_dir, job.output.name, job.output.gzip_level,
+            job.limits, shared.Shared()),
+        write_label="TransformAndWrite",
+        rejected=[listing_rejected, decided[REJECTED]],
         transform_written=transform_written, extras=[inputs],
-        check=functools.partial(accounting.check_images,
-                                max_error_fraction=job.output.max_error_fraction))
+        manifest=ManifestSpec(
+            kind="images", task=CLASSIFICATION, preprocessing=job.describe_preprocessing(),
+            check=functools.partial(accounting.check_images,
+                                    max_error_fraction=job.output.max_error_fraction)))
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -24,6 +24,8 @@ def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: floa
     reasons = ", ".join(f"{r}={n}" for r, n in rejected["by_reason"].items()) or "none"
     lines.append(f"  rejected: {rejected['count']} ({reasons}); details in "
                  f"{contract.ERRORS_DIRNAME}/{contract.REJECTED_FILENAME}")
+    for split, why in manifest.get("timeseries", {}).get("empty_splits", {}).items():
+        lines.append(f"  {split}: no windows: {why}")
     task = manifest.get("task", "classification")
     if task == "classification":
         target = f"{len(manifest['label_vocab'])} labels"

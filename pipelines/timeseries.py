@@ -13,37 +13,37 @@ docs/FORMAT.md for the window layout and every cleaning and splitting rule.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
-from collections.abc import Iterable, Iterator, Sequence
+import posixpath
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+from apache_beam.utils import shared
 
 from etl import accounting, contract, dead_letters
 from etl import timeseries_preprocessing as ts_preprocessing
 from etl import timeseries_series as ts_series
 from etl.dead_letters import Rejection
-from etl.manifest import CLASSIFICATION, FORECAST, WriteManifest
-from etl.sharding import WriteShards
-from etl.splits import split_index
-from etl.timeseries_sources import (
-    REJECTED,
-    Columns,
-    ReadTimeSeriesRows,
-    Row,
-    input_format,
-    matched_files,
-    parse_timestamp,
-    read_labels,
+from etl.manifest import CLASSIFICATION, FORECAST
+from etl.publish import ManifestSpec, PublishDataset
+from etl.timeseries_process import (
+    ANALYSIS,
+    LONGEST,
+    STATS,
+    ProcessSeriesBucket,
+    SeriesSettings,
 )
-from etl.transform import ANALYZE, AnalyzeAndTransform
+from etl.timeseries_read import ROW_COUNTS, InputPlan, ReadSeriesChunks
+from etl.timeseries_runs import PlanRunShards
+from etl.timeseries_shards import TransformAndWriteWindowShard
+from etl.timeseries_sources import Columns, parse_timestamp, read_labels
+from etl.transform import AnalyzeAndWriteTransformFn
+from etl.window_examples import WindowSchema
 from pipelines import common
 
-STATS = "stats"
 _LABEL_FILE_SUFFIXES = (".csv", ".jsonl", ".json")
 
 
@@ -147,6 +147,7 @@ class TimeSeriesJob:
     """The time-series job's validated settings."""
 
     input: str
+    input_plan: InputPlan
     columns: Columns
     labels: tuple[tuple[str, str], ...]  # (series id, label), sorted; empty: forecast
     label_rejections: tuple[Rejection, ...]
@@ -169,12 +170,11 @@ class TimeSeriesJob:
         """
         common.require(options, "input", "window_size")
         output = common.OutputSettings.from_options(options, default_name="timeseries")
-        input_format(options.input)
-        matched_files(options.input)
         values = tuple(v.strip() for v in options.value_columns.split(",") if v.strip())
         if not values:
             raise ValueError("--value_columns names no column.")
         columns = Columns(options.series_id_column, options.timestamp_column, values)
+        input_plan = InputPlan.from_pattern(options.input, columns)
         labels_file = labels_path(options)
         classification = labels_file is not None
         labels, label_rejections = ({}, [])
@@ -191,6 +191,7 @@ class TimeSeriesJob:
             raise ValueError("--split_times applies to --split_by=time only.")
         return cls(
             input=options.input,
+            input_plan=input_plan,
             columns=columns,
             labels=tuple(sorted(labels.items())),
             label_rejections=tuple(label_rejections),
@@ -222,172 +223,141 @@ class TimeSeriesJob:
             "split_times": (list(self.time_split.cutoffs)
                             if self.time_split.cutoffs else None),
             "normalize": "per_series" if self.preprocessing.per_series else "global",
-            "normalizer": "z-score per value column, tf.Transform mean/var over train "
-                          "rows (non-overlapping train tiles); std 0 -> 1",
+            "normalizer": "z-score per value column: exact mean and population std of "
+                          "every clean train row, once; std 0 -> 1",
             **self.output.describe(),
         }
 
 
-def _instance(series_id: str, piece: ts_series.Segment, start: int, window: np.ndarray,
-              target: np.ndarray | None, label: str | None) -> dict[str, Any]:
-    instance = {
-        contract.WINDOW_KEY: window.astype(np.float32),
-        contract.SERIES_ID_KEY: series_id,
-        contract.WINDOW_START_KEY: piece.texts[start],
-        contract.SOURCE_KEY: f"{series_id}@{piece.texts[start]}",
-    }
-    if label is not None:
-        instance[contract.LABEL_NAME_KEY] = label
-    else:
-        instance[contract.TARGET_KEY] = target.astype(np.float32)
-    return instance
+    @property
+    def settings(self) -> SeriesSettings:
+        """What the series step needs."""
+        return SeriesSettings(
+            windowing=self.windowing, cleaning=self.cleaning, time_split=self.time_split,
+            schema=WindowSchema(self.windowing.window_size, self.windowing.horizon,
+                                self.preprocessing.num_features, self.classification),
+            spill_dir=posixpath.join(self.output.tft_temp_dir, "series"))
 
-
-class ProcessSeries(beam.DoFn):
-    """``(series id, rows)`` → ``(split, raw window)``; tagged train tiles
-    (``"analyze"``), rejections and ``(counter, n)`` stats."""
-
-    def __init__(self, job: TimeSeriesJob) -> None:
-        self._windowing = job.windowing
-        self._cleaning = job.cleaning
-        self._time_split = job.time_split
-        self._classification = job.classification
-        self._horizon_zeros = np.zeros(
-            (job.windowing.horizon, job.preprocessing.num_features), np.float32)
-
-    def process(self, element: tuple[str, Iterable[Row]], labels: dict[str, str]
-                ) -> Iterator[Any]:
-        series_id, rows = element
-        rows = list(rows)
-        # GroupByKey order varies by runner: name the series by its first input row.
-        first_source = min(row.source for row in rows)
-        stats: collections.Counter = collections.Counter(series=1)
-        label = labels.get(series_id) if self._classification else None
-        if self._classification and label is None:
-            stats.update(rows_read=len(rows), rows_rejected=len(rows))
-            yield from self._reject(Rejection(
-                key=series_id, source=first_source, reason=dead_letters.UNLABELLED_SERIES,
-                message=f"No label for this series in --labels ({len(rows)} rows)."))
-            yield from self._stats(stats)
-            return
-        cleaned = ts_series.clean_series(series_id, rows, self._cleaning)
-        stats.update(cleaned.stats)
-        for rejection in cleaned.rejections:
-            yield from self._reject(rejection)
-        pieces = ts_series.split_pieces(series_id, cleaned.segments, self._time_split)
-        windows = []
+    def empty_split_reasons(self, counts: dict[str, int], longest: dict[str, int]
+                            ) -> dict[str, str]:
+        """Why each split without a window has none, in words."""
+        reasons = {}
+        span = self.windowing.span
         for split in contract.SPLITS:
-            for piece in pieces[split]:
-                for start, window, target in ts_series.windows(piece, self._windowing):
-                    windows.append((split, _instance(series_id, piece, start, window,
-                                                     target, label)))
-        if not windows:
-            if stats["rows_kept"]:
-                stats.update(series_too_short=1, rows_in_short_series=stats["rows_kept"])
-                yield from self._reject(Rejection(
-                    key=series_id, source=first_source,
-                    reason=dead_letters.SERIES_TOO_SHORT,
-                    message=f"{stats['rows_kept']} clean rows in {len(cleaned.segments)} "
-                            f"segment(s) give no window of span {self._windowing.span}."))
-            yield from self._stats(stats)
-            return
-        yield from windows
-        for piece in pieces[contract.TRAIN]:
-            for start, tile in ts_series.tiles(piece, self._windowing.window_size):
-                yield beam.pvalue.TaggedOutput(ANALYZE, _instance(
-                    series_id, piece, start, tile, self._horizon_zeros, label))
-        for split in contract.SPLITS:
-            stats[f"windows_{split}"] += sum(1 for s, _ in windows if s == split)
-        yield from self._stats(stats)
-
-    @staticmethod
-    def _reject(rejection: Rejection) -> Iterator[Any]:
-        return dead_letters.route(rejection)
-
-    @staticmethod
-    def _stats(stats: collections.Counter) -> Iterator[Any]:
-        for name in sorted(stats):
-            yield beam.pvalue.TaggedOutput(STATS, (name, int(stats[name])))
+            if counts.get(f"windows_{split}", 0):
+                continue
+            if split in longest:
+                reasons[split] = (
+                    f"its longest piece of a series has {longest[split]} rows, fewer than "
+                    f"the {span} a window and its target span (window_size "
+                    f"{self.windowing.window_size}, stride {self.windowing.stride}, "
+                    f"horizon {self.windowing.horizon}); give the split more rows or "
+                    f"use smaller windows")
+            elif self.time_split.mode == "series":
+                reasons[split] = ("no series was assigned to it (--split_by=series: each "
+                                  "series goes whole to the split its id hashes to)")
+            elif self.time_split.cutoffs is not None:
+                reasons[split] = "no clean row has a timestamp in its --split_times range"
+            elif self.output.fractions.as_dict()[split] == 0:
+                reasons[split] = "--split_fractions gives it no rows"
+            else:
+                reasons[split] = ("no series has clean rows there (each series' rows are "
+                                  "split by --split_fractions in time order)")
+        return reasons
 
 
-def _label_count(element: tuple[str, dict[str, Any]]) -> tuple[tuple[str, str], int]:
-    split, instance = element
-    return (split, instance[contract.LABEL_NAME_KEY]), 1
-
-
-def _timeseries_entry(counts: dict[str, int], job_params: dict[str, Any],
-                      parse_rejected: int) -> dict[str, Any]:
-    return {"timeseries": {**job_params, "counts": dict(sorted(counts.items())),
-                           "parse_rejected": parse_rejected}}
+def _timeseries_entry(counts: dict[str, int], job: TimeSeriesJob, parse_rejected: int,
+                      longest: dict[str, int]) -> dict[str, Any]:
+    return {"timeseries": {
+        "value_columns": list(job.columns.values),
+        "num_features": job.preprocessing.num_features,
+        **dataclasses.asdict(job.windowing),
+        "counts": dict(sorted(counts.items())),
+        "parse_rejected": parse_rejected,
+        "empty_splits": job.empty_split_reasons(counts, longest),
+    }}
 
 
 def _inputs_entry(count: int) -> dict[str, int]:
     return {"inputs": count}
 
 
+def _sum(values: Iterable[int]) -> int:
+    return sum(values)
+
+
 def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
-    """Adds the time-series job's transforms to ``pipeline``."""
+    """Adds the time-series job's transforms to ``pipeline``.
+
+    Rows are read and validated column-wise into chunks spilled by bucket of series,
+    then cleaned and split a bucket at a time; only small records cross a stage
+    boundary: chunk references, window runs, counts, one analysis instance per
+    series. Each shard's windows are cut, normalised by the exported
+    ``transform_fn`` and written inside one step, in the publishing tail both jobs
+    end with (``etl/publish.py``).
+    """
     output_dir = job.output.output_dir
-    read = pipeline | "ReadRows" >> ReadTimeSeriesRows(job.input, job.columns)
+    config = job.preprocessing
+    analyze = AnalyzeAndWriteTransformFn(
+        functools.partial(ts_preprocessing.preprocessing_fn, config=config),
+        config.raw_feature_spec(), output_dir, job.output.tft_temp_dir)
+    plan = job.input_plan
+
+    read = pipeline | "ReadSeriesChunks" >> ReadSeriesChunks(
+        plan, job.columns, posixpath.join(job.output.tft_temp_dir, "rows"))
     labels = beam.pvalue.AsDict(pipeline | "LabelsBySeries" >> beam.Create(job.labels))
     processed = (
-        read.rows
-        | "KeyBySeries" >> beam.Map(lambda row: (row.series_id, row))
-        | "GroupBySeries" >> beam.GroupByKey()
-        | "ProcessSeries" >> beam.ParDo(ProcessSeries(job), labels=labels).with_outputs(
-            ANALYZE, REJECTED, STATS, main="windows")
+        read.chunks
+        # (bucket, [ChunkRef]): where every row of each series of the bucket waits.
+        | "GroupByBucket" >> beam.GroupByKey()
+        | "ProcessSeries" >> beam.ParDo(
+            ProcessSeriesBucket(job.settings, plan.files, plan.fmt),
+            labels=labels).with_outputs(dead_letters.REJECTED, STATS, LONGEST, ANALYSIS,
+                                        main="runs")
     )
-    # (split, raw window instance)
-    windows = processed.windows
-    rejected_summary = (
-        (read[REJECTED], processed[REJECTED],
-         pipeline | "LabelFileRejections" >> beam.Create(job.label_rejections))
-        | "FlattenRejections" >> beam.Flatten()
-        | "WriteRejections" >> dead_letters.WriteRejections(output_dir)
-    )
-    label_counts = (
-        windows | "KeyBySplitAndLabel" >> beam.Map(_label_count)
-        | "CountLabels" >> beam.CombinePerKey(sum)
-    ) if job.classification else pipeline | "NoLabels" >> beam.Create([])
+    transform_written = processed[ANALYSIS] | "AnalyzeTrainSeries" >> analyze
+
+    parse_rejected = read[dead_letters.REJECTED] | "CountParseRejections" >> (
+        beam.combiners.Count.Globally())
     # Input rows: every parsed row plus every line rejected while parsing.
-    parse_rejected = read[REJECTED] | "CountParseRejections" >> beam.combiners.Count.Globally()
     inputs = (
-        (read.rows, read[REJECTED])
-        | "FlattenInputRows" >> beam.Flatten()
-        | "CountInputRows" >> beam.combiners.Count.Globally()
+        (read[ROW_COUNTS], parse_rejected)
+        | "FlattenInputCounts" >> beam.Flatten()
+        | "CountInputRows" >> beam.CombineGlobally(_sum)
         | "InputsEntry" >> beam.Map(_inputs_entry)
+    )
+    longest = (
+        processed[LONGEST]
+        | "LongestPiece" >> beam.CombinePerKey(max)
+        | "LongestToDict" >> beam.combiners.ToDict()
     )
     counts = (
         processed[STATS]
         | "SumStats" >> beam.CombinePerKey(sum)
         | "StatsToDict" >> beam.combiners.ToDict()
-        | "TimeSeriesEntry" >> beam.Map(_timeseries_entry, job_params={
-            "value_columns": list(job.columns.values),
-            "num_features": job.preprocessing.num_features,
-            **dataclasses.asdict(job.windowing)},
-            parse_rejected=beam.pvalue.AsSingleton(parse_rejected))
+        | "TimeSeriesEntry" >> beam.Map(
+            _timeseries_entry, job=job,
+            parse_rejected=beam.pvalue.AsSingleton(parse_rejected),
+            longest=beam.pvalue.AsSingleton(longest))
     )
-    by_split = windows | "PartitionBySplit" >> beam.Partition(split_index,
-                                                             len(contract.SPLITS))
-    raw = {split: by_split[i] | f"DropSplitKey[{split}]" >> beam.Values()
-           for i, split in enumerate(contract.SPLITS)}
-    # The normaliser sees every train row once (tiles), never validation or test.
-    raw[ANALYZE] = processed[ANALYZE]
-    examples, transform_written = raw | "Preprocess" >> AnalyzeAndTransform(
-        functools.partial(ts_preprocessing.preprocessing_fn, config=job.preprocessing),
-        job.preprocessing.raw_feature_spec(), output_dir, job.output.tft_temp_dir)
-    shards = examples | "WriteShards" >> WriteShards(
-        output_dir, job.output.name, num_shards=job.output.num_shards,
-        target_shard_bytes=job.output.target_shard_bytes, gzip_level=job.output.gzip_level)
-    _ = pipeline | "WriteManifest" >> WriteManifest(
-        output_dir, job.output.name, job.describe(), kind="timeseries",
-        task=CLASSIFICATION if job.classification else FORECAST, shards=shards,
-        label_counts=label_counts, rejected=rejected_summary,
+    _ = processed.runs | "Publish" >> PublishDataset(
+        output_dir, job.output.name,
+        plan=PlanRunShards(target_shard_bytes=job.output.target_shard_bytes,
+                           num_shards=job.output.num_shards),
+        write_shard=TransformAndWriteWindowShard(
+            output_dir, job.output.name, job.output.gzip_level, config, job.windowing,
+            shared.Shared()),
+        write_label="WindowTransformAndWrite",
+        rejected=[read[dead_letters.REJECTED], processed[dead_letters.REJECTED],
+                  pipeline | "LabelFileRejections" >> beam.Create(job.label_rejections)],
         transform_written=transform_written, extras=[counts, inputs],
-        check=functools.partial(accounting.check_timeseries,
-                                max_error_fraction=job.output.max_error_fraction),
-        describe_transform=functools.partial(ts_preprocessing.describe_normalisation,
-                                             config=job.preprocessing))
+        manifest=ManifestSpec(
+            kind="timeseries", task=CLASSIFICATION if job.classification else FORECAST,
+            preprocessing=job.describe(),
+            check=functools.partial(accounting.check_timeseries,
+                                    max_error_fraction=job.output.max_error_fraction),
+            describe_transform=functools.partial(ts_preprocessing.describe_normalisation,
+                                                 config=config)))
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -402,4 +372,3 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     common.main(run)
-

@@ -18,17 +18,6 @@ def values(seed: int = 0) -> np.ndarray:
     return x
 
 
-def test_moments_mean_and_variance_are_correctly_rounded():
-    x = values()
-    mean, variance = exact_stats.moments_of(x).mean_and_variance()
-    for c in range(x.shape[1]):
-        column = [Fraction(float(v)) for v in x[:, c]]
-        exact_mean = sum(column) / len(column)
-        exact_var = sum(v * v for v in column) / len(column) - exact_mean ** 2
-        assert mean[c] == np.float32(float(exact_mean))
-        assert variance[c] == np.float32(float(exact_var))
-
-
 def test_moments_do_not_depend_on_order_or_partitioning():
     x = values(1)
     whole = exact_stats.moments_of(x)
@@ -46,10 +35,33 @@ def test_moments_chunking_matches_single_pass(monkeypatch):
 
 
 def test_moments_of_nothing_is_zero():
-    mean, variance = exact_stats.Moments.zeros(2).mean_and_variance()
-    assert mean.tolist() == [0.0, 0.0] and variance.tolist() == [0.0, 0.0]
+    mean, std = exact_stats.Moments.zeros(2).mean_and_std()
+    assert mean.tolist() == [0.0, 0.0] and std.tolist() == [0.0, 0.0]
 
 
 def test_moments_accept_a_single_column():
-    mean, _ = exact_stats.moments_of(np.array([1.0, 2.0, 4.0], np.float32)).mean_and_variance()
+    mean, _ = exact_stats.moments_of(np.array([1.0, 2.0, 4.0], np.float32)).mean_and_std()
     assert mean.tolist() == pytest.approx([7 / 3])
+
+
+def test_moments_mean_and_std_round_the_exact_variance_once():
+    x = values(3)
+    mean, std = exact_stats.moments_of(x).mean_and_std()
+    for c in range(x.shape[1]):
+        column = [Fraction(float(v)) for v in x[:, c]]
+        exact_mean = sum(column) / len(column)
+        exact_var = sum(v * v for v in column) / len(column) - exact_mean ** 2
+        assert mean[c] == np.float32(float(exact_mean))
+        assert std[c] == np.float32(np.sqrt(float(exact_var)))
+
+
+def test_moments_std_of_float32_extremes_is_finite():
+    # The variance (~1e77) overflows float32; the standard deviation does not.
+    x = np.array([[3e38], [-3e38]], np.float32)
+    _, std = exact_stats.moments_of(x).mean_and_std()
+    assert std[0] == np.float32(3e38)
+
+
+def test_moments_bytes_round_trip_exactly():
+    moments = exact_stats.moments_of(values(4))
+    assert exact_stats.Moments.from_bytes(moments.to_bytes()) == moments

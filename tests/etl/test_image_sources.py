@@ -392,34 +392,6 @@ def test_record_from_row_missing_path_is_malformed(row):
         SOURCE, SOURCE, "malformed_manifest_row")
 
 
-# --- parse_csv_line / parse_jsonl_line ------------------------------------------------
-
-def test_parse_csv_line_handles_quoted_commas():
-    assert image_sources.parse_csv_line('"a, b.png","big, cat",val', HEADER) == {
-        "path": "a, b.png", "label": "big, cat", "split": "val"}
-
-
-def test_parse_csv_line_keeps_empty_trailing_column():
-    assert image_sources.parse_csv_line("a.png,cat,", HEADER) == {
-        "path": "a.png", "label": "cat", "split": ""}
-
-
-@pytest.mark.parametrize("line", ["a.png,cat", "a.png,cat,train,extra", "", "a.png"])
-def test_parse_csv_line_wrong_column_count_is_none(line):
-    assert image_sources.parse_csv_line(line, HEADER) is None
-
-
-def test_parse_jsonl_line_reads_object():
-    assert image_sources.parse_jsonl_line('{"path": "a.png", "label": "cat"}') == {
-        "path": "a.png", "label": "cat"}
-
-
-@pytest.mark.parametrize("line", ['["a.png", "cat"]', '"a.png"', "3", "null",
-                                  "{not json", ""])
-def test_parse_jsonl_line_non_object_is_none(line):
-    assert image_sources.parse_jsonl_line(line) is None
-
-
 # --- read_csv_header / check_input ----------------------------------------------------
 
 def test_read_csv_header_strips_column_names(tmp_path):
@@ -477,10 +449,3 @@ def test_read_csv_header_accepts_utf8_bom(tmp_path):
     path = tmp_path / "excel.csv"
     path.write_bytes("\ufeffpath,label\na.png,cat\n".encode())
     assert image_sources.read_csv_header(str(path)) == ("path", "label")
-
-
-def test_numbered_lines_strip_bom_from_first_jsonl_line(tmp_path):
-    path = tmp_path / "bom.jsonl"
-    path.write_bytes('\ufeff{"path": "a.png", "label": "cat"}\n'.encode())
-    lines = list(image_sources._numbered_lines(str(path), skip_header=False))
-    assert lines == [(1, '{"path": "a.png", "label": "cat"}')]

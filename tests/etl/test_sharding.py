@@ -7,6 +7,7 @@ import hashlib
 import itertools
 import json
 import os
+from typing import NamedTuple
 
 import apache_beam as beam
 import pytest
@@ -14,7 +15,6 @@ import tensorflow as tf
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from etl import contract, examples, sharding
-from etl.sharding import KeyedExample
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
@@ -54,15 +54,10 @@ def test_plan_num_shards_rejects_non_positive_target(target):
         sharding.plan_num_shards(10, 100, target)
 
 
-def test_write_shards_rejects_bad_settings_at_construction():
-    with pytest.raises(ValueError, match="--num_shards must be >= 1"):
-        sharding.WriteShards("/unused", NAME, num_shards=0)
-
-
 @pytest.mark.parametrize("level", [-1, 10, 1.5, True, "6"])
-def test_write_shards_rejects_a_gzip_level_outside_0_to_9(level):
+def test_shard_writer_rejects_a_gzip_level_outside_0_to_9(level):
     with pytest.raises(ValueError, match="--gzip_level must be an integer from 0"):
-        sharding.WriteShards("/unused", NAME, gzip_level=level)
+        sharding.ShardWriter("/unused", level)
 
 
 # --- shard_of / order_in_shard --------------------------------------------------------
@@ -77,7 +72,42 @@ def test_order_in_shard_uses_order_salt():
     assert sharding.order_in_shard("cat/1.png") == int.from_bytes(digest[:8], "big")
 
 
-# --- WriteShards ----------------------------------------------------------------------
+# --- WriteShardGroups -----------------------------------------------------------------
+
+class KeyedExample(NamedTuple):
+    """A unit that is one serialized example (the simplest thing to shard)."""
+
+    split: str
+    key: str
+    serialized: bytes
+
+
+class _WriteExamples(beam.DoFn):
+    """The simplest shard writer: the shard's examples in in-shard order."""
+
+    def __init__(self, output_dir: str, gzip_level: int) -> None:
+        self._output_dir = output_dir
+        self._gzip_level = gzip_level
+
+    def process(self, element, num_shards):
+        (split, shard), units = element
+        relpath = sharding.pending_relpath(NAME, split, shard)
+        with sharding.ShardWriter(os.path.join(self._output_dir, relpath),
+                                  self._gzip_level) as writer:
+            for unit in sorted(units, key=lambda u: sharding.shard_sort_key(u.key)):
+                writer.write(unit.serialized)
+        yield sharding.shard_result(split, shard, relpath, writer)
+
+
+def _plan(examples_: list[KeyedExample], num_shards=None, target_shard_bytes=1 << 30):
+    """(split, num_shards) from the examples' exact sizes."""
+    totals = collections.defaultdict(lambda: [0, 0])
+    for example in examples_:
+        totals[example.split][0] += 1
+        totals[example.split][1] += len(example.serialized)
+    return [(split, sharding.plan_num_shards(n, b, target_shard_bytes, num_shards))
+            for split, (n, b) in sorted(totals.items())]
+
 
 def _example(split: str, key: str) -> KeyedExample:
     return KeyedExample(split, key, examples.serialize_example(
@@ -91,18 +121,21 @@ def _records() -> list[KeyedExample]:
 
 
 def _write(records: list[KeyedExample], output_dir: str, entries_path: str,
-           **kwargs) -> list[dict]:
-    """Runs WriteShards; returns its entries sorted by (split, index)."""
+           num_shards: int | None = None, target_shard_bytes: int = 1 << 30,
+           gzip_level: int = sharding.DEFAULT_GZIP_LEVEL) -> list[dict]:
+    """Runs WriteShardGroups; returns its entries sorted by (split, index)."""
 
     def dump(entries: list[dict]) -> None:
         with open(entries_path, "w") as f:
             json.dump(entries, f)
 
     with TestPipeline(runner=RUNNER) as p:
-        _ = (p | beam.Create(records)
-             | sharding.WriteShards(output_dir, NAME, **kwargs)
-             | beam.combiners.ToList()
-             | beam.Map(dump))
+        plan = p | "Plan" >> beam.Create(_plan(records, num_shards, target_shard_bytes))
+        entries, _, _ = (p | beam.Create(records)
+                         | sharding.WriteShardGroups(
+                             output_dir, NAME, num_shards=plan,
+                             write_shard=_WriteExamples(output_dir, gzip_level)))
+        _ = entries | beam.combiners.ToList() | beam.Map(dump)
     with open(entries_path) as f:
         return sorted(json.load(f), key=lambda e: (e["split"], e["index"]))
 
@@ -124,7 +157,7 @@ def _files_under(root: str) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    """WriteShards(num_shards=4) on 35 train + 15 test records: (out, entries)."""
+    """WriteShardGroups, 4 shards, on 35 train + 15 test records: (out, entries)."""
     out = str(tmp_path_factory.mktemp("shards"))
     entries = _write(_records(), out, str(tmp_path_factory.mktemp("e") / "entries.json"),
                      num_shards=4)

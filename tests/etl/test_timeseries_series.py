@@ -1,4 +1,4 @@
-"""Unit tests of etl/timeseries_series.py: cleaning, gaps, splits, windows and tiles."""
+"""Unit tests of etl/timeseries_series.py: cleaning, gaps, splits and windows."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from etl import splits
+from etl.timeseries_chunks import TimeTexts
 from etl.timeseries_series import (
     Cleaning,
     CleanSeries,
@@ -17,7 +18,6 @@ from etl.timeseries_series import (
     Windowing,
     clean_series,
     split_pieces,
-    tiles,
     windows,
 )
 from etl.timeseries_sources import Row
@@ -40,14 +40,14 @@ def _segment(times, values=None) -> Segment:
     times = np.asarray(times, np.float64)
     if values is None:
         values = times * 10
-    return Segment(times, tuple(f"{t:g}" for t in times),
+    return Segment(times, TimeTexts.stored([f"{t:g}" for t in times]),
                    np.asarray(values, np.float64).reshape(len(times), -1))
 
 
 def _indexed(length: int) -> Segment:
     """A segment whose two value columns are (row index, −row index)."""
     index = np.arange(length, dtype=np.float64)
-    return Segment(index * 2.0, tuple(str(i) for i in range(length)),
+    return Segment(index * 2.0, TimeTexts.stored([str(i) for i in range(length)]),
                    np.stack([index, -index], axis=1).reshape(length, 2))
 
 
@@ -175,7 +175,7 @@ def test_clean_series_sorts_shuffled_rows():
     rows = [_row(3, 30), _row(0, 0), _row(2, 20), _row(1, 10)]
     result = clean_series(SERIES, rows, NO_GAPS)
     assert _times(result) == [[0.0, 1.0, 2.0, 3.0]]
-    assert result.segments[0].texts == ("0", "1", "2", "3")
+    assert tuple(result.segments[0].texts) == ("0", "1", "2", "3")
     assert _values(result) == [[[0.0], [10.0], [20.0], [30.0]]]
     assert result.rejections == []
 
@@ -238,7 +238,7 @@ def test_clean_series_missing_drop():
     result = clean_series(SERIES, rows, Cleaning(missing="drop", max_gap="none"))
     assert _times(result) == [[0.0, 2.0, 4.0]]
     assert _values(result) == [[[1.0], [3.0], [5.0]]]
-    assert result.segments[0].texts == ("0", "2", "4")
+    assert tuple(result.segments[0].texts) == ("0", "2", "4")
     assert result.stats["rows_dropped_missing"] == 2
     assert result.rejections == []
 
@@ -395,7 +395,7 @@ def test_clean_series_gap_auto_splits_beyond_one_and_a_half_median_steps():
     rows = [_row(t, t) for t in (0, 1, 2, 3, 10, 11, 12)]
     result = clean_series(SERIES, rows, Cleaning(max_gap="auto"))
     assert _times(result) == [[0.0, 1.0, 2.0, 3.0], [10.0, 11.0, 12.0]]
-    assert result.segments[1].texts == ("10", "11", "12")
+    assert tuple(result.segments[1].texts) == ("10", "11", "12")
     assert _values(result)[1] == [[10.0], [11.0], [12.0]]
     assert result.stats["gaps_split"] == 1
 
@@ -521,7 +521,7 @@ def test_split_pieces_keep_values_and_texts_with_their_rows():
     pieces = split_pieces(SERIES, [segment],
                           TimeSplit("time", splits.SplitFractions(0.6, 0.2, 0.2)))
     assert [p.values.tolist() for p in pieces["train"]] == [[[0, 1], [2, 3], [4, 5]]]
-    assert [p.texts for p in pieces["validation"]] == [("3",)]
+    assert [tuple(p.texts) for p in pieces["validation"]] == [("3",)]
     assert [p.values.tolist() for p in pieces["test"]] == [[[8, 9]]]
 
 
@@ -580,28 +580,6 @@ def test_split_pieces_no_piece_spans_two_splits(segments, time_split):
         assert len(homes) == 1
         start = homes[0].times.tolist().index(piece.times[0])
         assert homes[0].times[start:start + len(piece)].tolist() == piece.times.tolist()
-
-
-# --- tiles ----------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("length", "window_size"), [
-    (0, 1), (1, 1), (5, 1), (10, 3), (9, 3), (11, 3), (4, 5), (5, 5), (16, 4), (7, 2),
-])
-def test_tiles_are_non_overlapping_blocks(length, window_size):
-    got = list(tiles(_indexed(length), window_size))
-    assert [start for start, _ in got] == list(range(0, length - window_size + 1,
-                                                     window_size))
-    for start, block in got:
-        rows = list(range(start, start + window_size))
-        assert block.tolist() == [[r, -r] for r in rows]
-
-
-@pytest.mark.parametrize(("length", "window_size"), [(10, 3), (12, 4), (3, 5), (1, 1)])
-def test_tiles_cover_each_row_at_most_once(length, window_size):
-    covered = [int(r) for _, block in tiles(_indexed(length), window_size)
-               for r in block[:, 0]]
-    assert len(covered) == len(set(covered)) == (length // window_size) * window_size
-    assert covered == list(range(len(covered)))
 
 
 def test_clean_series_missing_value_rejection_names_the_input_row():

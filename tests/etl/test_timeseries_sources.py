@@ -6,12 +6,7 @@ import datetime as dt
 import json
 import math
 
-import apache_beam as beam
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
 
 from etl import timeseries_sources
 from etl.dead_letters import Rejection
@@ -419,108 +414,6 @@ def test_read_labels_other_format_is_value_error(tmp_path):
         timeseries_sources.read_labels(str(path), "id")
 
 
-# --- ReadTimeSeriesRows ---------------------------------------------------------------
-
-def _comparable(row: Row) -> tuple:
-    """A Row as a tuple that compares equal when NaNs are in the same places."""
-    return (row.series_id, row.time, row.time_text, row.time_kind,
-            tuple("nan" if math.isnan(v) else v for v in row.values), row.source)
-
-
-def _read(pattern: str, columns: Columns, check_rows: list, check_rejections: list) -> None:
-    with TestPipeline(runner=RUNNER) as p:
-        outputs = p | timeseries_sources.ReadTimeSeriesRows(pattern, columns)
-        assert_that(outputs.rows | beam.Map(_comparable), equal_to(check_rows),
-                    label="CheckRows")
-        assert_that(outputs[timeseries_sources.REJECTED]
-                    | beam.Map(lambda r: (r.key, r.source, r.reason)),
-                    equal_to(check_rejections), label="CheckRejected")
-
-
-def test_read_time_series_rows_csv(tmp_path):
-    path = tmp_path / "rows.csv"
-    path.write_text(
-        "\ufeffsensor,when,temp,note\n"            # 1
-        "a,1,10,x\n"                               # 2
-        "a,2,,y\n"                                 # 3: missing value → NaN
-        "\n"                                       # 4: blank, skipped
-        "b,2024-01-02,3.5,z\n"                     # 5
-        ",3,1,w\n"                                 # 6: no series id
-        "a,later,1,v\n"                            # 7: bad timestamp
-        "a,4,abc,u\n"                              # 8: bad value
-        "a,5,6,7,8\n"                              # 9: five fields for four columns
-        '"c","6","-1.5","quoted, comma"\n',        # 10
-        encoding="utf-8")
-    p = str(path)
-    _read(p, Columns("sensor", "when", ("temp",)),
-          [("a", 1.0, "1", "numeric", (10.0,), f"{p}:2"),
-           ("a", 2.0, "2", "numeric", ("nan",), f"{p}:3"),
-           ("b", DAY, "2024-01-02", "datetime", (3.5,), f"{p}:5"),
-           ("c", 6.0, "6", "numeric", (-1.5,), f"{p}:10")],
-          [(f"{p}:6", f"{p}:6", "missing_series_id"),
-           ("a@later", f"{p}:7", "unparsable_timestamp"),
-           ("a@4", f"{p}:8", "unparsable_value"),
-           (f"{p}:9", f"{p}:9", "malformed_row")])
-
-
-def test_read_time_series_rows_csv_glob_reads_every_file(tmp_path):
-    (tmp_path / "a.csv").write_text("id,ts,v\na,1,2\n")
-    (tmp_path / "b.csv").write_text("id,ts,v\nb,5,7\nb,6\n")
-    _read(str(tmp_path / "*.csv"), Columns("id", "ts", ("v",)),
-          [("a", 1.0, "1", "numeric", (2.0,), f"{tmp_path}/a.csv:2"),
-           ("b", 5.0, "5", "numeric", (7.0,), f"{tmp_path}/b.csv:2")],
-          [(f"{tmp_path}/b.csv:3", f"{tmp_path}/b.csv:3", "malformed_row")])
-
-
-def test_read_time_series_rows_csv_files_with_different_column_order(tmp_path):
-    # Every file passes check_columns, so each must be parsed with its own header.
-    (tmp_path / "a.csv").write_text("id,ts,v\na,1,2\n")
-    (tmp_path / "b.csv").write_text("ts,id,v\n5,b,7\n")
-    _read(str(tmp_path / "*.csv"), Columns("id", "ts", ("v",)),
-          [("a", 1.0, "1", "numeric", (2.0,), f"{tmp_path}/a.csv:2"),
-           ("b", 5.0, "5", "numeric", (7.0,), f"{tmp_path}/b.csv:2")],
-          [])
-
-
-def test_read_time_series_rows_csv_missing_column_is_value_error(tmp_path):
-    (tmp_path / "rows.csv").write_text("id,ts\na,1\n")
-    with pytest.raises(ValueError, match=r"lacks column\(s\) \['v'\]"), \
-            TestPipeline(runner=RUNNER) as p:
-        _ = p | timeseries_sources.ReadTimeSeriesRows(str(tmp_path / "rows.csv"),
-                                                      Columns("id", "ts", ("v",)))
-
-
-def test_read_time_series_rows_parquet(tmp_path):
-    path = str(tmp_path / "rows.parquet")
-    pq.write_table(pa.table({
-        "id": ["a", "a", None, "b", "b", "c"],
-        "ts": [1, 2, 3, 4, 5, 6],
-        "u": [1.0, None, 1.0, 2.0, math.inf, 3.0],
-        "v": [10.0, 20.0, 30.0, 40.0, 50.0, 60.0],
-    }), path)
-    _read(path, Columns("id", "ts", ("v", "u")),
-          [("a", 1.0, "1", "numeric", (10.0, 1.0), f"{path}:row1"),
-           ("a", 2.0, "2", "numeric", (20.0, "nan"), f"{path}:row2"),
-           ("b", 4.0, "4", "numeric", (40.0, 2.0), f"{path}:row4"),
-           ("c", 6.0, "6", "numeric", (60.0, 3.0), f"{path}:row6")],
-          [(f"{path}:row3", f"{path}:row3", "missing_series_id"),
-           ("b@5", f"{path}:row5", "unparsable_value")])
-
-
-def test_read_time_series_rows_parquet_timestamp_column_is_datetime(tmp_path):
-    path = str(tmp_path / "rows.parquet")
-    pq.write_table(pa.table({
-        "id": ["a", "a"],
-        "ts": pa.array([dt.datetime(2024, 1, 2), dt.datetime(2024, 1, 2, 3, 4, 5)],
-                       pa.timestamp("s")),
-        "v": [1.0, 2.0],
-    }), path)
-    _read(path, Columns("id", "ts", ("v",)),
-          [("a", DAY, "2024-01-02T00:00:00", "datetime", (1.0,), f"{path}:row1"),
-           ("a", MOMENT, "2024-01-02T03:04:05", "datetime", (2.0,), f"{path}:row2")],
-          [])
-
-
 @pytest.mark.parametrize("text", ["1_000", "2_0.5"])
 def test_parse_value_rejects_digit_separators(text):
     with pytest.raises(ValueError, match="plain number"):
@@ -538,3 +431,41 @@ def test_read_labels_blank_series_id_is_malformed_row(tmp_path):
     labels, rejected = timeseries_sources.read_labels(str(path), "series_id")
     assert labels == {"s1": "dog"}
     assert [r.reason for r in rejected] == ["malformed_row"]
+
+
+# --- values that do not fit float32 ---------------------------------------------------
+
+@pytest.mark.parametrize(("a", "b", "column"), [
+    ("1e39", "2", "a"), ("-1e39", "2", "a"), ("1", "1e308", "b"), ("1", -3.5e38, "b"),
+])
+def test_parse_row_value_beyond_float32_is_value_out_of_range(a, b, column):
+    result = timeseries_sources.parse_row({"id": "s1", "ts": "5", "a": a, "b": b}, COLUMNS,
+                                          SOURCE)
+    assert isinstance(result, Rejection)
+    assert (result.key, result.source, result.reason) == ("s1@5", SOURCE,
+                                                          "value_out_of_range")
+    assert result.message.startswith(f"Column {column!r}: ")
+    assert "float32" in result.message
+
+
+@pytest.mark.parametrize("value", [3.4028234663852886e38, "3.4028235e38", -3.4028235e38,
+                                   "1e-50", "0"])
+def test_parse_row_values_that_round_into_float32_are_kept(value):
+    result = timeseries_sources.parse_row({"id": "s1", "ts": "5", "a": value, "b": "1"},
+                                          COLUMNS, SOURCE)
+    assert isinstance(result, Row)
+
+
+def test_fits_float32_boundary_matches_numpy_rounding():
+    import warnings
+
+    import numpy as np
+
+    limit = timeseries_sources.FLOAT32_OVERFLOW
+    below = float(np.nextafter(limit, 0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy warns on the overflow.
+        for value in (limit, below, -limit, -below, 1e39, 3e38):
+            assert timeseries_sources.fits_float32(value) == bool(
+                np.isfinite(np.float32(value))), value
+    assert timeseries_sources.fits_float32(math.nan)

@@ -33,7 +33,7 @@ PACKAGES = ("etl", "pipelines", "reader")
 # The Beam transforms that make up the job; each must appear in the Dataflow graph.
 JOB_TRANSFORMS = {
     "ReadImageRecords", "AssignSplits", "AnalyzeLabels", "AnalyzeTrain", "WriteTransformFn",
-    "PlanShards", "TransformAndWriteShards", "TransformAndWrite", "FinalizeShards",
+    "Publish", "PlanShards", "TransformAndWrite", "FinalizeShards",
     "WriteRejections", "WriteManifest",
 }
 

@@ -1,8 +1,7 @@
 """What running at scale relies on (docs/RUNNING_AT_SCALE.md), checked in seconds.
 
-* The tf.Transform stage's columnar data path (``etl/transform.py``): the record
-  batches it builds equal those tf.Transform builds itself from instance dicts, the
-  transformed batches serialize to exactly the bytes of ``serialize_example``, and
+* The tf.Transform analysis' columnar data path (``etl/transform.py``): the record
+  batches it builds equal those tf.Transform builds itself from instance dicts, and
   batches are bounded by rows and bytes. (The jobs' byte-identity across runners and
   worker counts is tested end to end in test_images, test_timeseries, test_runners.)
 * Beam 2.77's DaskRunner limitation that keeps the jobs off Dask, reproduced on a
@@ -15,7 +14,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import tensorflow as tf
 from tensorflow_transform.coders import example_proto_coder
@@ -24,8 +22,6 @@ from tfx_bsl.coders import example_coder
 from tfx_bsl.tfxio import tf_example_record
 
 from etl import transform
-from etl.examples import serialize_example
-from etl.sharding import KeyedExample
 
 SPEC = {
     "image": tf.io.FixedLenFeature([], tf.string),
@@ -77,45 +73,10 @@ def test_record_batch_builder_rejects_wrong_value_counts():
         transform.RecordBatchBuilder(SPEC, tfxio.ArrowSchema()).build(bad)
 
 
-def _split_builder(tfxio) -> transform.RecordBatchBuilder:
-    return transform.RecordBatchBuilder(SPEC, tfxio.ArrowSchema(),
-                                        split_column=transform.SPLIT_COLUMN)
-
-
-def test_record_batch_split_column_follows_the_raw_features():
-    _, tfxio = _tfxio()
-    batch = _split_builder(tfxio).build(_instances(3), "test")
-    assert batch.schema.names == [*tfxio.ArrowSchema().names, transform.SPLIT_COLUMN]
-    assert batch.column(transform.SPLIT_COLUMN).to_pylist() == [[b"test"]] * 3
-    assert batch.drop_columns([transform.SPLIT_COLUMN]).equals(
-        transform.RecordBatchBuilder(SPEC, tfxio.ArrowSchema()).build(_instances(3)))
-
-
-def test_record_batch_builder_requires_a_split_exactly_with_a_split_column():
-    _, tfxio = _tfxio()
-    with pytest.raises(ValueError, match="split"):
-        _split_builder(tfxio).build(_instances(2))
-    with pytest.raises(ValueError, match="split"):
-        transform.RecordBatchBuilder(SPEC, tfxio.ArrowSchema()).build(_instances(2), "test")
-
-
-def test_serialized_record_batches_are_byte_identical_to_serialize_example():
-    _, tfxio = _tfxio()
-    instances = _instances(25)
-    builder = _split_builder(tfxio)
-    # As TransformDataset returns them: rows of several splits, the split passed through.
-    batch = pa.concat_batches([builder.build(instances[:10], "validation"),
-                               builder.build(instances[10:], "train")])
-    examples = list(transform.serialize_record_batch((batch, {})))
-    expected = [KeyedExample("validation" if n < 10 else "train",
-                             i["key"].decode() if isinstance(i["key"], bytes) else i["key"],
-                             serialize_example(i)) for n, i in enumerate(instances)]
-    assert examples == expected
-
-
 def _run_batching(instances: list[dict], max_rows: int, max_bytes: int) -> list[int]:
     _, tfxio = _tfxio()
-    fn = transform._ToRecordBatches(_split_builder(tfxio), max_rows, max_bytes, "train")
+    fn = transform._ToRecordBatches(transform.RecordBatchBuilder(SPEC, tfxio.ArrowSchema()),
+                                    max_rows, max_bytes)
     fn.start_bundle()
     batches = [b for instance in instances for b in fn.process(instance)]
     batches += [wv.value for wv in fn.finish_bundle()]

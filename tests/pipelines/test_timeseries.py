@@ -5,15 +5,20 @@ from __future__ import annotations
 import csv
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 import tensorflow as tf
 
 import reader
-from etl import contract, splits
+from etl import accounting, contract, sharding, splits
 from pipelines import timeseries
 from tests.conftest import output_digests
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def write_jsonl(path, rows) -> str:
@@ -327,3 +332,267 @@ def test_reader_serves_windows_and_keras_learns_them(tmp_path):
     assert losses[-1] < 0.3 * losses[0], losses
     val = reader.make_dataset(out, "validation", batch_size=32)
     assert model.evaluate(val, verbose=0) < 0.2
+
+
+# --- exact train statistics -------------------------------------------------------------
+
+def test_timeseries_job_normaliser_statistics_cover_every_train_row_once(tmp_path):
+    # Train pieces of 126, 162 and 70 rows (80 % of 157, 203, 88): none a multiple of
+    # the window size, so per-window blocks of train rows would leave rows out.
+    rng = np.random.default_rng(11)
+    lengths = {"a": 157, "b": 203, "c": 88}
+    frames = [pd.DataFrame({"series_id": sid, "timestamp": np.arange(n),
+                            "value": rng.normal(10 * k, 1 + k, size=n).round(3)})
+              for k, (sid, n) in enumerate(lengths.items())]
+    rows = pd.concat(frames).sample(frac=1, random_state=0)  # input order must not matter
+    path = write_jsonl(tmp_path / "rows.jsonl", rows.to_dict("records"))
+    manifest = run_job(path, str(tmp_path / "out"), "--window_size=10", "--horizon=2")
+    # Independent derivation: the first round(0.8 n) rows of each series, as float32.
+    train = pd.concat([f.head(round(0.8 * len(f))) for f in frames])["value"]
+    values = train.to_numpy(np.float32).astype(np.float64)
+    norm = manifest["normalisation"]
+    assert norm["mean"][0] == pytest.approx(values.mean(), rel=1e-6)
+    assert norm["std"][0] == pytest.approx(values.std(), rel=1e-6)
+    # The test can tell: whole 10-row blocks of each train piece give other statistics.
+    blocks = np.concatenate([f.head(round(0.8 * len(f)))["value"].to_numpy()[
+        :round(0.8 * len(f)) // 10 * 10] for f in frames])
+    assert abs(blocks.mean() - values.mean()) > 1e-4 * abs(values.mean())
+
+
+# --- flags ---------------------------------------------------------------------------------
+
+def _hourly(series_id: str, values, start: str = "2024-01-01T00:00:00") -> list[dict]:
+    stamps = np.datetime64(start) + np.arange(len(values)) * np.timedelta64(1, "h")
+    return [{"series_id": series_id, "timestamp": str(t), "value": v}
+            for t, v in zip(np.datetime_as_string(stamps, unit="s"), values, strict=True)]
+
+
+def _starts(out: str, manifest: dict, split: str) -> list[str]:
+    return sorted(r["window_start"].decode() for r in read_records(out, manifest, split))
+
+
+def test_timeseries_job_split_times_cut_every_series_at_the_same_instants(tmp_path):
+    rows = _hourly("a", np.arange(48.0)) + _hourly("b", np.arange(30.0),
+                                                   "2024-01-01T10:00:00")
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=4", "--horizon=1",
+                       "--split_times=2024-01-01T20:00:00,2024-01-02T06:00:00")
+    # a: hours 0-19 train (20 rows), 20-29 validation (10), 30-47 test (18);
+    # b: hours 10-19 (10), 20-29 (10), 30-39 (10). Span 5: n - 4 windows each.
+    assert {s: manifest["splits"][s]["num_records"] for s in contract.SPLITS} == {
+        "train": 16 + 6, "validation": 6 + 6, "test": 14 + 6}
+    first_test = min(_starts(out, manifest, "test"))
+    assert first_test == "2024-01-02T06:00:00"
+
+
+def test_timeseries_job_duplicates_reject_dead_letters_every_row_of_the_timestamp(tmp_path):
+    rows = series_rows("d", [float(i) for i in range(30)])
+    rows += [{"series_id": "d", "timestamp": 12, "value": 99.0},
+             {"series_id": "d", "timestamp": 12, "value": 98.0}]
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=4", "--horizon=1", "--duplicates=reject",
+                       "--split_fractions=1,0,0")
+    with open(os.path.join(out, "errors", "rejected.jsonl")) as f:
+        rejected = [json.loads(line) for line in f]
+    assert [(r["key"], r["reason"]) for r in rejected] == [("d@12", "duplicate_timestamp")] * 3
+    counts = manifest["timeseries"]["counts"]
+    assert (counts["rows_read"], counts["rows_rejected"], counts["rows_kept"]) == (32, 3, 29)
+    # Row 12 is gone, so the series splits into 0-11 and 13-29: 8 + 13 windows of span 5.
+    assert [int(s) for s in _starts(out, manifest, "train")] == sorted(
+        [*range(0, 8), *range(13, 26)], key=str)
+
+
+def test_timeseries_job_missing_ffill_copies_the_previous_value(tmp_path):
+    values = [float(i) for i in range(20)]
+    values[0] = values[7] = values[8] = None
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("f", values))
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=18", "--horizon=1", "--missing=ffill",
+                       "--split_fractions=1,0,0", "--max_gap=none")
+    [record] = read_records(out, manifest, "train")
+    norm = manifest["normalisation"]
+    stored = np.concatenate([record["window"][:, 0], record["target"][:, 0]])
+    restored = stored * norm["std"][0] + norm["mean"][0]
+    expected = pd.Series(values[1:], dtype=float).ffill().to_numpy()  # row 0 dropped
+    np.testing.assert_allclose(restored, expected, atol=1e-4)
+    counts = manifest["timeseries"]["counts"]
+    assert (counts["values_filled"], counts["rows_dropped_missing"]) == (2, 1)
+
+
+def test_timeseries_job_missing_drop_removes_the_row_and_splits_there(tmp_path):
+    values = [float(i) for i in range(30)]
+    values[10] = None
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("m", values))
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=4", "--horizon=1", "--missing=drop",
+                       "--split_fractions=1,0,0")
+    assert manifest["timeseries"]["counts"]["rows_dropped_missing"] == 1
+    assert manifest["timeseries"]["counts"]["gaps_split"] == 1
+    # Segments 0-9 and 11-29: 6 + 15 windows of span 5.
+    assert sorted(int(s) for s in _starts(out, manifest, "train")) == [
+        *range(0, 6), *range(11, 26)]
+
+
+def test_timeseries_job_max_gap_number_splits_at_longer_steps(tmp_path):
+    times = [*range(0, 20, 2), *range(23, 43, 2), *range(100, 120, 2)]  # steps 2, 3, 57
+    rows = [{"series_id": "g", "timestamp": t, "value": float(t)} for t in times]
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=3", "--horizon=1", "--max_gap=2.5",
+                       "--split_fractions=1,0,0")
+    assert manifest["timeseries"]["counts"]["gaps_split"] == 2
+    # Three 10-row segments: 7 windows of span 4 each, none across a gap.
+    starts = sorted(int(s) for s in _starts(out, manifest, "train"))
+    assert starts == [*range(0, 14, 2), *range(23, 37, 2), *range(100, 114, 2)]
+
+
+def test_timeseries_job_reads_parquet_like_csv(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame({"series_id": np.repeat(["p", "q"], 60),
+                          "timestamp": np.tile(np.arange(60), 2),
+                          "value": rng.normal(size=120).round(4)})
+    parquet = str(tmp_path / "rows.parquet")
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), parquet,
+                   row_group_size=25)
+    csv_path = str(tmp_path / "rows.csv")
+    frame.to_csv(csv_path, index=False)
+    run_job(parquet, str(tmp_path / "from_parquet"), *GEOMETRY)
+    run_job(csv_path, str(tmp_path / "from_csv"), *GEOMETRY)
+    assert output_digests(str(tmp_path / "from_parquet")) == output_digests(
+        str(tmp_path / "from_csv"))
+
+
+def test_timeseries_job_reads_a_glob_of_files_like_one_file(tmp_path):
+    rng = np.random.default_rng(6)
+    rows = [row for sid in ("x", "y", "z")
+            for row in series_rows(sid, rng.normal(size=70).round(4).tolist())]
+    one = str(tmp_path / "one" / "rows.jsonl")
+    os.makedirs(os.path.dirname(one))
+    write_jsonl(one, rows)
+    os.makedirs(tmp_path / "parts")
+    for part in range(3):  # every series spread over every file
+        write_jsonl(tmp_path / "parts" / f"part-{part}.jsonl", rows[part::3])
+    run_job(one, str(tmp_path / "from_one"), *GEOMETRY)
+    manifest = run_job(str(tmp_path / "parts" / "*.jsonl"), str(tmp_path / "from_glob"),
+                       *GEOMETRY)
+    assert manifest["inputs"] == len(rows)
+    assert output_digests(str(tmp_path / "from_glob")) == output_digests(
+        str(tmp_path / "from_one"))
+
+
+def test_timeseries_job_refuses_per_series_normalisation_without_time_split(tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("s", [1.0] * 20))
+    with pytest.raises(ValueError, match="--normalize=per_series needs --split_by=time"):
+        run_job(path, str(tmp_path / "out"), "--window_size=4", "--normalize=per_series",
+                "--split_by=series")
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_timeseries_job_fails_above_max_error_fraction_without_manifest(tmp_path):
+    rows = series_rows("s", [float(i) for i in range(40)])
+    rows += [{"series_id": "s", "timestamp": 100 + i, "value": "n/a?"} for i in range(6)]
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = tmp_path / "out"
+    with pytest.raises(accounting.TooManyRejectionsError,
+                       match=r"6 of 46 rows \(13\.0%\) were rejected, above "
+                             r"--max_error_fraction=0\.1"):
+        run_job(path, str(out), "--window_size=4")
+    assert not (out / contract.MANIFEST_FILENAME).exists()
+    failure = json.loads((out / contract.ERRORS_DIRNAME / "failure.json").read_text())
+    assert failure["error"] == "TooManyRejectionsError"
+    manifest = run_job(path, str(out), "--window_size=4", "--max_error_fraction=0.2")
+    assert manifest["rejected"]["by_reason"] == {"unparsable_value": 6}
+
+
+# --- no silently broken values ---------------------------------------------------------
+
+def test_timeseries_job_values_beyond_float32_are_dead_letters_not_inf(tmp_path):
+    rng = np.random.default_rng(8)
+    rows = [row for sid in ("a", "b", "c")
+            for row in series_rows(sid, rng.normal(size=300).round(3).tolist())]
+    rows[17]["value"], rows[450]["value"] = 1e39, "1e308"
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=8", "--horizon=2")
+    assert manifest["rejected"]["by_reason"] == {"value_out_of_range": 2}
+    for split in contract.SPLITS:
+        for windows, targets in reader.make_dataset(out, split, batch_size=64):
+            assert np.isfinite(windows.numpy()).all() and np.isfinite(targets.numpy()).all()
+
+
+def test_timeseries_job_windows_overflowing_when_normalised_are_dead_letters(tmp_path):
+    # Train rows alternate 0 and 1e-30 (std 5e-31); a later 1e10 normalises to ~2e40,
+    # beyond float32: every window or target holding it is rejected, nothing else.
+    values = [0.0, 1e-30] * 40 + [0.0] * 9 + [1e10] + [0.0] * 10
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("o", values))
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=3", "--horizon=1", "--max_gap=none")
+    big = values.index(1e10)  # row 89: validation is rows 80-89, test 90-99
+    span, first_validation = 4, 80
+    expected = sum(1 for s in range(first_validation, 90 - span + 1)
+                   if s <= big < s + span)
+    assert manifest["rejected"]["by_reason"] == {"window_out_of_range": expected}
+    for split in contract.SPLITS:
+        for windows, targets in reader.make_dataset(out, split, batch_size=64):
+            assert np.isfinite(windows.numpy()).all() and np.isfinite(targets.numpy()).all()
+    assert manifest["splits"]["validation"]["num_records"] == 10 - span + 1 - expected
+
+
+def test_timeseries_job_explains_a_split_without_windows(tmp_path, capsys):
+    # 60 rows per series: validation and test get 6 rows each, fewer than the span 11.
+    rng = np.random.default_rng(9)
+    rows = [row for sid in ("a", "b") for row in series_rows(sid, rng.normal(size=60).tolist())]
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=10", "--horizon=1")
+    assert manifest["splits"]["validation"]["num_records"] == 0
+    reasons = manifest["timeseries"]["empty_splits"]
+    assert sorted(reasons) == ["test", "validation"]
+    assert "longest piece of a series has 6 rows, fewer than the 11" in reasons["validation"]
+    printed = capsys.readouterr().out
+    assert f"validation: no windows: {reasons['validation']}" in printed
+
+
+def test_timeseries_cli_header_only_input_fails_in_one_line(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text("series_id,timestamp,value\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.timeseries", f"--input={path}",
+         f"--output_dir={tmp_path / 'out'}", "--window_size=4"],
+        capture_output=True, text=True, env=env, cwd=REPO_ROOT)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [(
+        "error: The train split is empty: the input has no data rows (a header only, or "
+        "empty files). No manifest was published.")]
+
+
+def test_timeseries_job_spreads_one_long_series_over_shards(tmp_path, monkeypatch):
+    # Runs of at most 2 windows (a tiny RUN_BYTES): one series' 45 train windows are
+    # 23 runs, which the 3 shards share; every window is stored once, in key order.
+    from etl import timeseries_runs
+
+    monkeypatch.setattr(timeseries_runs, "RUN_BYTES", 300)
+    rng = np.random.default_rng(10)
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("long", rng.normal(size=60)
+                                                            .tolist()))
+    out = str(tmp_path / "out")
+    manifest = run_job(path, out, "--window_size=4", "--horizon=1", "--num_shards=3",
+                       "--split_fractions=1,0,0")
+    shards = manifest["splits"]["train"]["shards"]
+    assert len(shards) == 3
+    keys = []
+    for shard in shards:
+        dataset = tf.data.TFRecordDataset(os.path.join(out, shard["path"]),
+                                          compression_type="GZIP")
+        spec = contract.feature_spec_from_json(manifest["features"])
+        shard_keys = [tf.io.parse_single_example(r, spec)["key"].numpy().decode()
+                      for r in dataset]
+        assert shard_keys == sorted(shard_keys, key=sharding.shard_sort_key)
+        keys += shard_keys
+    assert sorted(keys) == sorted(f"long@{s}" for s in range(60 - 5 + 1))

@@ -1,0 +1,390 @@
+"""Time-series benchmark: the job against a one-process pandas/numpy script doing the same work.
+
+Input: generated long-format CSV shaped like the UCI electricity-load data (--series
+hourly series × --hours points, rows ordered by time then series, values with three
+decimals, about one value in 10,000 left empty), written once into --work_dir.
+Work, both sides (--window_size=168 --shift=24 --horizon=24 --missing=interpolate by
+default): read the CSV, sort each series by time, interpolate missing values,
+split each series 80/10/10 by time, cut windows and targets, z-score them with the
+train rows' mean and standard deviation, serialize one tf.train.Example per window
+and write GZIP TFRecords.
+
+  reference  this file run with --reference: pandas.read_csv, one numpy pass per
+             series (np.interp, sliding_window_view), tf.train.Example protos, one
+             tf.io.TFRecordWriter (GZIP) per split; one process, one thread of work;
+  job        python -m pipelines.timeseries with the same flags, default runner.
+
+Times exclude interpreter start and imports: the reference times itself after its
+imports, the job's time is the "wall time" its summary prints (pipelines/common.py:
+graph construction, tf.Transform, every stage, the manifest). Rows/s is input rows
+over that time. Each command runs as the only child of a fresh wrapper process
+(scripts/measure_memory.py's), whose resource.getrusage(RUSAGE_CHILDREN).ru_maxrss
+after the child exits is the child's exact peak RSS. --rounds rounds alternate the
+two; a sample taken while other processes used more than --max_foreign cores is
+retried (up to --retries times), each sample waiting first (up to --max_wait s) for
+other processes to fall below that. Then the job runs once on --scale_factor times
+the hours (same series), for the memory growth target.
+
+Targets (PASS/FAIL): job rows/s >= --min_ratio (0.5) x the reference's (the goal is
+1.0: the job may use both cores, the reference uses one); job peak RSS <= --max_peak_gb
+(2 GB) at the base size and <= --max_growth (1.3) x that at the scaled size. Both
+outputs are checked to hold the same number of windows per split and the same train
+statistics.
+
+Usage:
+
+    nice -n 19 python scripts/benchmark_timeseries.py --work_dir /work/bench_data \\
+        --rounds 3 --out docs/benchmarks/timeseries.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import sys
+import time
+
+import numpy as np
+import psutil
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIB = 2**20
+HOUR = np.timedelta64(1, "h")
+START = np.datetime64("2012-01-01T00:00:00")
+
+
+# --- input -----------------------------------------------------------------------------
+
+def generate(path: str, series: int, hours: int, seed: int = 0,
+             missing_fraction: float = 1e-4) -> int:
+    """Writes the long-format CSV (header series_id,timestamp,value); returns its rows.
+
+    Each series is a daily cycle around its own level plus noise; rows go hour by
+    hour, all series of an hour together, as a wide table melted by time would.
+    """
+    rng = np.random.default_rng(seed)
+    level = rng.uniform(10, 1000, series)
+    swing = rng.uniform(0.1, 0.5, series)
+    phase = rng.uniform(0, 2 * np.pi, series)
+    ids = [f"MT_{i + 1:03d}" for i in range(series)]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("series_id,timestamp,value\n")
+        for first in range(0, hours, 512):
+            block = np.arange(first, min(hours, first + 512))
+            values = level * (1 + swing * np.sin(2 * np.pi * block[:, None] / 24 + phase))
+            values += rng.normal(0, 5, values.shape)
+            missing = rng.random(values.shape) < missing_fraction
+            stamps = np.datetime_as_string(START + block * HOUR, unit="s")
+            lines = []
+            for h, stamp in enumerate(stamps.tolist()):
+                stamp = stamp.replace("T", " ")
+                texts = np.char.mod("%.3f", values[h]).tolist()
+                lines += [f"{sid},{stamp},{'' if gone else text}\n"
+                          for sid, text, gone in zip(ids, texts, missing[h].tolist(),
+                                                     strict=True)]
+            f.write("".join(lines))
+    os.replace(tmp, path)
+    return series * hours
+
+
+def ensure_input(work_dir: str, series: int, hours: int) -> str:
+    path = os.path.join(work_dir, f"series_{series}x{hours}.csv")
+    if not os.path.exists(path):
+        print(f"generating {path} ...", flush=True)
+        generate(path, series, hours)
+    return path
+
+
+# --- the reference ---------------------------------------------------------------------
+
+def reference(input_path: str, output_dir: str, window: int, shift: int, horizon: int
+              ) -> dict:
+    """The same work as the job, as a plain one-process script; returns its timings."""
+    import pandas as pd
+    import tensorflow as tf
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    started = time.perf_counter()
+    frame = pd.read_csv(input_path, dtype={"series_id": str, "timestamp": str,
+                                           "value": np.float64})
+    seconds = pd.to_datetime(frame["timestamp"], format="%Y-%m-%d %H:%M:%S").to_numpy(
+        "datetime64[s]").astype(np.int64).astype(np.float64)
+    frame["t"] = seconds
+    frame = frame.sort_values(["series_id", "t"], kind="stable", ignore_index=True)
+    ids = frame["series_id"].to_numpy()
+    times = frame["t"].to_numpy()
+    values = frame["value"].to_numpy()
+    texts = frame["timestamp"].to_numpy()
+    bounds = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(ids)]
+    span = window + horizon
+    pieces: dict[str, list[tuple[str, np.ndarray, np.ndarray]]] = {
+        "train": [], "validation": [], "test": []}
+    for a, b in itertools.pairwise(bounds):
+        t, v, x = times[a:b], values[a:b], texts[a:b]
+        first = np.flatnonzero(np.diff(t) != 0) + 1
+        if len(first) + 1 < len(t):  # duplicate timestamps: their mean
+            starts = np.concatenate([[0], first])
+            v = np.add.reduceat(np.nan_to_num(v), starts) / np.maximum(
+                1, np.add.reduceat(~np.isnan(v), starts))
+            t, x = t[starts], x[starts]
+        valid = ~np.isnan(v)
+        lo, hi = np.flatnonzero(valid)[[0, -1]]
+        v = np.interp(t, t[valid], v[valid])[lo:hi + 1]
+        t, x = t[lo:hi + 1], x[lo:hi + 1]
+        cuts = np.flatnonzero(np.diff(t) > 1.5 * np.median(np.diff(t))) + 1
+        n = len(t)
+        edges = {"train": (0, round(n * 0.8)), "validation": (round(n * 0.8), round(n * 0.9)),
+                 "test": (round(n * 0.9), n)}
+        segments = [0, *cuts.tolist(), n]
+        for split, (lo, hi) in edges.items():
+            for s0, s1 in itertools.pairwise(segments):
+                p0, p1 = max(lo, s0), min(hi, s1)
+                if p1 > p0:
+                    pieces[split].append((ids[a], x[p0:p1], v[p0:p1].astype(np.float32)))
+    train = np.concatenate([v for _, _, v in pieces["train"]]).astype(np.float64)
+    mean, std = np.float32(train.mean()), np.float32(train.std())
+    counts = {}
+    os.makedirs(output_dir, exist_ok=True)
+    options = tf.io.TFRecordOptions(compression_type="GZIP")
+    for split, split_pieces in pieces.items():
+        count = 0
+        path = os.path.join(output_dir, f"{split}.tfrecord.gz")
+        with tf.io.TFRecordWriter(path, options) as writer:
+            for series_id, x, v in split_pieces:
+                if len(v) < span:
+                    continue
+                cut = sliding_window_view((v - mean) / std, span)[::shift].tolist()
+                sid = series_id.encode()
+                for i, row in enumerate(cut):
+                    start = x[i * shift].encode()
+                    example = tf.train.Example(features=tf.train.Features(feature={
+                        "window": tf.train.Feature(
+                            float_list=tf.train.FloatList(value=row[:window])),
+                        "target": tf.train.Feature(
+                            float_list=tf.train.FloatList(value=row[window:])),
+                        "series_id": tf.train.Feature(bytes_list=tf.train.BytesList(
+                            value=[sid])),
+                        "window_start": tf.train.Feature(bytes_list=tf.train.BytesList(
+                            value=[start])),
+                        "key": tf.train.Feature(bytes_list=tf.train.BytesList(
+                            value=[sid + b"@" + start])),
+                    }))
+                    writer.write(example.SerializeToString())
+                    count += 1
+        counts[split] = count
+    elapsed = time.perf_counter() - started
+    return {"seconds": elapsed, "rows": len(frame), "windows": counts,
+            "mean": float(mean), "std": float(std)}
+
+
+# --- measuring -------------------------------------------------------------------------
+
+def _busy_cpu_seconds() -> float:
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measured(command: list[str], log: str) -> dict:
+    """measure_memory.measure(command) plus the CPU other processes used meanwhile."""
+    from measure_memory import measure
+
+    busy0, own0, start = _busy_cpu_seconds(), _children_cpu(), time.perf_counter()
+    result = measure(command, log)
+    wall = time.perf_counter() - start
+    foreign = max(0.0, _busy_cpu_seconds() - busy0 - (_children_cpu() - own0)) / wall
+    return {**result, "foreign_cores": round(foreign, 3)}
+
+
+def run_reference(input_path: str, out: str, log: str, flags: dict) -> dict:
+    command = [sys.executable, os.path.abspath(__file__), "--reference", input_path, out,
+               str(flags["window_size"]), str(flags["shift"]), str(flags["horizon"])]
+    result = measured(command, log)
+    with open(log) as f:
+        text = f.read()
+    found = re.search(r"^REFERENCE_RESULT (.*)$", text, re.M)
+    if result["rc"] != 0 or not found:
+        raise RuntimeError(f"reference failed (rc {result['rc']}):\n{text[-3000:]}")
+    return {**result, **json.loads(found.group(1))}
+
+
+def run_job(input_path: str, out: str, log: str, flags: dict) -> dict:
+    command = [sys.executable, "-m", "pipelines.timeseries", f"--input={input_path}",
+               f"--output_dir={out}", "--overwrite", *(f"--{k}={v}" for k, v in flags.items())]
+    result = measured(command, log)
+    with open(log) as f:
+        text = f.read()
+    found = re.search(r"wall time: ([0-9.]+) s", text)
+    if result["rc"] != 0 or not found:
+        raise RuntimeError(f"job failed (rc {result['rc']}):\n{text[-3000:]}")
+    with open(os.path.join(out, "manifest.json")) as f:
+        manifest = json.load(f)
+    return {**result, "seconds": float(found.group(1)), "rows": manifest["inputs"],
+            "windows": {s: manifest["splits"][s]["num_records"] for s in manifest["splits"]},
+            "mean": manifest["normalisation"]["mean"][0],
+            "std": manifest["normalisation"]["std"][0],
+            "shards": sum(len(s["shards"]) for s in manifest["splits"].values()),
+            "output_mib": round(sum(s["num_bytes"] for s in manifest["splits"].values())
+                                / MIB, 1)}
+
+
+def wait_for_quiet(max_foreign: float, max_wait_s: float) -> float:
+    """Waits (up to ``max_wait_s``) until other processes use at most ``max_foreign``
+    cores over 3 s; returns what they used in the last window."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        busy0, start = _busy_cpu_seconds(), time.perf_counter()
+        time.sleep(3)
+        used = (_busy_cpu_seconds() - busy0) / (time.perf_counter() - start)
+        if used <= max_foreign or time.monotonic() > deadline:
+            return used
+
+
+def sample(fn, args) -> dict:
+    """``fn()`` on a quiet machine, retried while other processes used more than
+    --max_foreign cores during it."""
+    attempts = []
+    for _ in range(args.retries + 1):
+        wait_for_quiet(args.max_foreign, args.max_wait)
+        result = fn()
+        attempts.append(result["foreign_cores"])
+        if result["foreign_cores"] <= args.max_foreign:
+            break
+        time.sleep(10)
+    return {**result, "attempts_foreign": attempts}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", nargs=5, metavar=("INPUT", "OUT", "W", "SHIFT", "H"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--series", type=int, default=370)
+    parser.add_argument("--hours", type=int, default=8760)
+    parser.add_argument("--scale_factor", type=int, default=3,
+                        help="The memory growth run uses this many times --hours.")
+    parser.add_argument("--window_size", type=int, default=168)
+    parser.add_argument("--shift", type=int, default=24)
+    parser.add_argument("--horizon", type=int, default=24)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max_foreign", type=float, default=0.15)
+    parser.add_argument("--retries", type=int, default=3)
+    parser.add_argument("--max_wait", type=float, default=300,
+                        help="Seconds to wait for a quiet machine before each sample.")
+    parser.add_argument("--min_ratio", type=float, default=0.5)
+    parser.add_argument("--max_peak_gb", type=float, default=2.0)
+    parser.add_argument("--max_growth", type=float, default=1.3)
+    parser.add_argument("--work_dir", default="/tmp/bench_series")
+    parser.add_argument("--out", default="docs/benchmarks/timeseries.json")
+    args = parser.parse_args()
+
+    if args.reference:
+        input_path, out, window, shift, horizon = args.reference
+        result = reference(input_path, out, int(window), int(shift), int(horizon))
+        print("REFERENCE_RESULT " + json.dumps(result), flush=True)
+        return
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from measure_memory import _code_version, _machine
+
+    os.makedirs(args.work_dir, exist_ok=True)
+    flags = {"window_size": args.window_size, "shift": args.shift,
+             "horizon": args.horizon, "missing": "interpolate"}
+    base = ensure_input(args.work_dir, args.series, args.hours)
+    scaled = ensure_input(args.work_dir, args.series, args.hours * args.scale_factor)
+    out_root = os.path.join(args.work_dir, "out")
+    logs = os.path.join(args.work_dir, "logs")
+    os.makedirs(logs, exist_ok=True)
+    runners = {
+        "reference": lambda r: run_reference(base, os.path.join(out_root, "reference"),
+                                             os.path.join(logs, f"reference_{r}.log"), flags),
+        "job": lambda r: run_job(base, os.path.join(out_root, "job"),
+                                 os.path.join(logs, f"job_{r}.log"), flags),
+    }
+    samples: dict[str, list[dict]] = {name: [] for name in runners}
+    names = list(runners)
+    for r in range(args.rounds):
+        for name in names[r % 2:] + names[:r % 2]:
+            record = sample(lambda name=name, r=r: runners[name](r), args)
+            samples[name].append(record)
+            print(f"round {r + 1}/{args.rounds} {name:<9} {record['seconds']:7.2f} s  "
+                  f"{record['rows'] / record['seconds']:>10,.0f} rows/s  peak RSS "
+                  f"{record['peak_rss_mib']:7.1f} MiB  (other processes: "
+                  f"{record['foreign_cores']:.2f} cores)", flush=True)
+    big = sample(lambda: run_job(scaled, os.path.join(out_root, "job_scaled"),
+                                 os.path.join(logs, "job_scaled.log"), flags), args)
+    print(f"scaled    job {big['seconds']:7.2f} s  {big['rows'] / big['seconds']:>10,.0f} "
+          f"rows/s  peak RSS {big['peak_rss_mib']:7.1f} MiB  (other processes: "
+          f"{big['foreign_cores']:.2f} cores)", flush=True)
+    shutil.rmtree(out_root, ignore_errors=True)
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(s[key] for s in samples[name])
+
+    rate = {name: statistics.median(s["rows"] / s["seconds"] for s in samples[name])
+            for name in names}
+    best = {name: max(s["rows"] / s["seconds"] for s in samples[name]) for name in names}
+    ratio = rate["job"] / rate["reference"]
+    peak = median("job", "peak_rss_mib")
+    growth = big["peak_rss_mib"] / peak
+    same_windows = all(s["windows"] == samples["reference"][0]["windows"]
+                       for name in names for s in samples[name])
+    same_stats = all(abs(s["mean"] - samples["reference"][0]["mean"]) <= 1e-4 * abs(
+        samples["reference"][0]["mean"]) and abs(s["std"] - samples["reference"][0]["std"])
+        <= 1e-4 * samples["reference"][0]["std"] for s in samples["job"])
+    targets = {
+        "ratio": {"value": round(ratio, 3), "min": args.min_ratio,
+                  "pass": ratio >= args.min_ratio, "goal_1x": ratio >= 1.0},
+        "peak": {"value_mib": peak, "max_bytes": args.max_peak_gb * 1e9,
+                 "pass": peak * MIB <= args.max_peak_gb * 1e9},
+        "growth": {"value": round(growth, 3), "max": args.max_growth,
+                   "pass": growth <= args.max_growth},
+        "same_output": {"windows_per_split": same_windows, "train_statistics": same_stats,
+                        "pass": same_windows and same_stats},
+    }
+    for name in names:
+        print(f"{name:<9} median {rate[name]:>10,.0f} rows/s (best {best[name]:,.0f}), "
+              f"{median(name, 'seconds'):.2f} s, peak RSS {median(name, 'peak_rss_mib'):.0f} "
+              f"MiB")
+    print(f"target: job >= {args.min_ratio} x reference: {ratio:.2f} x -> "
+          f"{'PASS' if targets['ratio']['pass'] else 'FAIL'} (goal 1 x: "
+          f"{'met' if ratio >= 1 else 'not met'})")
+    print(f"target: job peak RSS <= {args.max_peak_gb} GB: {peak:.0f} MiB -> "
+          f"{'PASS' if targets['peak']['pass'] else 'FAIL'}")
+    print(f"target: peak at {args.scale_factor}x rows <= {args.max_growth} x: "
+          f"{big['peak_rss_mib']:.0f} MiB = {growth:.2f} x -> "
+          f"{'PASS' if targets['growth']['pass'] else 'FAIL'}")
+    print(f"check: same windows per split and train statistics -> "
+          f"{'PASS' if targets['same_output']['pass'] else 'FAIL'}")
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": _machine(),
+        "code": _code_version(),
+        "input": {"series": args.series, "hours": args.hours,
+                  "rows": samples["job"][0]["rows"],
+                  "bytes": os.path.getsize(base),
+                  "scaled_rows": big["rows"], "scaled_bytes": os.path.getsize(scaled)},
+        "flags": flags,
+        "samples": samples,
+        "scaled_job": big,
+        "rows_per_s": {"median": rate, "best": best},
+        "targets": targets,
+    }
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2, sort_keys=True)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
