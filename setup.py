@@ -13,8 +13,14 @@ INSTALL_REQUIRES = [
     "tensorflow>=2.21,<2.22",
     "tensorflow-transform>=1.21,<1.22",
     "tfx-bsl>=1.21,<1.22",
-    # Reads image headers (pixel counts) without decoding, to refuse decompression bombs.
+    # Reads image headers (pixel counts) without decoding, to refuse decompression bombs;
+    # its GIF decoder reports LZW damage TensorFlow's passes over (strict decoding).
     "pillow>=10",
+    # libjpeg-turbo with its warnings as errors (strict=True) and reduced-scale decoding:
+    # finds damaged JPEG data that TensorFlow's decoder turns into broken pixels
+    # without an error (etl/image_loading.py). Self-contained wheels, no system libjpeg.
+    # Below 2: strict= and min_height/min_width are the 1.x API the check relies on.
+    "simplejpeg>=1.8,<2",
 ]
 
 EXTRAS_REQUIRE = {

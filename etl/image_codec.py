@@ -1,15 +1,17 @@
-"""Image decode → RGB → resize → centre-crop → encode, as pure TensorFlow ops.
+"""Image decode → RGB → resize → upright (EXIF) → centre-crop → encode, as pure
+TensorFlow ops.
 
-The same functions run in the validation step (eagerly, to reject bad files before
-tf.Transform) and inside ``preprocessing_fn`` (in the exported ``transform_fn``), so
-serving applies byte-for-byte the preprocessing that produced the stored examples.
-The reader decodes stored images with ``reader.contract.decode_stored_image``.
+They run inside ``preprocessing_fn`` (in the exported ``transform_fn``), so serving
+applies byte-for-byte the preprocessing that produced the stored examples, and in
+the shard plan's size sample. The reader decodes stored images with
+``reader.contract.decode_stored_image``.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
+from etl import exif
 from reader.contract import IMAGE_FORMATS, JPEG, PNG, RAW
 
 # Leading bytes of the containers tf.io.decode_image understands.
@@ -39,30 +41,62 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def decode_rgb(image_bytes: tf.Tensor) -> tf.Tensor:
+def decode_rgb(image_bytes: tf.Tensor, *,
+               alpha_background: tuple[int, int, int] | None = None) -> tf.Tensor:
     """Decodes one encoded image to ``uint8 [height, width, 3]``.
 
     Normalisation rules (documented in docs/FORMAT.md): grayscale is replicated to
-    three channels; palette images are expanded; an alpha channel is dropped (not
-    composited); 16-bit PNG keeps the high byte of each sample; GIF keeps its first
-    frame; EXIF orientation is not applied.
+    three channels; palette images are expanded; 16-bit PNG keeps the high byte of
+    each sample; GIF keeps its first frame. An alpha channel (RGBA or gray + alpha
+    PNG, palette PNG with transparency, 32-bit BMP, WebP with alpha) is dropped
+    unless ``alpha_background`` is given, in which case the image is composited on
+    that colour: ``round((c * a + bg * (255 - a)) / 255)`` per channel, in integer
+    arithmetic (the quotient is never a tie). TensorFlow's GIF decoder returns no
+    alpha (transparent GIF pixels are black), so GIFs are never composited. EXIF
+    orientation is not applied here (see :func:`preprocess`).
 
     Raises:
         tf.errors.InvalidArgumentError: for bytes that are not a decodable image.
     """
-    image = tf.io.decode_image(image_bytes, channels=3, dtype=tf.uint8,
+    # channels=0 decodes what the file holds (1 to 4 channels): asking for 3 fails
+    # outright on a WebP with alpha, and 4 fails on JPEG and GIF.
+    image = tf.io.decode_image(image_bytes, channels=0, dtype=tf.uint8,
                                expand_animations=False)
-    image.set_shape([None, None, 3])
-    return image
+    image.set_shape([None, None, None])
+    channels = tf.shape(image)[2]
+    rgb = tf.cond(channels >= 3, lambda: image[:, :, :3],
+                  lambda: tf.tile(image[:, :, :1], [1, 1, 3]))
+    rgb.set_shape([None, None, 3])
+    if alpha_background is None:
+        return rgb
+    background = tf.constant(alpha_background, tf.int32)
+
+    def composite() -> tf.Tensor:
+        alpha = tf.cast(image[:, :, -1:], tf.int32)
+        mixed = tf.cast(rgb, tf.int32) * alpha + background * (255 - alpha)
+        return tf.cast((mixed + 127) // 255, tf.uint8)
+
+    # Gray + alpha has 2 channels, RGBA 4: only those carry an alpha channel.
+    composited = tf.cond(tf.equal(channels % 2, 0), composite, lambda: rgb)
+    composited.set_shape([None, None, 3])
+    return composited
 
 
-def resize_and_center_crop(image: tf.Tensor, size: int) -> tf.Tensor:
+def resize_and_center_crop(image: tf.Tensor, size: int,
+                           orientation: tf.Tensor | None = None) -> tf.Tensor:
     """Resizes the shorter side to ``size`` and crops the centre ``size × size``.
 
     The scaled longer side is ``round(long * size / short)`` in integer arithmetic;
     resampling is bilinear with antialiasing (``tf.image.resize(..., antialias=True)``,
     which behaves like area averaging when shrinking); values are rounded half to
     even and clipped to ``uint8``. Crop offsets are ``(scaled - size) // 2``.
+
+    With an EXIF ``orientation``, the resized image is turned upright
+    (``etl.exif.apply_orientation``) before the crop. The resize is separable and
+    symmetric, so this equals turning the decoded image first up to float rounding
+    (at most 1 level, on about 0.01 % of the values of photos), and it moves
+    ``size``-sized pixels instead of a photo's: on 0.4-megapixel photos, turning
+    the decoded image cost 1.3 ms of a 3.5 ms preprocessing.
     """
     shape = tf.shape(image)
     height, width = shape[0], shape[1]
@@ -71,6 +105,9 @@ def resize_and_center_crop(image: tf.Tensor, size: int) -> tf.Tensor:
     new_width = tf.maximum(size, (width * size + shorter // 2) // shorter)
     resized = tf.image.resize(image, tf.stack([new_height, new_width]),
                               method=tf.image.ResizeMethod.BILINEAR, antialias=True)
+    if orientation is not None:
+        resized = exif.apply_orientation(resized, orientation)
+        new_height, new_width = tf.shape(resized)[0], tf.shape(resized)[1]
     top = (new_height - size) // 2
     left = (new_width - size) // 2
     cropped = resized[top:top + size, left:left + size, :]
@@ -97,10 +134,18 @@ def encode(image: tf.Tensor, image_format: str, jpeg_quality: int) -> tf.Tensor:
 
 
 def preprocess(image_bytes: tf.Tensor, size: int, image_format: str,
-               jpeg_quality: int) -> tf.Tensor:
-    """The whole per-image preprocessing: raw file bytes → stored image bytes."""
-    image = resize_and_center_crop(decode_rgb(image_bytes), size)
-    return encode(image, image_format, jpeg_quality)
+               jpeg_quality: int, *, apply_exif_orientation: bool = True,
+               alpha_background: tuple[int, int, int] | None = None) -> tf.Tensor:
+    """The whole per-image preprocessing: raw file bytes → stored image bytes.
+
+    Decode (:func:`decode_rgb`, alpha dropped or composited on
+    ``alpha_background``), resize, turn upright by the EXIF orientation unless
+    ``apply_exif_orientation`` is False, centre-crop, encode.
+    """
+    image = decode_rgb(image_bytes, alpha_background=alpha_background)
+    orientation = exif.read_orientation(image_bytes) if apply_exif_orientation else None
+    return encode(resize_and_center_crop(image, size, orientation), image_format,
+                  jpeg_quality)
 
 
 def check_decodable(data: bytes) -> tuple[int, int]:

@@ -1,4 +1,5 @@
-"""Reading an image file and refusing it before decoding: limits, format, header size."""
+"""Reading an image file and refusing it before the transform decodes it: limits,
+format, header size, and (strict decoding) compressed data a decoder reports damaged."""
 
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ READ_CHUNK_BYTES = 64 * 1024
 
 @dataclasses.dataclass(frozen=True)
 class InputLimits:
-    """Limits that keep one hostile or broken input from exhausting a worker."""
+    """Limits that keep one hostile or broken input from exhausting a worker, and
+    whether damaged image data is refused (``strict_decoding``, see
+    :func:`corrupt_data_problem`) or stored as TensorFlow decodes it."""
 
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    strict_decoding: bool = True
 
     def __post_init__(self) -> None:
         if self.max_file_bytes < 1 or self.max_image_pixels < 1:
@@ -84,6 +88,79 @@ def declared_pixels(data: bytes) -> int | None:
     return width * height
 
 
+# libjpeg's warning for data that ends before the image does (JWRN_JPEG_EOF): a
+# truncated file, which TensorFlow refuses outright (undecodable_image).
+_LIBJPEG_TRUNCATED = "Premature end of JPEG file"
+
+
+def _jpeg_problem(data: bytes) -> tuple[str, str] | None:
+    import simplejpeg
+
+    try:
+        # min_height/min_width of 1 pick libjpeg-turbo's smallest scale (1/8): the
+        # entropy decoder, where damage shows, still reads every bit of every scan,
+        # at about half the cost of a full decode. strict=True turns libjpeg's
+        # warnings ("Corrupt JPEG data: ...") into errors. The GIL is released
+        # while it decodes.
+        simplejpeg.decode_jpeg(data, min_height=1, min_width=1, strict=True)
+        return None
+    except ValueError as e:
+        warning = str(e)
+    if warning.startswith(_LIBJPEG_TRUNCATED):
+        return (dead_letters.UNDECODABLE_IMAGE,
+                f"JPEG data ends before the image does (truncated): libjpeg: {warning}")
+    try:
+        simplejpeg.decode_jpeg(data, min_height=1, min_width=1, strict=False)
+    except ValueError:
+        # Not a warning but an error libjpeg cannot decode past: the transform's own
+        # decode decides (undecodable_image, or TensorFlow reads what libjpeg-turbo's
+        # TurboJPEG interface does not).
+        return None
+    return dead_letters.CORRUPT_IMAGE_DATA, f"libjpeg reports damaged JPEG data: {warning}"
+
+
+def _gif_problem(data: bytes) -> tuple[str, str] | None:
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                image.load()  # Decodes the first frame, the one the job stores.
+        except Image.DecompressionBombError:
+            return None  # Above Pillow's own limit, not damage: --max_image_pixels rules.
+        except (OSError, SyntaxError, ValueError, EOFError, struct.error) as e:
+            detail = " ".join(str(e).split())[:200]
+            return (dead_letters.CORRUPT_IMAGE_DATA,
+                    f"Pillow reports damaged GIF data: {detail}")
+    return None
+
+
+def corrupt_data_problem(data: bytes, image_format: str) -> tuple[str, str] | None:
+    """``(reason, message)`` if a strict decoder finds ``data``'s image data damaged.
+
+    TensorFlow decodes some damaged files without an error, to broken pixels. Where
+    a maintained decoder reports that damage, it is asked first:
+
+    * JPEG: libjpeg-turbo (simplejpeg, strict, at 1/8 scale). A file it decodes
+      only with warnings (e.g. "Corrupt JPEG data: 24 extraneous bytes before marker
+      0xd9" after entropy-coded data was overwritten) is ``corrupt_image_data``; one
+      that ends early is ``undecodable_image``, the code TensorFlow's decode gives
+      truncated files. Damage that leaves the Huffman stream in step goes unseen.
+    * GIF: Pillow's decoder of the first frame, which reports LZW damage that
+      TensorFlow's GIF decoder passes over.
+    * PNG, WebP, BMP: nothing here. TensorFlow's PNG decoder already refuses damage
+      (CRC and zlib checks); WebP's decoder (libwebp, in TensorFlow as in Pillow)
+      refuses what it detects, and lossless WebP and BMP carry no check that could
+      show damage. Those refusals happen in the transform (``undecodable_image``).
+    """
+    if image_format == "jpeg":
+        return _jpeg_problem(data)
+    if image_format == "gif":
+        return _gif_problem(data)
+    return None
+
+
 def tf_error_detail(message: str) -> str:
     """The human part of a TensorFlow error message, without run-specific node and
     function names (they embed counters, which would make dead letters differ
@@ -94,20 +171,22 @@ def tf_error_detail(message: str) -> str:
 
 def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()
                          ) -> tuple[str, str] | None:
-    """``(reason, message)`` if ``data`` is refused before decoding, else None.
+    """``(reason, message)`` if ``data`` is refused before the transform, else None.
 
-    Checks, cheapest first: size, container format, and the header's pixel count
-    (a decompression bomb is refused before any decoding). Nothing is decoded here:
-    the one decode of an accepted image is the transform's own, and an image it
-    cannot decode becomes an ``undecodable_image`` dead letter there
-    (``etl.image_shards.transform_batch``).
+    Checks, cheapest first: size, container format, the header's pixel count (a
+    decompression bomb is refused before any decoding) and, with
+    ``limits.strict_decoding``, damaged image data (:func:`corrupt_data_problem`:
+    a reduced-scale JPEG decode, a GIF decode). The one full decode of an accepted
+    image is the transform's own, and an image it cannot decode becomes an
+    ``undecodable_image`` dead letter there (``etl.image_shards.transform_batch``).
     """
     if not data:
         return dead_letters.EMPTY_FILE, "File is empty (0 bytes)."
     if len(data) > limits.max_file_bytes:
         return (dead_letters.FILE_TOO_LARGE,
                 f"File exceeds --max_file_mb ({limits.max_file_bytes} bytes).")
-    if image_codec.sniff_format(data) is None:
+    image_format = image_codec.sniff_format(data)
+    if image_format is None:
         # Says what is wrong without quoting the file: dead letters are shared, and
         # the file may be anything the job was pointed at.
         return (dead_letters.UNSUPPORTED_FORMAT,
@@ -117,4 +196,6 @@ def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()
         message = (f"Header declares {pixels} pixels, above --max_image_pixels "
                    f"({limits.max_image_pixels}); not decoded.")
         return dead_letters.IMAGE_TOO_LARGE, message
+    if limits.strict_decoding:
+        return corrupt_data_problem(data, image_format)
     return None

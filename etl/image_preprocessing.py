@@ -31,6 +31,10 @@ class ImagePreprocessing:
     image_size: int = 224
     image_format: str = image_codec.JPEG
     jpeg_quality: int = 95
+    # Turn JPEGs upright by their EXIF orientation tag (False: pixels as stored).
+    apply_exif_orientation: bool = True
+    # Composite images with alpha on this RGB colour (None: drop the alpha channel).
+    alpha_background: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.image_size <= 8192:
@@ -40,14 +44,29 @@ class ImagePreprocessing:
                              f"got {self.image_format!r}.")
         if not 1 <= self.jpeg_quality <= 100:
             raise ValueError(f"--jpeg_quality must be in [1, 100], got {self.jpeg_quality}.")
+        background = self.alpha_background
+        if background is not None and (len(background) != 3 or not all(
+                isinstance(c, int) and 0 <= c <= 255 for c in background)):
+            raise ValueError(f"--alpha_background must be three integers 0-255 (R,G,B), "
+                             f"got {background!r}.")
 
     def describe(self) -> dict[str, Any]:
         """The manifest's "preprocessing" entry for images."""
         return {
             **dataclasses.asdict(self),
             "channels": 3,
-            "color": "RGB; gray replicated, palette expanded, alpha dropped, "
-                     "16-bit reduced to the high byte, GIF first frame",
+            "color": "RGB; gray replicated, palette expanded, 16-bit reduced to the "
+                     "high byte, GIF first frame; " + (
+                         "alpha dropped (not composited)" if self.alpha_background is None
+                         else "alpha composited on alpha_background: round((c * a + bg * "
+                              "(255 - a)) / 255); GIF transparency not composited"),
+            "exif_orientation": (
+                "applied: a JPEG's EXIF orientation (APP1 Exif, IFD0 tag 0x0112, "
+                "values 2-8, as PIL.ImageOps.exif_transpose) turns the resized image "
+                "upright before the centre crop (equal to turning it first up to float "
+                "rounding); absent or malformed EXIF counts as 1"
+                if self.apply_exif_orientation
+                else "ignored: pixels kept in their stored order"),
             "resize": "shorter side to image_size (bilinear, antialias=True), then "
                       "centre crop image_size x image_size, round half to even",
             "label_vocabulary": "tft.vocabulary on the train split: decreasing "
@@ -73,8 +92,10 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *,
     """
     raw_images = inputs[RAW_IMAGE_KEY]
     images = tf.map_fn(
-        lambda b: image_codec.preprocess(b, config.image_size, config.image_format,
-                                         config.jpeg_quality),
+        lambda b: image_codec.preprocess(
+            b, config.image_size, config.image_format, config.jpeg_quality,
+            apply_exif_orientation=config.apply_exif_orientation,
+            alpha_background=config.alpha_background),
         raw_images, fn_output_signature=tf.TensorSpec([], tf.string))
     batch = tf.shape(raw_images)[:1]
     size = tf.constant(config.image_size, tf.int64)

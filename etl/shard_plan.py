@@ -50,9 +50,13 @@ def stored_image_bytes(data: bytes, preprocessing: ImagePreprocessing,
     if image_loading.validate_image_bytes(data, limits) is not None:
         return None
     try:
-        encoded = image_codec.preprocess(tf.constant(data), preprocessing.image_size,
-                                         preprocessing.image_format,
-                                         preprocessing.jpeg_quality)
+        # The job's own rule, orientation and alpha included: a rotated image is
+        # stored (and sized) upright.
+        encoded = image_codec.preprocess(
+            tf.constant(data), preprocessing.image_size, preprocessing.image_format,
+            preprocessing.jpeg_quality,
+            apply_exif_orientation=preprocessing.apply_exif_orientation,
+            alpha_background=preprocessing.alpha_background)
     except tf.errors.OpError:
         return None
     return len(encoded.numpy())

@@ -26,10 +26,24 @@ rounds, images/s for
                 --direct_num_workers=2 (not run by default);
   (e) job_gzip0 (c) with --gzip_level=0: the GZIP container with the (already
                 compressed) JPEG records stored, not deflated;
-and, for (c), (d) and (e), the fixed overhead and the steady-state rate
+  (g) job_lenient  (c) with --lenient_decoding: without the strict check for
+                damaged JPEG data (simplejpeg's 1/8-scale decode on the reader
+                threads);
+  (h) job_no_exif  (c) with --ignore_exif_orientation: without the EXIF parse in
+                the graph (the photos carry no EXIF, so it finds none and turns
+                nothing: the cost every untagged image pays);
+and, for (c), (d), (e), (g) and (h), the fixed overhead and the steady-state rate
 N / (T_N - T_tiny), where T_tiny is the same job's time on --tiny_images photos. The
 job's steady state is reported as a ratio to the ceiling, against the goal of at
-least --goal (0.8) x ceiling (PASS/FAIL), and to the fused loop.
+least --goal (0.8) x ceiling (PASS/FAIL), and to the fused loop. The cost of each
+issue-#14 check is reported two ways: the job's steady-state loss, 1 - (c) / (g)
+for the strict check and 1 - (c) / (h) for the EXIF orientation, and the check's
+own CPU per image, measured in this process over the same photos, against the
+--max_check_cost (0.10) budget: the strict check alone (image_loading's
+corrupt_data_problem, one thread), and the preprocessing ops with and without the
+orientation on the photos as they are and on copies carrying an EXIF block with
+orientation 6 (rotated: the parse and the turn). Each job run records how many
+photos it rejected (none of these valid photos may be).
 
 Job times are the wall time of ``pipelines.images.run(...)`` inside the subprocess
 (interpreter start and imports excluded; they are in ``process_s``). The fixed
@@ -43,9 +57,11 @@ are both reported. The input files are read once before each sample so that ever
 variant starts from the page cache.
 
 --variants picks what runs (default: a_ceiling, f_fused_loop, b_seeds, c_job,
-e_job_gzip0; "all" adds a2_ceiling_autotune and d_job_mp2). A default run (2,000
-photos, 3 rounds) takes about 5 minutes on an idle 2-core VM (~85 s a round);
-samples retried under foreign load add to that. --baseline_dir adds (c) and
+e_job_gzip0, g_job_lenient, h_job_no_exif; "all" adds a2_ceiling_autotune and
+d_job_mp2). Without (g) and (h), a default run (2,000 photos, 3 rounds) took about 5
+minutes on an idle 2-core VM (~85 s a round); (g) and (h) add two job runs and their
+tiny runs to each round, and the check costs are measured after the rounds; samples
+retried under foreign load add to that. --baseline_dir adds (c) and
 its tiny run for another checkout of the code (e.g. the commit before a change),
 interleaved with the rest, for before/after comparisons.
 
@@ -82,7 +98,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
 
-from etl import image_codec  # noqa: E402
+from etl import image_codec, image_loading  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -92,9 +108,10 @@ import json, sys, time
 started = time.perf_counter()
 from pipelines import images
 imported = time.perf_counter()
-images.run(json.loads(sys.argv[1]))
+manifest = images.run(json.loads(sys.argv[1]))
 print("BENCHMARK_RESULT " + json.dumps({"import_s": imported - started,
-                                        "job_s": time.perf_counter() - imported}))
+                                        "job_s": time.perf_counter() - imported,
+                                        "rejected": manifest["rejected"]["count"]}))
 """
 
 NAMES = {
@@ -105,11 +122,16 @@ NAMES = {
     "c_job": "(c) image job, default runner",
     "d_job_mp2": "(d) image job, multi_processing x2",
     "e_job_gzip0": "(e) image job, default runner, --gzip_level=0",
+    "g_job_lenient": "(g) image job, --lenient_decoding (no strict check)",
+    "h_job_no_exif": "(h) image job, --ignore_exif_orientation",
     "c_job_baseline": "(c') image job, baseline code",
 }
-DEFAULT_VARIANTS = "a_ceiling,f_fused_loop,b_seeds,c_job,e_job_gzip0"
+DEFAULT_VARIANTS = ("a_ceiling,f_fused_loop,b_seeds,c_job,e_job_gzip0,g_job_lenient,"
+                    "h_job_no_exif")
 ALL_VARIANTS = ("a_ceiling", "a2_ceiling_autotune", "f_fused_loop", "b_seeds", "c_job",
-                "d_job_mp2", "e_job_gzip0")
+                "d_job_mp2", "e_job_gzip0", "g_job_lenient", "h_job_no_exif")
+# Each #14 check may cost at most this fraction of the job's throughput.
+MAX_CHECK_COST = 0.10
 # The job's steady state must reach this fraction of the ceiling.
 GOAL_VS_CEILING = 0.8
 
@@ -262,6 +284,86 @@ def fused_loop(files: list[str], root: str, out_path: str, image_size: int,
     return {"images": len(files)}
 
 
+def with_exif_orientation(jpeg: bytes, orientation: int) -> bytes:
+    """``jpeg`` with an EXIF APP1 segment (written by Pillow) right after its SOI."""
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[0x010F] = "Benchmark"  # Make, so the orientation is not the only entry.
+    exif[0x0112] = orientation
+    payload = exif.tobytes()
+    return jpeg[:2] + b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload + jpeg[2:]
+
+
+def strict_check_pass(payloads: list[bytes]) -> dict:
+    """The strict check alone (what --lenient_decoding skips), one thread."""
+    refused = sum(image_loading.corrupt_data_problem(data, "jpeg") is not None
+                  for data in payloads)
+    return {"images": len(payloads), "refused": refused}
+
+
+def make_ops_pass(image_size: int, quality: int, orientation: bool
+                  ) -> Callable[[tf.Tensor], dict]:
+    """The preprocessing ops over a batch of photos in one graph call (tf.map_fn,
+    as transform_fn runs them), with or without the EXIF orientation."""
+    ops = tf.function(lambda batch: tf.map_fn(
+        lambda b: image_codec.preprocess(b, image_size, image_codec.JPEG, quality,
+                                         apply_exif_orientation=orientation),
+        batch, fn_output_signature=tf.TensorSpec([], tf.string)))
+
+    def run(batch: tf.Tensor) -> dict:
+        ops(batch)
+        return {"images": int(batch.shape[0])}
+
+    return run
+
+
+def check_costs(payloads: list[bytes], image_size: int, quality: int, rounds: int,
+                max_foreign: float, retries: int) -> dict:
+    """CPU ms per image of each #14 check, measured in this process (best of
+    ``rounds``, each sample retried under foreign load like the variants')."""
+    sample = payloads[:500]
+    plain = tf.constant(sample)
+    rotated = tf.constant([with_exif_orientation(data, 6) for data in sample])
+    without, with_exif = (make_ops_pass(image_size, quality, orientation)
+                          for orientation in (False, True))
+    passes = {
+        "strict_check": lambda: strict_check_pass(payloads),
+        "ops_no_exif": lambda: without(plain),
+        "ops_exif_untagged": lambda: with_exif(plain),
+        "ops_exif_rotated": lambda: with_exif(rotated),
+    }
+    for name in passes:  # Trace the graphs and warm the caches, untimed.
+        if name != "strict_check":
+            passes[name]()
+    results: dict[str, dict] = {}
+    for name, fn in passes.items():
+        samples = []
+        for _ in range(rounds):
+            for _ in range(retries + 1):
+                measured = Sample(fn)
+                if measured.foreign_cores <= max_foreign:
+                    break
+                time.sleep(10)
+            samples.append({"cpu_ms_per_image": 1000 * measured.own_cpu
+                            / measured.extra["images"],
+                            "foreign_cores": measured.foreign_cores, **measured.extra})
+        results[name] = {"best_cpu_ms_per_image": min(s["cpu_ms_per_image"]
+                                                      for s in samples),
+                         "samples": samples}
+        print(f"check cost {name:<20} {results[name]['best_cpu_ms_per_image']:.3f} ms CPU "
+              f"per image (other processes: "
+              f"{max(s['foreign_cores'] for s in samples):.2f} cores at most)", flush=True)
+    best = {name: value["best_cpu_ms_per_image"] for name, value in results.items()}
+    return {
+        "per_pass": results,
+        "strict_check_cpu_ms_per_image": best["strict_check"],
+        "exif_untagged_cpu_ms_per_image": best["ops_exif_untagged"] - best["ops_no_exif"],
+        "exif_rotated_cpu_ms_per_image": best["ops_exif_rotated"] - best["ops_no_exif"],
+        "ops_cpu_ms_per_image": best["ops_no_exif"],
+    }
+
+
 def _job_env(code_dir: str) -> dict[str, str]:
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
             "PYTHONPATH": os.pathsep.join([code_dir, os.environ.get("PYTHONPATH", "")])}
@@ -311,6 +413,9 @@ def main() -> None:
                         help="Retry a sample taken while other processes used more "
                              "than this many cores.")
     parser.add_argument("--retries", type=int, default=3)
+    parser.add_argument("--max_check_cost", type=float, default=MAX_CHECK_COST,
+                        help="Budget of each #14 check, as a fraction of the job's "
+                             "throughput (strict check) or of its CPU per image.")
     parser.add_argument("--baseline_dir", default=None,
                         help="Another checkout of this project: adds (c') for it.")
     parser.add_argument("--baseline_label", default="",
@@ -364,6 +469,13 @@ def main() -> None:
         "e_job_gzip0": (job(REPO_ROOT, "e", big_root, "--gzip_level=0"), big_files),
         "e_job_gzip0_tiny": (job(REPO_ROOT, "e_tiny", tiny_root, "--gzip_level=0"),
                              tiny_files),
+        "g_job_lenient": (job(REPO_ROOT, "g", big_root, "--lenient_decoding"), big_files),
+        "g_job_lenient_tiny": (job(REPO_ROOT, "g_tiny", tiny_root, "--lenient_decoding"),
+                               tiny_files),
+        "h_job_no_exif": (job(REPO_ROOT, "h", big_root, "--ignore_exif_orientation"),
+                          big_files),
+        "h_job_no_exif_tiny": (job(REPO_ROOT, "h_tiny", tiny_root,
+                                   "--ignore_exif_orientation"), tiny_files),
     }
     if args.baseline_dir:
         baseline = os.path.abspath(args.baseline_dir)
@@ -397,7 +509,9 @@ def main() -> None:
             print(f"round {r + 1}/{args.rounds} {name:<20} {_seconds(name, record):7.2f} s"
                   f"  (other processes: {sample.foreign_cores:.2f} cores)", flush=True)
 
-    result = summarize(samples, args, len(big_files), describe(big_root))
+    costs = check_costs(payloads, args.image_size, args.jpeg_quality, args.rounds,
+                        args.max_foreign, args.retries)
+    result = summarize(samples, args, len(big_files), describe(big_root), costs)
     print_table(result)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
@@ -421,7 +535,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
-              photos: dict) -> dict:
+              photos: dict, costs: dict) -> dict:
     times = {name: [_seconds(name, s) for s in recs] for name, recs in samples.items()}
     rates: dict[str, dict[str, float]] = {}
     for name in (k for k in times if not k.endswith("_tiny")):
@@ -459,6 +573,25 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
         goal = {"variant": "c_job", "min_steady_state_vs_ceiling": args.goal,
                 "steady_state_vs_ceiling_median": reached,
                 "pass": reached is not None and reached >= args.goal}
+    checks = dict(costs, max_check_cost=args.max_check_cost)
+    if "c_job" in cpu_ms:
+        checks["job_cpu_ms_per_image"] = cpu_ms["c_job"]
+        checks["strict_check_share_of_job_cpu"] = (
+            costs["strict_check_cpu_ms_per_image"] / cpu_ms["c_job"])
+        checks["exif_untagged_share_of_job_cpu"] = (
+            costs["exif_untagged_cpu_ms_per_image"] / cpu_ms["c_job"])
+        checks["exif_rotated_share_of_job_cpu"] = (
+            costs["exif_rotated_cpu_ms_per_image"] / cpu_ms["c_job"])
+    for name, key in (("g_job_lenient", "strict_check"), ("h_job_no_exif", "exif")):
+        if name in steady and "c_job" in steady:
+            loss = {stat: None if not steady[name][stat] or steady["c_job"][stat] is None
+                    else 1 - steady["c_job"][stat] / steady[name][stat]
+                    for stat in stats}
+            checks[f"{key}_steady_state_loss"] = loss
+            checks[f"{key}_pass"] = (loss["median"] is not None
+                                     and loss["median"] <= args.max_check_cost)
+    rejected = {name: sorted({s.get("rejected") for s in recs})
+                for name, recs in samples.items() if recs and "rejected" in recs[0]}
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT,
                             capture_output=True, text=True).stdout.strip()
     return {
@@ -482,6 +615,8 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
         "steady_state_vs_ceiling": vs_ceiling,
         "steady_state_vs_fused_loop": vs_fused,
         "goal": goal,
+        "checks": checks,
+        "rejected_by_job_run": rejected,
         "samples": samples,
         "definitions": {
             "job time": "wall time of pipelines.images.run() in a fresh subprocess "
@@ -500,6 +635,13 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
             "goal": "c_job steady state (medians) >= min_steady_state_vs_ceiling x "
                     "ceiling (median)",
             "cpu_ms_per_image": "CPU of this process or the job's process tree / N",
+            "checks": "strict_check_steady_state_loss = 1 - c_job / g_job_lenient and "
+                      "exif_steady_state_loss = 1 - c_job / h_job_no_exif (steady "
+                      "states); *_cpu_ms_per_image: best-of-rounds CPU per image in "
+                      "this process: the strict check alone over all photos (one "
+                      "thread), and the ops with orientation minus without, on 500 "
+                      "photos as they are (untagged) and with an EXIF orientation 6 "
+                      "block inserted (rotated)",
         },
     }
 
@@ -534,6 +676,21 @@ def print_table(result: dict) -> None:
             print(f"; whole command: {fixed['whole_command_median_s']:.1f} s "
                   f"(best {fixed['whole_command_best_s']:.1f})", end="")
         print()
+    checks = result["checks"]
+    print(f"strict check: {checks['strict_check_cpu_ms_per_image']:.3f} ms CPU per image"
+          + (f" = {checks['strict_check_share_of_job_cpu']:.1%} of the job's CPU per image"
+             if "strict_check_share_of_job_cpu" in checks else ""))
+    print(f"EXIF orientation: {checks['exif_untagged_cpu_ms_per_image']:.3f} ms CPU per "
+          f"untagged image, {checks['exif_rotated_cpu_ms_per_image']:.3f} ms per rotated "
+          f"one (ops alone: {checks['ops_cpu_ms_per_image']:.3f} ms)")
+    for key, label in (("strict_check", "strict check"), ("exif", "EXIF orientation")):
+        if f"{key}_steady_state_loss" in checks:
+            loss = checks[f"{key}_steady_state_loss"]
+            print(f"{label}: job steady state loss {_fmt(loss['median'], '.1%')} (best "
+                  f"rounds {_fmt(loss['best'], '.1%')}), budget "
+                  f"{checks['max_check_cost']:.0%} -> "
+                  f"{'PASS' if checks[f'{key}_pass'] else 'FAIL'}")
+    print(f"rejected photos per job run: {result['rejected_by_job_run']}")
     goal = result["goal"]
     if goal:
         print(f"goal: job steady state >= {goal['min_steady_state_vs_ceiling']} x "

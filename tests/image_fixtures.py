@@ -59,6 +59,12 @@ def _encode(kind: str, height: int, width: int, rgb: tuple[int, int, int]) -> by
         first.save(buf, "GIF", save_all=True, append_images=[second])
     elif kind == "bmp":
         Image.fromarray(pixels).save(buf, "BMP")
+    elif kind == "webp":
+        Image.fromarray(pixels).save(buf, "WEBP", lossless=True)
+    elif kind == "webp_alpha":
+        # Lossless WebP with alpha 77 everywhere: the colour under it is kept exactly.
+        rgba = np.concatenate([pixels, np.full((height, width, 1), 77, np.uint8)], -1)
+        Image.fromarray(rgba, "RGBA").save(buf, "WEBP", lossless=True, exact=True)
     else:
         raise ValueError(kind)
     return buf.getvalue()
@@ -75,6 +81,8 @@ KINDS: tuple[tuple[str, str, int, int, bool], ...] = (
     ("palette", "png", 30, 22, False),
     ("gif", "gif", 24, 36, False),
     ("bmp", "bmp", 28, 28, False),
+    ("webp", "webp", 26, 34, False),
+    ("webp_alpha", "webp", 21, 17, False),
 )
 LABELS: tuple[str, ...] = ("bird", "cat", "dog")
 
@@ -103,6 +111,76 @@ def write_image_folder(root: str, copies: int = 2) -> list[FixtureImage]:
     return written
 
 
+def random_pixels(seed: int, height: int, width: int) -> np.ndarray:
+    """``uint8 [height, width, 3]`` uniform noise: no resize or turn leaves it as is."""
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def exif_block(orientation: int) -> bytes:
+    """An EXIF block (TIFF header and IFD0, as Pillow writes it) holding only
+    ``orientation``, for ``Image.save(..., exif=...)``."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif.tobytes()
+
+
+def exif_jpeg(pixels: np.ndarray, orientation: int | None, endian: str = ">",
+              **extra_tags: object) -> bytes:
+    """A JPEG written by Pillow with an EXIF block holding ``orientation`` (tag 0x0112)
+    in the given TIFF byte order (">" big-endian "MM", "<" little-endian "II")."""
+    exif = Image.Exif()
+    exif.endian = endian
+    exif[0x010F] = "Test camera"  # Make: the orientation is not the first entry.
+    if orientation is not None:
+        exif[0x0112] = orientation
+    for tag, value in extra_tags.items():
+        exif[int(tag.removeprefix("tag_"), 16)] = value
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "JPEG", quality=95, exif=exif)
+    return buf.getvalue()
+
+
+def pillow_exif_transpose(pixels: np.ndarray, orientation: int) -> np.ndarray:
+    """``pixels`` turned upright for ``orientation`` by Pillow's ``exif_transpose``:
+    the independent reference of the EXIF rule."""
+    from PIL import ImageOps
+
+    image = Image.fromarray(pixels)
+    image.getexif()[0x0112] = orientation
+    return np.asarray(ImageOps.exif_transpose(image))
+
+
+def textured_jpeg(height: int = 96, width: int = 128, seed: int = 0, **save: object) -> bytes:
+    """A JPEG of smooth gradients plus noise: enough entropy-coded data (about 10 KB
+    at 96 x 128) for damage in the middle of it to be damage to the pixels."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([x * 255 / width, y * 255 / height, (x + y) * 127 / (width + height)], -1)
+    pixels = np.clip(base + rng.normal(0, 24, (height, width, 3)), 0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "JPEG", **{"quality": 90, **save})
+    return buf.getvalue()
+
+
+def scan_data_start(jpeg: bytes) -> int:
+    """Offset of the first byte after the first SOS segment: where entropy-coded
+    data begins (test data layout, from the JPEG marker syntax)."""
+    sos = jpeg.index(b"\xff\xda")
+    return sos + 2 + int.from_bytes(jpeg[sos + 2:sos + 4], "big")
+
+
+def corrupt_mid_stream(jpeg: bytes, seed: int, nbytes: int = 64) -> bytes:
+    """``jpeg`` with ``nbytes`` random bytes written over the middle of its
+    entropy-coded data: the damage of issue #14, which TensorFlow decodes without
+    an error (libjpeg only warns)."""
+    rng = np.random.default_rng(seed)
+    start = scan_data_start(jpeg)
+    at = start + (len(jpeg) - start) // 2 - nbytes // 2
+    damaged = bytearray(jpeg)
+    damaged[at:at + nbytes] = rng.integers(0, 256, nbytes, dtype=np.uint8).tobytes()
+    return bytes(damaged)
+
+
 def write_bad_files(root: str) -> dict[str, str]:
     """Writes broken inputs into ``<root>/dog/``; returns key → expected reason."""
     good_jpeg = _encode("jpeg", 40, 40, (10, 20, 30))
@@ -110,6 +188,7 @@ def write_bad_files(root: str) -> dict[str, str]:
         "dog/truncated.jpg": good_jpeg[: len(good_jpeg) // 2],
         "dog/notes.png": b"this is not an image",
         "dog/empty.jpg": b"",
+        "dog/corrupt.jpg": corrupt_mid_stream(textured_jpeg(), seed=0),
     }
     for key, data in bad.items():
         with open(os.path.join(root, key), "wb") as f:
@@ -120,5 +199,6 @@ def write_bad_files(root: str) -> dict[str, str]:
         "dog/truncated.jpg": "undecodable_image",
         "dog/notes.png": "unsupported_format",
         "dog/empty.jpg": "empty_file",
+        "dog/corrupt.jpg": "corrupt_image_data",
         "stray.png": "missing_label",
     }

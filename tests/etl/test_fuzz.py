@@ -22,12 +22,14 @@ from etl.image_sources import ImageRecord, record_from_row
 from etl.text_rows import parse_csv_line, parse_jsonl_line
 from etl.timeseries_series import Cleaning, clean_series
 from etl.timeseries_sources import Columns, Row, parse_row
-from tests.image_fixtures import _encode
+from tests.image_fixtures import _encode, exif_block, textured_jpeg
 
 FUZZ = settings(max_examples=1500, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SEEDS = [_encode(kind, 12, 9, (200, 30, 90)) for kind in
-         ("jpeg", "jpeg_progressive", "png", "png16", "palette", "gif", "bmp")]
+         ("jpeg", "jpeg_progressive", "png", "png16", "palette", "gif", "bmp", "webp",
+          "webp_alpha")]
+SEEDS += [textured_jpeg(12, 9, exif=exif_block(6)), textured_jpeg(40, 30)]
 
 # A mutation: (operation, relative position, byte value, length).
 mutation = st.tuples(st.sampled_from(["flip", "set", "truncate", "insert", "delete"]),
@@ -56,8 +58,10 @@ def mutate(data: bytes, mutations: list[tuple[str, float, int, int]]) -> bytes:
 @tf.function
 def _preprocess_batch(images: tf.Tensor) -> tf.Tensor:
     # The graph form the exported transform_fn runs: one failing image fails the call.
-    return tf.map_fn(lambda b: image_codec.preprocess(b, 8, image_codec.PNG, 95), images,
-                     fn_output_signature=tf.TensorSpec([], tf.string))
+    # EXIF orientation and alpha compositing on, so mutated EXIF and alpha go through.
+    return tf.map_fn(lambda b: image_codec.preprocess(b, 8, image_codec.PNG, 95,
+                                                      alpha_background=(0, 128, 255)),
+                     images, fn_output_signature=tf.TensorSpec([], tf.string))
 
 
 def _transform(batch):
@@ -71,10 +75,12 @@ def _loaded(key: str, data: bytes) -> Loaded:
 
 
 @FUZZ
-@given(seed=st.sampled_from(range(len(SEEDS))), mutations=st.lists(mutation, max_size=4))
-def test_fuzz_mutated_images_are_validated_consistently(seed, mutations):
+@given(seed=st.sampled_from(range(len(SEEDS))), mutations=st.lists(mutation, max_size=4),
+       strict=st.booleans())
+def test_fuzz_mutated_images_are_validated_consistently(seed, mutations, strict):
     data = mutate(SEEDS[seed], mutations)
-    problem = validate_image_bytes(data, InputLimits(max_image_pixels=10_000))
+    problem = validate_image_bytes(data, InputLimits(max_image_pixels=10_000,
+                                                     strict_decoding=strict))
     if problem is not None:
         reason, message = problem
         assert reason in dead_letters.REASONS and message

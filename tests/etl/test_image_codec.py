@@ -11,20 +11,9 @@ from PIL import Image
 
 from etl import image_codec
 from reader import contract
-from tests.image_fixtures import _encode
+from tests.image_fixtures import _encode, exif_jpeg, pillow_exif_transpose, random_pixels
 
 RGB = (200, 100, 50)
-
-
-def _pixels(seed: int, height: int, width: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def _webp(height: int, width: int, rgb: tuple[int, int, int]) -> bytes:
-    buf = io.BytesIO()
-    pixels = np.broadcast_to(np.array(rgb, np.uint8), (height, width, 3)).copy()
-    Image.fromarray(pixels).save(buf, "WEBP", lossless=True)
-    return buf.getvalue()
 
 
 def _decode(data: bytes) -> np.ndarray:
@@ -35,14 +24,10 @@ def _decode(data: bytes) -> np.ndarray:
 
 @pytest.mark.parametrize(("kind", "expected"), [
     ("jpeg", "jpeg"), ("jpeg_progressive", "jpeg"), ("png", "png"), ("png16", "png"),
-    ("gif", "gif"), ("bmp", "bmp"),
+    ("gif", "gif"), ("bmp", "bmp"), ("webp", "webp"), ("webp_alpha", "webp"),
 ])
 def test_sniff_format_recognises_encoded_images(kind, expected):
     assert image_codec.sniff_format(_encode(kind, 8, 8, RGB)) == expected
-
-
-def test_sniff_format_recognises_webp():
-    assert image_codec.sniff_format(_webp(8, 8, RGB)) == "webp"
 
 
 def test_sniff_format_recognises_gif87a_header():
@@ -65,7 +50,7 @@ def test_sniff_format_ignores_what_the_name_would_say():
 # --- decode_rgb -----------------------------------------------------------------------
 
 def test_decode_rgb_keeps_rgb_pixels():
-    pixels = _pixels(0, 5, 7)
+    pixels = random_pixels(0, 5, 7)
     decoded = _decode(tf.io.encode_png(pixels).numpy())
     assert decoded.dtype == np.uint8
     np.testing.assert_array_equal(decoded, pixels)
@@ -110,7 +95,7 @@ def test_decode_rgb_reads_bmp():
 
 
 def test_decode_rgb_reads_webp():
-    decoded = _decode(_webp(6, 9, RGB))
+    decoded = _decode(_encode("webp", 6, 9, RGB))
     assert decoded.shape == (6, 9, 3)
     assert (decoded == RGB).all()
 
@@ -132,7 +117,7 @@ def test_decode_rgb_rejects_garbage():
     (7, 200),    # very wide and short: upscaled on the short side
 ])
 def test_resize_and_center_crop_output_shape(height, width):
-    out = image_codec.resize_and_center_crop(tf.constant(_pixels(1, height, width)), 32)
+    out = image_codec.resize_and_center_crop(tf.constant(random_pixels(1, height, width)), 32)
     assert out.dtype == tf.uint8
     assert tuple(out.shape) == (32, 32, 3)
 
@@ -144,7 +129,7 @@ def test_resize_and_center_crop_keeps_a_solid_colour_exactly():
 
 
 def test_resize_and_center_crop_same_size_is_identity():
-    pixels = _pixels(2, 16, 16)
+    pixels = random_pixels(2, 16, 16)
     out = image_codec.resize_and_center_crop(tf.constant(pixels), 16).numpy()
     np.testing.assert_array_equal(out, pixels)
 
@@ -181,14 +166,14 @@ def test_resize_and_center_crop_crops_the_centre_of_a_tall_image():
 
 @pytest.mark.parametrize("image_format", [image_codec.PNG, image_codec.RAW])
 def test_encode_decode_stored_round_trip_is_exact(image_format):
-    pixels = _pixels(3, 12, 12)
+    pixels = random_pixels(3, 12, 12)
     encoded = image_codec.encode(tf.constant(pixels), image_format, 90)
     decoded = contract.decode_stored_image(encoded, image_format, 12).numpy()
     np.testing.assert_array_equal(decoded, pixels)
 
 
 def test_encode_raw_is_row_major_pixel_bytes():
-    pixels = _pixels(4, 3, 4)
+    pixels = random_pixels(4, 3, 4)
     encoded = image_codec.encode(tf.constant(pixels), image_codec.RAW, 90).numpy()
     assert encoded == pixels.tobytes()
 
@@ -200,7 +185,7 @@ def test_encode_raw_keeps_trailing_zero_bytes():
 
 
 def test_encode_png_is_a_png_file():
-    encoded = image_codec.encode(tf.constant(_pixels(5, 4, 4)), image_codec.PNG, 90).numpy()
+    encoded = image_codec.encode(tf.constant(random_pixels(5, 4, 4)), image_codec.PNG, 90).numpy()
     assert image_codec.sniff_format(encoded) == "png"
 
 
@@ -220,7 +205,7 @@ def test_encode_decode_stored_jpeg_is_close():
 
 
 def test_encode_jpeg_quality_changes_the_bytes():
-    pixels = tf.constant(_pixels(8, 32, 32))
+    pixels = tf.constant(random_pixels(8, 32, 32))
     low = image_codec.encode(pixels, image_codec.JPEG, 20).numpy()
     high = image_codec.encode(pixels, image_codec.JPEG, 95).numpy()
     assert len(low) < len(high)
@@ -228,7 +213,7 @@ def test_encode_jpeg_quality_changes_the_bytes():
 
 def test_encode_rejects_unknown_format():
     with pytest.raises(ValueError, match="Unknown image format 'webp'"):
-        image_codec.encode(tf.constant(_pixels(6, 2, 2)), "webp", 90)
+        image_codec.encode(tf.constant(random_pixels(6, 2, 2)), "webp", 90)
 
 
 def test_decode_stored_rejects_unknown_format():
@@ -237,7 +222,7 @@ def test_decode_stored_rejects_unknown_format():
 
 
 def test_decode_stored_raw_with_wrong_size_fails():
-    encoded = image_codec.encode(tf.constant(_pixels(7, 4, 4)), image_codec.RAW, 90)
+    encoded = image_codec.encode(tf.constant(random_pixels(7, 4, 4)), image_codec.RAW, 90)
     with pytest.raises(tf.errors.InvalidArgumentError):
         contract.decode_stored_image(encoded, image_codec.RAW, 5)
 
@@ -260,3 +245,108 @@ def test_check_decodable_raises_on_truncated_data(kind):
     data = _encode(kind, 40, 40, RGB)
     with pytest.raises(tf.errors.InvalidArgumentError):
         image_codec.check_decodable(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_resize_and_center_crop_orientation_equals_turning_first_up_to_rounding(
+        orientation):
+    # The resized image is turned, not the decoded one: the same up to float
+    # rounding of the separable resize (documented: at most 1 level).
+    pixels = random_pixels(17, 61, 47)
+    first = image_codec.resize_and_center_crop(
+        tf.constant(pillow_exif_transpose(pixels, orientation)), 16).numpy().astype(int)
+    after = image_codec.resize_and_center_crop(tf.constant(pixels), 16,
+                                               tf.constant(orientation)).numpy().astype(int)
+    assert np.abs(first - after).max() <= 1
+    assert (first != after).mean() < 0.01
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_preprocess_turns_an_oriented_jpeg_upright(orientation):
+    # 12 x 20 stored, PNG-encoded output of size 12: the 90° orientations store the
+    # upright image's 12-wide centre of a 20 x 12 frame. Flat colour regions: exact.
+    pixels = np.zeros((12, 20, 3), np.uint8)
+    pixels[:, :10] = (250, 0, 0)
+    pixels[:6, 10:] = (0, 250, 0)
+    pixels[6:, 10:] = (0, 0, 250)
+    data = exif_jpeg(pixels, orientation)
+    stored = image_codec.decode_rgb(tf.constant(data)).numpy()
+    expected = image_codec.resize_and_center_crop(
+        tf.constant(pillow_exif_transpose(stored, orientation)), 12).numpy()
+    out = image_codec.preprocess(tf.constant(data), 12, image_codec.PNG, 95).numpy()
+    np.testing.assert_array_equal(tf.io.decode_png(out).numpy(), expected)
+    kept = image_codec.preprocess(tf.constant(data), 12, image_codec.PNG, 95,
+                                  apply_exif_orientation=False).numpy()
+    np.testing.assert_array_equal(
+        tf.io.decode_png(kept).numpy(),
+        image_codec.resize_and_center_crop(tf.constant(stored), 12).numpy())
+
+
+# --- alpha ----------------------------------------------------------------------------
+
+def _rgba_pixels() -> np.ndarray:
+    rgba = random_pixels(15, 6, 9)
+    return np.concatenate([rgba, np.random.default_rng(16).integers(
+        0, 256, (6, 9, 1), dtype=np.uint8)], -1)
+
+
+def _composited(rgba: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:
+    # The documented rule in float64: c * a/255 + bg * (1 - a/255), to nearest.
+    alpha = rgba[..., 3:].astype(np.float64) / 255
+    mixed = rgba[..., :3] * alpha + np.array(background, np.float64) * (1 - alpha)
+    return np.rint(mixed).astype(np.uint8)
+
+
+def _save(image: Image.Image, kind: str, **options: object) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, kind, **options)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("kind,options", [
+    ("PNG", {}), ("WEBP", {"lossless": True, "exact": True})])
+def test_decode_rgb_composites_alpha_on_the_background(kind, options):
+    rgba = _rgba_pixels()
+    data = _save(Image.fromarray(rgba, "RGBA"), kind, **options)
+    background = (255, 250, 10)
+    decoded = image_codec.decode_rgb(tf.constant(data), alpha_background=background)
+    np.testing.assert_array_equal(decoded.numpy(), _composited(rgba, background))
+    # Default: the alpha channel is dropped, the stored colour kept.
+    np.testing.assert_array_equal(_decode(data), rgba[..., :3])
+
+
+def test_decode_rgb_composites_gray_with_alpha():
+    rgba = _rgba_pixels()
+    gray_alpha = np.stack([rgba[..., 0], rgba[..., 3]], -1)
+    data = _save(Image.fromarray(gray_alpha, "LA"), "PNG")
+    expected = _composited(np.concatenate([np.repeat(gray_alpha[..., :1], 3, -1),
+                                           gray_alpha[..., 1:]], -1), (0, 0, 255))
+    decoded = image_codec.decode_rgb(tf.constant(data), alpha_background=(0, 0, 255))
+    np.testing.assert_array_equal(decoded.numpy(), expected)
+
+
+def test_decode_rgb_composites_a_palette_transparency():
+    # Palette index 0 transparent (tRNS): those pixels become the background.
+    pixels = np.zeros((4, 6), np.uint8)
+    pixels[:, 3:] = 1
+    image = Image.fromarray(pixels, "P")
+    image.putpalette([200, 100, 50, 10, 20, 30] + [0] * 762)
+    data = _save(image, "PNG", transparency=0)
+    decoded = image_codec.decode_rgb(tf.constant(data), alpha_background=(9, 9, 9)).numpy()
+    assert (decoded[:, :3] == (9, 9, 9)).all() and (decoded[:, 3:] == (10, 20, 30)).all()
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "png", "gray", "bmp", "gif"])
+def test_decode_rgb_background_leaves_opaque_images_alone(kind):
+    data = _encode(kind, 6, 9, (90, 90, 90))
+    np.testing.assert_array_equal(
+        image_codec.decode_rgb(tf.constant(data), alpha_background=(255, 0, 0)).numpy(),
+        _decode(data))
+
+
+def test_decode_rgb_reads_webp_with_alpha():
+    # tf.io.decode_image(channels=3) refuses a WebP with alpha; it is decoded whole
+    # and its alpha dropped like any other.
+    decoded = _decode(_encode("webp_alpha", 6, 9, RGB))
+    assert decoded.shape == (6, 9, 3)
+    assert (decoded == RGB).all()

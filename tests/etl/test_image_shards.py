@@ -57,7 +57,7 @@ def _truncated_png() -> bytes:
     return data[: len(data) // 2]
 
 
-def test_load_record_reads_checks_and_never_decodes(tmp_path):
+def test_load_record_reads_and_checks(tmp_path):
     (tmp_path / "good.png").write_bytes(_good(1))
     (tmp_path / "empty.png").write_bytes(b"")
     (tmp_path / "cut.jpg").write_bytes(_truncated_jpeg())
@@ -68,8 +68,15 @@ def test_load_record_reads_checks_and_never_decodes(tmp_path):
     missing = load_record(_record("gone", str(tmp_path / "gone.png")), LIMITS)
     assert missing.reason == dead_letters.UNREADABLE_FILE
     assert missing.message.startswith("Cannot read file:")
-    # A truncated JPEG has an intact header: the transform, not loading, decides.
-    assert isinstance(load_record(_record("cut", str(tmp_path / "cut.jpg")), LIMITS), Loaded)
+    # A truncated JPEG has an intact header: the strict check's reduced-scale decode
+    # finds it ends early (the code TensorFlow's decode would give it); without the
+    # check, the transform decides.
+    cut = load_record(_record("cut", str(tmp_path / "cut.jpg")), LIMITS)
+    assert cut.reason == dead_letters.UNDECODABLE_IMAGE
+    assert cut.message == ("JPEG data ends before the image does (truncated): libjpeg: "
+                           "Premature end of JPEG file")
+    lenient = image_loading.InputLimits(strict_decoding=False)
+    assert isinstance(load_record(_record("cut", str(tmp_path / "cut.jpg")), lenient), Loaded)
 
 
 def test_transform_batch_isolates_undecodable_images():

@@ -82,3 +82,29 @@ def test_a_split_that_fits_one_shard_at_the_upper_bound_is_not_sampled(tmp_path)
     (measured,) = shard_plan._measure_sample(("train", records), config, LIMITS, sizes,
                                              3 * one_example - 1)
     assert measured[0] == "train" and 300 < measured[1] < 1500  # JPEG headers > raw
+
+
+def test_stored_image_bytes_follows_the_orientation_and_strict_rules(tmp_path):
+    # The size sample runs the job's own rule: an EXIF-rotated photo is sized as
+    # stored (upright), and a damaged JPEG the shard step will reject is left out.
+    from PIL import Image
+
+    from tests.image_fixtures import corrupt_mid_stream, textured_jpeg
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    data = textured_jpeg(48, 160, exif=exif.tobytes())
+    upright = ImagePreprocessing(image_size=32, image_format="png")
+    as_stored = ImagePreprocessing(image_size=32, image_format="png",
+                                   apply_exif_orientation=False)
+    expected = {config: len(image_codec.preprocess(
+        tf.constant(data), 32, "png", 95,
+        apply_exif_orientation=config.apply_exif_orientation).numpy())
+        for config in (upright, as_stored)}
+    assert expected[upright] != expected[as_stored]
+    for config in (upright, as_stored):
+        assert shard_plan.stored_image_bytes(data, config, LIMITS) == expected[config]
+    damaged = corrupt_mid_stream(textured_jpeg(), seed=0)
+    assert shard_plan.stored_image_bytes(damaged, upright, LIMITS) is None
+    lenient = image_loading.InputLimits(strict_decoding=False)
+    assert shard_plan.stored_image_bytes(damaged, upright, lenient) is not None

@@ -41,7 +41,7 @@ def write_manifest(root: str, rows: list[tuple[str, str]]) -> str:
 
 def test_job_fails_above_max_error_fraction_without_manifest(small_folder, tmp_path):
     root, good = small_folder
-    for i in range(8):  # 8 bad of 62: 13% > 10%
+    for i in range(8):  # 8 bad of 74: 10.8% > 10%
         with open(os.path.join(root, "cat", f"bad{i}.png"), "wb") as f:
             f.write(b"not an image at all")
     out = tmp_path / "out"
@@ -67,7 +67,7 @@ def test_cli_reports_threshold_failure_in_one_line(small_folder, tmp_path):
         capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: 8 of 62 inputs (12.9%) were rejected")
+    assert last.startswith("error: 8 of 74 inputs (10.8%) were rejected")
     assert "empty_file x8" in last
 
 

@@ -307,25 +307,34 @@ def _good_and_corrupt_manifest(root, corrupt_rows: list[tuple[str, str]],
 
 
 def test_images_job_isolates_a_corrupt_image_inside_a_batch(tmp_path):
-    # The corrupt JPEG passes the header checks and fails inside the transform, in the
-    # same batch as the good validation images: only it becomes a dead letter, and
-    # the shards are byte-identical to a run without it.
+    # With --lenient_decoding the truncated JPEG passes the read checks and fails
+    # inside the transform, in the same batch as the good validation images: only it
+    # becomes a dead letter, and the shards are byte-identical to a run without it.
+    # By default the strict check finds it while reading, with the same reason code.
     root = str(tmp_path / "in")
     clean = _good_and_corrupt_manifest(root, [])
     dirty = _good_and_corrupt_manifest(root, [("bad/v-cut.jpg", "validation")])
-    clean_out, dirty_out = str(tmp_path / "clean"), str(tmp_path / "dirty")
+    clean_out = str(tmp_path / "clean")
     clean_manifest = run_images_job(clean, clean_out, "--num_shards=1", "--max_error_fraction=0.5")
-    dirty_manifest = run_images_job(dirty, dirty_out, "--num_shards=1", "--max_error_fraction=0.5")
-    with open(os.path.join(dirty_out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)) as f:
-        (rejected,) = [json.loads(line) for line in f]
-    assert (rejected["key"], rejected["reason"]) == ("bad/v-cut.jpg", "undecodable_image")
-    assert rejected["message"].startswith("TensorFlow cannot decode this JPEG file: ")
-    assert dirty_manifest["inputs"] == 11 and dirty_manifest["rejected"]["count"] == 1
-    assert dirty_manifest["splits"]["validation"]["num_records"] == 4
-    shards = {p: d for p, d in output_digests(dirty_out).items() if p.endswith(".tfrecord.gz")}
-    assert shards == {p: d for p, d in output_digests(clean_out).items()
-                      if p.endswith(".tfrecord.gz")}
-    assert dirty_manifest["splits"] == clean_manifest["splits"]
+    clean_shards = {p: d for p, d in output_digests(clean_out).items()
+                    if p.endswith(".tfrecord.gz")}
+    for flags, message in (
+            (["--lenient_decoding"], "TensorFlow cannot decode this JPEG file: "),
+            ([], "JPEG data ends before the image does (truncated): libjpeg: ")):
+        dirty_out = str(tmp_path / f"dirty{len(flags)}")
+        dirty_manifest = run_images_job(dirty, dirty_out, "--num_shards=1",
+                                        "--max_error_fraction=0.5", *flags)
+        with open(os.path.join(dirty_out, contract.ERRORS_DIRNAME,
+                               contract.REJECTED_FILENAME)) as f:
+            (rejected,) = [json.loads(line) for line in f]
+        assert (rejected["key"], rejected["reason"]) == ("bad/v-cut.jpg", "undecodable_image")
+        assert rejected["message"].startswith(message)
+        assert dirty_manifest["inputs"] == 11 and dirty_manifest["rejected"]["count"] == 1
+        assert dirty_manifest["splits"]["validation"]["num_records"] == 4
+        shards = {p: d for p, d in output_digests(dirty_out).items()
+                  if p.endswith(".tfrecord.gz")}
+        assert shards == clean_shards
+        assert dirty_manifest["splits"] == clean_manifest["splits"]
 
 
 def _keys_in_shard(prefix: str, shard: int, num_shards: int, count: int,
@@ -412,12 +421,16 @@ def _photo_crops(root: str) -> dict[str, tuple[int, int]]:
     return written
 
 
-def _pillow_reference(path: str, size: int) -> np.ndarray:
-    """The documented preprocessing, independently: Pillow decode, bilinear resize of
-    the shorter side (antialiased when shrinking), centre crop."""
-    from PIL import Image
+def _pillow_reference(path: str, size: int, exif_transpose: bool = False) -> np.ndarray:
+    """The documented preprocessing, independently: Pillow decode (turned upright by
+    Pillow's ``ImageOps.exif_transpose`` if asked), bilinear resize of the shorter
+    side (antialiased when shrinking), centre crop."""
+    from PIL import Image, ImageOps
 
-    image = Image.open(path).convert("RGB")
+    image = Image.open(path)
+    if exif_transpose:
+        image = ImageOps.exif_transpose(image)
+    image = image.convert("RGB")
     w, h = image.size
     short = min(h, w)
     new_h, new_w = max(size, round(h * size / short)), max(size, round(w * size / short))
@@ -431,6 +444,15 @@ def _psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
 
 
+def _stored_photos(root: str, out: str, *flags: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """Runs the job at 224 px, lossless (PNG), every image in train; returns the
+    manifest and each key's stored pixels."""
+    manifest = run_images_job(root, out, "--image_size=224", "--image_format=png",
+                              "--split_fractions=1,0,0", *flags)
+    rows = read_split(out, manifest, "train")
+    return manifest, {key: tf.io.decode_png(row["image"]).numpy() for key, row in rows.items()}
+
+
 def test_images_job_stores_photos_as_the_documented_resize_and_crop(tmp_path):
     # Real photo content at the default 224 px, lossless storage: every stored image
     # is within a PSNR bound of Pillow's rendering of the documented rule (the two
@@ -438,13 +460,10 @@ def test_images_job_stores_photos_as_the_documented_resize_and_crop(tmp_path):
     # scale or channel order drops PSNR far below the bound).
     root = str(tmp_path / "in")
     crops = _photo_crops(root)
-    out = str(tmp_path / "out")
-    manifest = run_images_job(root, out, "--image_size=224", "--image_format=png",
-                              "--split_fractions=1,0,0")
-    rows = read_split(out, manifest, "train")
-    assert sorted(rows) == sorted(crops)
+    _, stored_photos = _stored_photos(root, str(tmp_path / "out"))
+    assert sorted(stored_photos) == sorted(crops)
     for key in crops:
-        stored = tf.io.decode_png(rows[key]["image"]).numpy()
+        stored = stored_photos[key]
         assert stored.shape == (224, 224, 3)
         reference = _pillow_reference(os.path.join(root, key), 224)
         assert _psnr(stored, reference) > 30.0, key
@@ -473,3 +492,170 @@ def test_images_job_withholds_a_dataset_whose_counts_do_not_reconcile(image_fold
     assert not os.path.exists(os.path.join(out, contract.MANIFEST_FILENAME))
     failure = json.load(open(os.path.join(out, contract.ERRORS_DIRNAME, "failure.json")))
     assert failure["error"] == "ReconciliationError"
+
+
+# --- Issue #14: image fidelity --------------------------------------------------------
+
+def _oriented_photos(root: str) -> dict[str, int]:
+    """A 300 x 420 (h x w) photo crop saved by Pillow as JPEG q95 with each EXIF
+    orientation 1-8 (big-endian "MM" TIFF header, Pillow's default), and once more
+    with orientation 6 in a little-endian "II" header; key -> orientation."""
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    photo = Image.fromarray(load_sample_images().images[0][60:360, 100:520])
+    written = {}
+    for orientation, endian in [*((o, ">") for o in range(1, 9)), (6, "<")]:
+        exif = Image.Exif()
+        exif.endian = endian
+        exif[0x0112] = orientation
+        key = f"photo/o{orientation}{'-le' if endian == '<' else ''}.jpg"
+        os.makedirs(os.path.join(root, "photo"), exist_ok=True)
+        photo.save(os.path.join(root, key), quality=95, exif=exif)
+        written[key] = orientation
+    return written
+
+
+def test_images_job_stores_exif_oriented_photos_upright(tmp_path):
+    # Real photo content with each EXIF orientation: every stored image is within a
+    # PSNR bound of Pillow's exif_transpose followed by the documented resize and
+    # centre crop, and far from the photo as stored (the bound has teeth);
+    # --ignore_exif_orientation stores the pixels in their stored order.
+    root = str(tmp_path / "in")
+    photos = _oriented_photos(root)
+    manifest, stored_photos = _stored_photos(root, str(tmp_path / "out"))
+    assert manifest["preprocessing"]["apply_exif_orientation"] is True
+    assert manifest["preprocessing"]["exif_orientation"].startswith("applied")
+    assert sorted(stored_photos) == sorted(photos)
+    for key, orientation in photos.items():
+        stored = stored_photos[key]
+        path = os.path.join(root, key)
+        assert _psnr(stored, _pillow_reference(path, 224, exif_transpose=True)) > 30.0, key
+        if orientation != 1:
+            assert _psnr(stored, _pillow_reference(path, 224)) < 20.0, key
+    kept, kept_photos = _stored_photos(root, str(tmp_path / "kept"),
+                                       "--ignore_exif_orientation")
+    assert kept["preprocessing"]["apply_exif_orientation"] is False
+    assert kept["preprocessing"]["exif_orientation"].startswith("ignored")
+    for key in photos:
+        assert _psnr(kept_photos[key], _pillow_reference(os.path.join(root, key), 224)) > 30.0, key
+
+
+def test_images_job_serving_parity_for_exif_oriented_photos(tmp_path):
+    # transform_fn on the raw bytes of rotated and mirrored photos returns exactly
+    # the stored bytes (default JPEG storage).
+    root = str(tmp_path / "in")
+    photos = _oriented_photos(root)
+    out = str(tmp_path / "out")
+    manifest = run_images_job(root, out, "--image_size=64", "--split_fractions=1,0,0")
+    rows = read_split(out, manifest, "train")
+    keys = sorted(photos)
+    served = tft.TFTransformOutput(out).transform_raw_features({
+        "image": tf.constant([open(os.path.join(root, k), "rb").read() for k in keys]),
+        "label": tf.constant(["photo"] * len(keys)),
+        "key": tf.constant(keys),
+    })
+    for i, key in enumerate(keys):
+        assert served["image"][i].numpy() == rows[key]["image"], key
+    # Not vacuous: the mirrored and rotated photos are stored differently.
+    assert len({rows[key]["image"] for key in keys}) == 8
+
+
+def _photo_jpegs(root: str, count: int) -> dict[str, bytes]:
+    """``count`` JPEG crops (q90) of scikit-learn's sample photos under root/photo/."""
+    import io
+
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    photos = load_sample_images().images
+    written = {}
+    for i in range(count):
+        photo = photos[i % 2]
+        crop = photo[10 * i:10 * i + 200 + 9 * i, 20 * i:20 * i + 260 - 7 * i]
+        buf = io.BytesIO()
+        Image.fromarray(crop).save(buf, "JPEG", quality=90)
+        key = f"photo/{i}.jpg"
+        _write(os.path.join(root, key), buf.getvalue())
+        written[key] = buf.getvalue()
+    return written
+
+
+def test_images_job_rejects_mid_stream_corrupted_jpegs(tmp_path):
+    # Three photos with 64 bytes of their entropy-coded data overwritten: TensorFlow
+    # decodes them without an error (to smeared pixels). By default they are dead
+    # letters (corrupt_image_data) and the good photos' shards are byte-identical to
+    # a run without them; --lenient_decoding stores them, as before.
+    from tests.image_fixtures import corrupt_mid_stream
+
+    clean_root, dirty_root = str(tmp_path / "clean_in"), str(tmp_path / "dirty_in")
+    good = _photo_jpegs(clean_root, 8)
+    _photo_jpegs(dirty_root, 8)
+    intact = _photo_jpegs(str(tmp_path / "intact"), 11)
+    corrupt = {}
+    for seed, i in enumerate((8, 9, 10)):
+        key = f"photo/{i}.jpg"
+        corrupt[key] = corrupt_mid_stream(intact[key], seed=seed)
+        tf.io.decode_image(corrupt[key])  # The silent kind: TensorFlow decodes it.
+        _write(os.path.join(dirty_root, key), corrupt[key])
+    flags = ("--num_shards=1", "--image_format=png", "--max_error_fraction=0.5")
+    clean_out, dirty_out, lenient_out = (str(tmp_path / n) for n in ("c", "d", "l"))
+    run_images_job(clean_root, clean_out, *flags)
+    manifest = run_images_job(dirty_root, dirty_out, *flags)
+    with open(os.path.join(dirty_out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)) as f:
+        rejected = {r["key"]: r for r in map(json.loads, f)}
+    assert sorted(rejected) == sorted(corrupt)
+    for record in rejected.values():
+        assert record["reason"] == "corrupt_image_data"
+        assert record["message"].startswith(
+            "libjpeg reports damaged JPEG data: Corrupt JPEG data: ")
+    written = sum(manifest["splits"][s]["num_records"] for s in contract.SPLITS)
+    assert (manifest["inputs"], written, manifest["rejected"]["count"]) == (11, 8, 3)
+    assert manifest["rejected"]["by_reason"] == {"corrupt_image_data": 3}
+    assert sorted(k for _, (_, row) in all_records(dirty_out, manifest).items()
+                  for k in [row["key"].decode()]) == sorted(good)
+
+    def shards(out: str) -> dict[str, str]:
+        return {p: d for p, d in output_digests(out).items() if p.endswith(".tfrecord.gz")}
+
+    assert shards(dirty_out) == shards(clean_out)
+
+    lenient = run_images_job(dirty_root, lenient_out, *flags, "--lenient_decoding")
+    assert lenient["preprocessing"]["strict_decoding"] is False
+    assert manifest["preprocessing"]["strict_decoding"] is True
+    assert lenient["rejected"]["count"] == 0
+    records = all_records(lenient_out, lenient)
+    assert sorted(records) == sorted([*good, *corrupt])
+    for key in corrupt:  # What was stored before: visibly broken pixels.
+        _write(os.path.join(str(tmp_path / "intact"), key), intact[key])
+        stored = tf.io.decode_png(records[key][1]["image"]).numpy()
+        reference = _pillow_reference(os.path.join(str(tmp_path / "intact"), key),
+                                      TEST_IMAGE_SIZE)
+        assert _psnr(stored, reference) < 25.0, key
+
+
+def test_images_job_composites_alpha_on_the_background(tmp_path):
+    # Fixture RGBA PNG and WebP have alpha 77 everywhere over a solid colour: with
+    # --alpha_background each stored pixel is round((c * 77 + bg * 178) / 255)
+    # (lossless PNG storage); without it, the colour itself (alpha dropped).
+    from tests import image_fixtures
+
+    root = str(tmp_path / "in")
+    good = [g for g in image_fixtures.write_image_folder(root, copies=1)]
+    out = str(tmp_path / "out")
+    manifest = run_images_job(root, out, "--image_format=png", "--split_fractions=1,0,0",
+                              "--alpha_background=255,128,0")
+    assert manifest["preprocessing"]["alpha_background"] == [255, 128, 0]
+    assert "alpha composited" in manifest["preprocessing"]["color"]
+    rows = read_split(out, manifest, "train")
+    translucent = [g for g in good if g.key.split("/")[1].split("-")[0]
+                   in ("rgba", "webp_alpha")]
+    assert len(translucent) == 2 * len(image_fixtures.LABELS)
+    for image in good:
+        pixels = tf.io.decode_png(rows[image.key]["image"]).numpy().astype(int)
+        expected = np.array(image.rgb)
+        if image in translucent:
+            expected = np.floor((expected * 77 + np.array([255, 128, 0]) * 178) / 255 + 0.5)
+        assert np.abs(pixels - expected).max() <= (3 if image.lossy else 0), image.key
+    with pytest.raises(ValueError, match="--alpha_background must be R,G,B"):
+        run_images_job(root, str(tmp_path / "refused"), "--alpha_background=white")

@@ -42,10 +42,10 @@ JOB_TRANSFORMS = {
 
 @pytest.fixture(scope="module")
 def small_input(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """27 good images (every format, 3 labels) plus 4 inputs that are rejected."""
+    """33 good images (every format, 3 labels) plus 5 inputs that are rejected."""
     root = str(tmp_path_factory.mktemp("runners_input"))
     image_fixtures.write_image_folder(root, copies=1)
-    image_fixtures.write_bad_files(root)  # 4 of 31 inputs: above the default 10%.
+    image_fixtures.write_bad_files(root)  # 5 of 38 inputs: above the default 10%.
     return root
 
 
@@ -78,7 +78,9 @@ def test_portable_runner_output_is_byte_identical(small_input, default_runner_ou
                               "--runner=PortableRunner", "--job_endpoint=embed",
                               *environment)
     assert manifest == base_manifest
-    assert manifest["rejected"]["count"] == 4
+    assert manifest["rejected"]["by_reason"] == {
+        "corrupt_image_data": 1, "empty_file": 1, "missing_label": 1,
+        "undecodable_image": 1, "unsupported_format": 1}
     digests = output_digests(out)
     num_shards = sum(len(manifest["splits"][s]["shards"]) for s in contract.SPLITS)
     assert num_shards >= 4  # train and at least one more split, two shards each
