@@ -268,12 +268,15 @@ class TransformAndWriteImageShard(beam.DoFn):
             self._read_threads or default_read_threads(), thread_name_prefix="ReadImages")
         self._transform_pool = concurrent.futures.ThreadPoolExecutor(
             self._transform_threads, thread_name_prefix="TransformImages")
+        self._write_pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="WriteImageShard")
         self._written = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
                                                      "images_written")
 
     def teardown(self) -> None:
         self._read_pool.shutdown(wait=True, cancel_futures=True)
         self._transform_pool.shutdown(wait=True, cancel_futures=True)
+        self._write_pool.shutdown(wait=True)
 
     def process(self, element: tuple[tuple[str, int], Iterable[ImageRecord]],
                 num_shards: dict[str, int], transform_written: list[Any]
@@ -289,7 +292,11 @@ class TransformAndWriteImageShard(beam.DoFn):
         labels: collections.Counter[str] = collections.Counter()
         rejections: list[Rejection] = []
         with sharding.ShardWriter(posixpath.join(self._output_dir, relpath),
-                                  self._gzip_level) as writer:
+                                  self._gzip_level) as writer, sharding.BlockWriter(
+                                      writer, self._write_pool) as blocks:
+            # Finished examples are written a batch at a time, on the writer thread
+            # (deflate included), while this thread gathers the next batch.
+            block: list[bytes] = []
             for outcome in process_shard(ordered, transform, self._limits, self._read_pool,
                                          self._transform_pool,
                                          transform_threads=self._transform_threads):
@@ -297,8 +304,12 @@ class TransformAndWriteImageShard(beam.DoFn):
                     rejections.append(outcome)
                     continue
                 record, serialized = outcome
-                writer.write(serialized)
+                block.append(serialized)
                 labels[record.label] += 1
+                if len(block) >= BATCH_ROWS:
+                    blocks.write(block)
+                    block = []
+            blocks.write(block)
         self._written.inc(writer.num_records)
         for rejection in rejections:
             yield from dead_letters.route(rejection)

@@ -115,25 +115,13 @@ class TransformAndWriteWindowShard(beam.DoFn):
         with sharding.ShardWriter(posixpath.join(self._output_dir, relpath),
                                   self._gzip_level) as writer:
             # Windows are cut, normalised and serialized in shard order, a block at a
-            # time; a block is written on the writer thread (TensorFlow's writer
-            # deflates with the GIL released, on another core) while the next block
-            # is prepared. Blocks are written one after another, in order.
+            # time, each written while the next is prepared.
             order = shard_windows.order
-            written: concurrent.futures.Future | None = None
-            try:
+            with sharding.BlockWriter(writer, self._write_pool) as blocks:
                 for first in range(0, len(order), TRANSFORM_WINDOWS):
                     block = order[first:first + TRANSFORM_WINDOWS]
-                    examples = self._block_examples(shard_windows, block, transform,
-                                                    rejections, labels)
-                    if written is not None:
-                        written.result()
-                    written = self._write_pool.submit(writer.write_all, examples)
-            finally:
-                # The writer is closed on leaving the block: never under a write.
-                if written is not None:
-                    concurrent.futures.wait([written])
-            if written is not None:
-                written.result()
+                    blocks.write(self._block_examples(shard_windows, block, transform,
+                                                      rejections, labels))
         self._written.inc(writer.num_records)
         for rejection in rejections:
             yield from dead_letters.route(rejection)

@@ -323,3 +323,55 @@ def test_gzip_level_changes_only_the_compression(tmp_path, written):
                                                                  default["path"]))
             if level == 0:
                 assert entry["num_bytes"] > default["num_bytes"]
+
+
+def _varied_records(n: int) -> list[bytes]:
+    return [hashlib.sha256(str(i).encode()).digest() * (1 + i % 50) for i in range(n)]
+
+
+def test_block_writer_file_equals_writing_every_record_on_one_thread(tmp_path):
+    import concurrent.futures
+
+    records = _varied_records(1000)
+    with sharding.ShardWriter(str(tmp_path / "one.tfrecord.gz"), 6) as direct:
+        for record in records:
+            direct.write(record)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with sharding.ShardWriter(str(tmp_path / "blocks.tfrecord.gz"), 6) as writer:
+            with sharding.BlockWriter(writer, pool) as blocks:
+                for first in range(0, len(records), 37):
+                    blocks.write(records[first:first + 37])
+                blocks.write([])
+    assert writer.num_records == direct.num_records == len(records)
+    assert writer.sha256 == direct.sha256
+    read = [r.numpy() for r in tf.data.TFRecordDataset(
+        str(tmp_path / "blocks.tfrecord.gz"), compression_type="GZIP")]
+    assert read == records
+
+
+def test_block_writer_raises_the_error_of_a_block_and_keeps_no_file(tmp_path):
+    import concurrent.futures
+
+    path = tmp_path / "bad.tfrecord.gz"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with pytest.raises(TypeError):
+            with sharding.ShardWriter(str(path), 6) as writer:
+                with sharding.BlockWriter(writer, pool) as blocks:
+                    blocks.write([b"fine", None])  # type: ignore[list-item]
+                    blocks.write([b"never reached"])
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("level", [0, 6])
+def test_shard_writer_file_inflates_to_tensorflows_own_tfrecord_framing(tmp_path, level):
+    import gzip
+
+    records = _varied_records(300) + [b""]
+    with sharding.ShardWriter(str(tmp_path / "ours.tfrecord.gz"), level) as writer:
+        writer.write_all(records)
+    with tf.io.TFRecordWriter(str(tmp_path / "tf.tfrecord")) as reference:
+        for record in records:
+            reference.write(record)
+    ours = (tmp_path / "ours.tfrecord.gz").read_bytes()
+    assert ours[:2] == b"\x1f\x8b"  # a GZIP stream
+    assert gzip.decompress(ours) == (tmp_path / "tf.tfrecord").read_bytes()
