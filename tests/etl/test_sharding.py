@@ -366,7 +366,7 @@ def test_block_writer_raises_the_error_of_a_block_and_keeps_no_file(tmp_path):
 def test_shard_writer_file_inflates_to_tensorflows_own_tfrecord_framing(tmp_path, level):
     import gzip
 
-    records = _varied_records(300) + [b""]
+    records = [*_varied_records(300), b""]
     with sharding.ShardWriter(str(tmp_path / "ours.tfrecord.gz"), level) as writer:
         writer.write_all(records)
     with tf.io.TFRecordWriter(str(tmp_path / "tf.tfrecord")) as reference:
