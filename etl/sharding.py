@@ -168,8 +168,8 @@ class BlockWriter:
     """Writes blocks of records to a ``ShardWriter`` on a background thread, in order.
 
     A shard step prepares the next block (decode, transform, serialize) while the
-    previous one is written: TensorFlow's writer deflates with the GIL released, so
-    the two overlap on separate cores. One block is in flight at a time, and the
+    previous one is written: ``ShardWriter`` deflates a chunk at a time with the GIL
+    released, so the two overlap on separate cores. One block is in flight at a time, and the
     file's bytes are those of writing every block in turn on one thread. Use as a
     context manager inside the ``ShardWriter`` block: leaving it waits for the block
     in flight, so the file is never closed under a write.
