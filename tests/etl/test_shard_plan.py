@@ -84,27 +84,47 @@ def test_a_split_that_fits_one_shard_at_the_upper_bound_is_not_sampled(tmp_path)
     assert measured[0] == "train" and 300 < measured[1] < 1500  # JPEG headers > raw
 
 
-def test_stored_image_bytes_follows_the_orientation_and_strict_rules(tmp_path):
-    # The size sample runs the job's own rule: an EXIF-rotated photo is sized as
-    # stored (upright), and a damaged JPEG the shard step will reject is left out.
-    from PIL import Image
+def test_stored_image_bytes_sizes_the_stored_square_without_its_turn():
+    # The size sample runs the job's ops but leaves the EXIF orientation out (it
+    # only turns or mirrors the stored square), and a damaged JPEG the shard step
+    # will reject is left out.
+    from tests.image_fixtures import corrupt_mid_stream, exif_jpeg, textured_jpeg
 
-    from tests.image_fixtures import corrupt_mid_stream, textured_jpeg
-
-    exif = Image.Exif()
-    exif[0x0112] = 6
-    data = textured_jpeg(48, 160, exif=exif.tobytes())
-    upright = ImagePreprocessing(image_size=32, image_format="png")
-    as_stored = ImagePreprocessing(image_size=32, image_format="png",
-                                   apply_exif_orientation=False)
-    expected = {config: len(image_codec.preprocess(
-        tf.constant(data), 32, "png", 95,
-        apply_exif_orientation=config.apply_exif_orientation).numpy())
-        for config in (upright, as_stored)}
-    assert expected[upright] != expected[as_stored]
-    for config in (upright, as_stored):
-        assert shard_plan.stored_image_bytes(data, config, LIMITS) == expected[config]
+    pixels = tf.io.decode_jpeg(textured_jpeg(48, 160)).numpy()
+    data = exif_jpeg(pixels, 6)
+    config = ImagePreprocessing(image_size=32, image_format="png")
+    unturned, turned = (len(image_codec.preprocess(
+        tf.constant(data), 32, "png", 95, apply_exif_orientation=turn).numpy())
+        for turn in (False, True))
+    assert turned != unturned  # This photo tells the two apart.
+    assert shard_plan.stored_image_bytes(data, config, LIMITS) == unturned
     damaged = corrupt_mid_stream(textured_jpeg(), seed=0)
-    assert shard_plan.stored_image_bytes(damaged, upright, LIMITS) is None
+    assert shard_plan.stored_image_bytes(damaged, config, LIMITS) is None
     lenient = image_loading.InputLimits(strict_decoding=False)
-    assert shard_plan.stored_image_bytes(damaged, upright, lenient) is not None
+    assert shard_plan.stored_image_bytes(damaged, config, lenient) is not None
+
+
+@pytest.mark.parametrize("image_format", ["jpeg", "png"])
+def test_the_turn_left_out_of_the_sample_moves_stored_sizes_by_under_three_percent(
+        image_format):
+    # What justifies leaving the orientation out of the estimate, on real photo
+    # content: every turn and mirror of the stored square, against the upright size.
+    from sklearn.datasets import load_sample_images
+
+    from tests.image_fixtures import exif_jpeg
+
+    sizes: dict[int, list[int]] = {orientation: [] for orientation in range(1, 9)}
+    for photo in load_sample_images().images:
+        for top in (0, 60, 120):
+            crop = np.ascontiguousarray(photo[top:top + 300, top:top + 400])
+            for orientation in sizes:
+                # Pillow writes the same pixel data each time; only the tag differs.
+                oriented = tf.constant(exif_jpeg(crop, orientation))
+                assert int(image_codec.exif.read_orientation(oriented)) == orientation
+                sizes[orientation].append(len(image_codec.preprocess(
+                    oriented, 224, image_format, 95).numpy()))
+    upright = np.array(sizes[1], dtype=np.float64)
+    for orientation in range(2, 9):
+        ratios = np.array(sizes[orientation]) / upright
+        assert np.all(np.abs(ratios - 1) < 0.03), (orientation, ratios)
+        assert abs(np.sum(sizes[orientation]) / np.sum(upright) - 1) < 0.015
