@@ -7,6 +7,7 @@ rounds, images/s for
   (a) ceiling   the job's per-image ops (etl.image_codec.preprocess: decode, resize,
                 crop, encode) in a parallel tf.data map over in-memory bytes, on all
                 cores (num_parallel_calls = cores, tf.data's autotuner off: see
+                below; one thread per op, as in the job: TF_NUM_INTRAOP_THREADS
                 below), no Beam, nothing read or written;
   (a') ceiling_autotune  the same map with AUTOTUNE and the autotuner on, as a
                 diagnostic: on a 2-core VM it settled, in about half of the passes,
@@ -95,6 +96,14 @@ from sample_photos import describe, ensure_photos
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Before TensorFlow starts: the ceiling, the fused loop and the check costs run each
+# op on one thread, as the image job does (pipelines.images.run_ops_on_one_thread_each),
+# which the job's subprocesses inherit. On a 2-core VM this raised the ceiling from
+# about 440 to about 515 images/s: a per-op pool beside the map's own threads only
+# spins and competes. Set TF_NUM_INTRAOP_THREADS=0 to measure everything with
+# TensorFlow's default (one thread per core) instead; the value is in the results.
+INTRA_OP_THREADS_ENV = "TF_NUM_INTRAOP_THREADS"
+os.environ.setdefault(INTRA_OP_THREADS_ENV, "1")
 
 import tensorflow as tf  # noqa: E402
 
@@ -599,7 +608,8 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
         "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()
                     or platform.machine(), "memory_gib": round(
                         psutil.virtual_memory().total / 2**30, 1),
-                    "python": platform.python_version(), "tensorflow": tf.__version__},
+                    "python": platform.python_version(), "tensorflow": tf.__version__,
+                    "tf_num_intraop_threads": os.environ[INTRA_OP_THREADS_ENV]},
         "code_commit": commit,
         "input": {"images": n, "tiny_images": args.tiny_images, "photos": photos,
                   "image_size": args.image_size, "image_format": "jpeg",

@@ -659,3 +659,35 @@ def test_images_job_composites_alpha_on_the_background(tmp_path):
         assert np.abs(pixels - expected).max() <= (3 if image.lossy else 0), image.key
     with pytest.raises(ValueError, match="--alpha_background must be R,G,B"):
         run_images_job(root, str(tmp_path / "refused"), "--alpha_background=white")
+
+
+def test_images_job_runs_ops_on_one_thread_each_unless_told_otherwise(monkeypatch):
+    from pipelines import images
+
+    monkeypatch.delenv(images.INTRA_OP_THREADS_ENV, raising=False)
+    images.run_ops_on_one_thread_each()
+    assert os.environ[images.INTRA_OP_THREADS_ENV] == "1"
+    monkeypatch.setenv(images.INTRA_OP_THREADS_ENV, "0")  # The user's choice stays.
+    images.run_ops_on_one_thread_each()
+    assert os.environ[images.INTRA_OP_THREADS_ENV] == "0"
+
+
+def test_images_job_is_byte_identical_with_any_number_of_threads_per_op(tmp_path):
+    # TensorFlow reads the thread count when it starts, so each run is a process of
+    # its own: 0 is TensorFlow's default (one thread per core), 1 the job's.
+    from pipelines import images
+
+    root = str(tmp_path / "photos")
+    _photo_crops(root)
+    digests = []
+    for threads in ("0", "1", "3"):
+        out = str(tmp_path / f"out{threads}")
+        env = {**os.environ, images.INTRA_OP_THREADS_ENV: threads}
+        result = subprocess.run(
+            [sys.executable, "-m", "pipelines.images", f"--input={root}",
+             f"--output_dir={out}", "--split_fractions=0.5,0.25,0.25"],
+            env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        digests.append(output_digests(out))
+    assert digests[0] == digests[1] == digests[2]
+    assert any(path.endswith(".tfrecord.gz") for path in digests[0])
