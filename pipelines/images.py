@@ -271,11 +271,11 @@ def run_ops_on_one_thread_each() -> None:
     The shard step keeps the cores busy with whole images: two graph calls of up to
     32 images each, their per-image ops spread over TensorFlow's inter-op threads,
     with reads and strict checks on threads of their own. A per-op (intra-op) pool
-    on the same cores only adds threads that spin and compete: on 2 cores, one
-    thread per op took the shard step from 5.6-6.4 s to 5.0-5.2 s on 2,000 photos,
-    and the preprocessing ceiling from 439 to 516 images/s (docs/RUNNING_AT_SCALE.md).
-    Each op computes the same bytes on any number of threads. No effect where
-    TensorFlow has already started in this process (a test, a notebook).
+    on the same cores only adds threads that spin and compete: on 2 cores one
+    thread per op made both the shard step and the preprocessing ceiling faster
+    (docs/RUNNING_AT_SCALE.md, "Throughput"). Each op computes the same bytes on any
+    number of threads (tested). No effect where TensorFlow has already started in
+    this process (a test, a notebook).
     """
     os.environ.setdefault(INTRA_OP_THREADS_ENV, "1")
 

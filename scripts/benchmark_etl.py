@@ -98,9 +98,9 @@ sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Before TensorFlow starts: the ceiling, the fused loop and the check costs run each
 # op on one thread, as the image job does (pipelines.images.run_ops_on_one_thread_each),
-# which the job's subprocesses inherit. On a 2-core VM this raised the ceiling from
-# about 440 to about 515 images/s: a per-op pool beside the map's own threads only
-# spins and competes. Set TF_NUM_INTRAOP_THREADS=0 to measure everything with
+# which the job's subprocesses inherit. On a 2-core VM this raised the ceiling by
+# about 15 % (docs/RUNNING_AT_SCALE.md): a per-op pool beside the map's own threads
+# only spins and competes. Set TF_NUM_INTRAOP_THREADS=0 to measure everything with
 # TensorFlow's default (one thread per core) instead; the value is in the results.
 INTRA_OP_THREADS_ENV = "TF_NUM_INTRAOP_THREADS"
 os.environ.setdefault(INTRA_OP_THREADS_ENV, "1")
