@@ -91,6 +91,7 @@ from collections.abc import Callable
 
 import numpy as np
 import psutil
+from results import write_json
 from sample_photos import describe, ensure_photos
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -522,9 +523,7 @@ def main() -> None:
                         args.max_foreign, args.retries)
     result = summarize(samples, args, len(big_files), describe(big_root), costs)
     print_table(result)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
+    write_json(args.out + ".json", result)
     plot(result, args.out + ".png")
     print(f"wrote {args.out}.json and {args.out}.png")
 

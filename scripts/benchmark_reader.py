@@ -37,7 +37,6 @@ Usage: python scripts/benchmark_reader.py --work_dir /work/bench_data \\
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -49,6 +48,7 @@ from collections.abc import Callable
 import numpy as np
 import psutil
 from benchmark_etl import Sample
+from results import write_json
 from sample_photos import describe, ensure_photos
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -328,9 +328,7 @@ def main() -> None:
         },
     }
     print_table(result)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
+    write_json(args.out + ".json", result)
     plot(result, args.out + ".png")
     print(f"wrote {args.out}.json and {args.out}.png")
 

@@ -52,6 +52,7 @@ import time
 
 import numpy as np
 import psutil
+from results import write_json
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 2**20
@@ -380,9 +381,7 @@ def main() -> None:
         "rows_per_s": {"median": rate, "best": best},
         "targets": targets,
     }
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
+    write_json(args.out, result)
     print(f"wrote {args.out}")
 
 

@@ -20,7 +20,6 @@ Usage: python scripts/measure_checkpoints.py --work_dir /work/bench_data \\
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -28,6 +27,7 @@ import tempfile
 import time
 
 from benchmark_reader import build_dataset
+from results import write_json
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
@@ -108,9 +108,7 @@ def main() -> None:
         "small_buffer": args.small_buffer,
         "checkpoints": results,
     }
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
+    write_json(args.out, result)
     print(f"wrote {args.out}")
 
 

@@ -55,6 +55,7 @@ import tempfile
 import time
 
 import psutil
+from results import write_json
 from sample_photos import describe, ensure_photos
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -309,9 +310,7 @@ def main() -> None:
                             "-> GroupByKey -> GroupByKey -> count, default runner",
         },
     }
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
+    write_json(args.out, result)
     print(f"{'all targets PASS' if verdict['pass'] else 'some target FAILED'}; "
           f"wrote {args.out}")
 
