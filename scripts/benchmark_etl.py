@@ -97,18 +97,11 @@ from sample_photos import describe, ensure_photos
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# Before TensorFlow starts: the ceiling, the fused loop and the check costs run each
-# op on one thread, as the image job does (pipelines.images.run_ops_on_one_thread_each),
-# which the job's subprocesses inherit. On a 2-core VM this raised the ceiling by
-# about 15 % (docs/RUNNING_AT_SCALE.md): a per-op pool beside the map's own threads
-# only spins and competes. Set TF_NUM_INTRAOP_THREADS=0 to measure everything with
-# TensorFlow's default (one thread per core) instead; the value is in the results.
-INTRA_OP_THREADS_ENV = "TF_NUM_INTRAOP_THREADS"
-os.environ.setdefault(INTRA_OP_THREADS_ENV, "1")
 
 import tensorflow as tf  # noqa: E402
 
 from etl import image_codec, image_loading  # noqa: E402
+from pipelines.images import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -403,6 +396,14 @@ def run_job(code_dir: str, argv: list[str]) -> dict:
 
 
 def main() -> None:
+    # Before TensorFlow's first op (in main, not at import: benchmark_reader imports
+    # this module): the ceiling, the fused loop and the check costs run each op on
+    # one thread, by the job's own rule, and the job subprocesses inherit it. On a
+    # 2-core VM this raised the ceiling by about 15 % (docs/RUNNING_AT_SCALE.md): a
+    # per-op pool beside the map's own threads only spins and competes. Set
+    # TF_NUM_INTRAOP_THREADS=0 to measure everything with TensorFlow's default (one
+    # thread per core) instead; the value is in the results.
+    run_ops_on_one_thread_each()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(),
                                                            "bench_photos"),
