@@ -46,6 +46,22 @@ BATCH_BYTES = 16 * 1024 * 1024
 # Prints a progress line to stderr after each shard unless set to "0".
 PROGRESS_ENV = "ETL_PROGRESS"
 
+# Image shards' zlib level without --gzip_level, by stored format. JPEG and PNG are
+# compressed already: deflate shrinks a 224 px photo's record by ~4 % (PNG's by less)
+# at ~0.4 ms of a core, 13 % of the shard step's CPU on 2 cores
+# (docs/RUNNING_AT_SCALE.md, "Throughput"), so their records are stored in the GZIP
+# container (level 0; every reader unchanged). Raw pixels shrink several-fold.
+DEFAULT_GZIP_LEVELS = {contract.JPEG: 0, contract.PNG: 0,
+                       contract.RAW: sharding.DEFAULT_GZIP_LEVEL}
+
+
+def default_gzip_level(image_format: str) -> int:
+    """The shard files' zlib level for ``image_format`` when none is given."""
+    if image_format not in DEFAULT_GZIP_LEVELS:
+        raise ValueError(f"Unknown image format {image_format!r}; use one of "
+                         f"{sorted(DEFAULT_GZIP_LEVELS)}.")
+    return DEFAULT_GZIP_LEVELS[image_format]
+
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:

@@ -31,7 +31,7 @@ from etl import (
     splits,
 )
 from etl.dead_letters import REJECTED
-from etl.image_shards import TransformAndWriteImageShard
+from etl.image_shards import TransformAndWriteImageShard, default_gzip_level
 from etl.image_sources import ImageRecord, ReadImageRecords, assign_split, check_input
 from etl.publish import ManifestSpec, PublishDataset
 from etl.shard_plan import PlanImageShards
@@ -138,7 +138,9 @@ class ImageJob:
             ValueError: naming the flag (or input) at fault.
         """
         common.require(options, "input")
-        output = common.OutputSettings.from_options(options, default_name="images")
+        output = common.OutputSettings.from_options(
+            options, default_name="images",
+            default_gzip_level=default_gzip_level(options.image_format))
         check_input(options.input)
         return cls(
             input=options.input,

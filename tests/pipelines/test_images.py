@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import gzip
 import hashlib
 import json
 import os
@@ -207,16 +208,41 @@ def test_images_job_gzip_level_changes_file_bytes_not_records(image_folder, png_
                                                              tmp_path):
     root, _, _ = image_folder
     default_out, default_manifest = png_dataset
-    out = str(tmp_path / "stored")
-    manifest = run_images_job(root, out, "--image_format=png", "--gzip_level=0")
-    assert manifest["preprocessing"]["gzip_level"] == 0
-    assert default_manifest["preprocessing"]["gzip_level"] == 6
+    out = str(tmp_path / "deflated")
+    manifest = run_images_job(root, out, "--image_format=png", "--gzip_level=6")
+    assert manifest["preprocessing"]["gzip_level"] == 6
+    assert default_manifest["preprocessing"]["gzip_level"] == 0
     assert all_records(out, manifest) == all_records(default_out, default_manifest)
     assert (manifest["splits"]["train"]["num_bytes"]
-            > default_manifest["splits"]["train"]["num_bytes"])
+            < default_manifest["splits"]["train"]["num_bytes"])
+    # By default the records are stored: every file is a GZIP stream (Python's gzip
+    # inflates it) no smaller than what it holds.
+    for shard in default_manifest["splits"]["train"]["shards"]:
+        with open(os.path.join(default_out, shard["path"]), "rb") as f:
+            stored = f.read()
+        assert len(stored) > len(gzip.decompress(stored)) > 0
     with pytest.raises(ValueError, match="--gzip_level must be an integer from 0"):
         run_images_job(root, str(tmp_path / "refused"), "--gzip_level=10")
     assert not os.path.exists(tmp_path / "refused")
+
+
+@pytest.mark.parametrize("image_format,flags,level", [
+    ("jpeg", [], 0),  # Already compressed: stored in the GZIP container.
+    ("png", [], 0),
+    ("raw", [], 6),  # Pixels: deflated at zlib's default.
+    ("jpeg", ["--gzip_level=6"], 6),  # The flag wins.
+    ("raw", ["--gzip_level=0"], 0),
+])
+def test_images_job_default_gzip_level_follows_the_stored_format(image_folder, tmp_path,
+                                                                 image_format, flags, level):
+    from pipelines import images
+
+    root, _, _ = image_folder
+    options = images.ImagesOptions([f"--input={root}", f"--output_dir={tmp_path}",
+                                    f"--image_format={image_format}", *flags])
+    job = images.ImageJob.from_options(options)
+    assert job.output.gzip_level == level
+    assert job.describe_preprocessing()["gzip_level"] == level
 
 
 def test_images_cli_reports_missing_input_flag(tmp_path):

@@ -122,6 +122,8 @@ def test_timeseries_job_window_and_target_layout(three_series):
     np.testing.assert_allclose(record["target"][:, 0],
                                (np.array(target_rows) - mean) / std, rtol=1e-5, atol=1e-5)
     assert record["key"].decode() == f"{sid}@{start}"
+    # Float windows compress (~20 %): the default deflates them, unlike JPEG images.
+    assert manifest["preprocessing"]["gzip_level"] == 6
 
 
 def test_timeseries_job_normaliser_uses_train_rows_only(tmp_path):
