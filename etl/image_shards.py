@@ -46,21 +46,28 @@ BATCH_BYTES = 16 * 1024 * 1024
 # Prints a progress line to stderr after each shard unless set to "0".
 PROGRESS_ENV = "ETL_PROGRESS"
 
-# Image shards' zlib level without --gzip_level, by stored format. JPEG and PNG are
-# compressed already: deflate shrinks a 224 px photo's record by ~4 % (PNG's by less)
-# at ~0.4 ms of a core, 13 % of the shard step's CPU on 2 cores
-# (docs/RUNNING_AT_SCALE.md, "Throughput"), so their records are stored in the GZIP
-# container (level 0; every reader unchanged). Raw pixels shrink several-fold.
-DEFAULT_GZIP_LEVELS = {contract.JPEG: 0, contract.PNG: 0,
-                       contract.RAW: sharding.DEFAULT_GZIP_LEVEL}
+# Image shards' zlib level without --gzip_level. Deflate removes about 700 bytes of a
+# JPEG record (the tables every JPEG repeats, and the example's feature names) and
+# next to nothing of the compressed pixels, at ~25 µs of a core per KB of record. On
+# photos at quality 95 that is 26 % of a JPEG shard at 64 px, 9 % at 128 px and 3.7 %
+# at 224 px (where it costs ~0.4 ms per record, about a tenth of the job's throughput
+# on 2 cores); 2 % of a PNG shard at 64 px and nothing above
+# (scripts/measure_gzip_levels.py, docs/benchmarks/gzip_levels.json). So JPEG and PNG
+# records of at least these sizes are stored in the GZIP container (level 0, which
+# every reader reads unchanged); smaller ones, and raw pixels, are deflated.
+STORE_FROM_IMAGE_SIZE = {contract.JPEG: 192, contract.PNG: 64}
 
 
-def default_gzip_level(image_format: str) -> int:
-    """The shard files' zlib level for ``image_format`` when none is given."""
-    if image_format not in DEFAULT_GZIP_LEVELS:
+def default_gzip_level(image_format: str, image_size: int) -> int:
+    """The shard files' zlib level for ``image_size`` px ``image_format`` images
+    when ``--gzip_level`` is not given: 0 (stored) or ``sharding.DEFAULT_GZIP_LEVEL``."""
+    if image_format not in contract.IMAGE_FORMATS:
         raise ValueError(f"Unknown image format {image_format!r}; use one of "
-                         f"{sorted(DEFAULT_GZIP_LEVELS)}.")
-    return DEFAULT_GZIP_LEVELS[image_format]
+                         f"{contract.IMAGE_FORMATS}.")
+    store_from = STORE_FROM_IMAGE_SIZE.get(image_format)
+    if store_from is not None and image_size >= store_from:
+        return 0
+    return sharding.DEFAULT_GZIP_LEVEL
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,11 +23,13 @@ TFRecord coder (length, masked CRC32C, data, masked CRC32C; the format
 releases the GIL for every record, and each time must wait up to Python's switch
 interval to take it back from the shard step's other threads (2,000 records of 20 KB:
 0.64 s alone, 7.0 s beside one busy Python thread; framed here and deflated per MiB,
-0.67 s and 1.8 s). The default, zlib's own 6, shrinks raw pixels several-fold
-but JPEG/PNG records only by ~3 %, at ~0.4 ms of one core per 20 KB JPEG record, and
-time-series windows ~20 % (in hash order, the overlapping windows of a series lie far
-apart in a shard, beyond deflate's 32 KiB reach); level 0 keeps the GZIP container
-(every reader unchanged) and stores the records uncompressed, ~13x faster to write.
+0.67 s and 1.8 s). zlib's own level 6 (``DEFAULT_GZIP_LEVEL``) shrinks raw photo
+pixels ~30 % and time-series windows ~20 % (in hash order, the overlapping windows of
+a series lie far apart in a shard, beyond deflate's 32 KiB reach), but photo-sized
+JPEG/PNG records only by ~4 % or less, at ~0.4 ms of one core per 19 KB JPEG record;
+level 0 keeps the GZIP container (every reader unchanged) and stores the records,
+~8x faster to write, and is the image job's default for them
+(``etl.image_shards.default_gzip_level``).
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ class ImageJob:
         common.require(options, "input")
         output = common.OutputSettings.from_options(
             options, default_name="images",
-            default_gzip_level=default_gzip_level(options.image_format))
+            default_gzip_level=default_gzip_level(options.image_format, options.image_size))
         check_input(options.input)
         return cls(
             input=options.input,
@@ -277,7 +277,8 @@ def run_ops_on_one_thread_each() -> None:
     thread per op made both the shard step and the preprocessing ceiling faster
     (docs/RUNNING_AT_SCALE.md, "Throughput"). Each op computes the same bytes on any
     number of threads (tested). No effect where TensorFlow has already started in
-    this process (a test, a notebook).
+    this process (a test, a notebook). The variable stays set for the rest of the
+    process, so TensorFlow processes it starts later inherit it too.
     """
     os.environ.setdefault(INTRA_OP_THREADS_ENV, "1")
 

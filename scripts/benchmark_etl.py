@@ -18,7 +18,7 @@ rounds, images/s for
                 autotuner off), serializes a tf.train.Example with the features the
                 job stores (image, height, width, channels, label id, label_name,
                 key) and hands it to a writer thread that writes one GZIP TFRecord
-                file at the job's default level for JPEG records (0: stored); no
+                file at the job's default level for these records (0: stored); no
                 validation, no split, no sharding;
   (b) seeds     the seeds' approach: the same, single-threaded: one tf.function call
                 per image and the write on the same thread;
@@ -245,14 +245,15 @@ def make_seeds_loop(image_size: int, quality: int) -> Callable[[list[str], str, 
 
 
 def fused_loop(files: list[str], root: str, out_path: str, image_size: int,
-               quality: int, gzip_level: int = default_gzip_level(image_codec.JPEG)
-               ) -> dict:
+               quality: int, gzip_level: int | None = None) -> dict:
     """(f): read + ops in a tf.data map, serialize here, write on a third thread.
 
     The map runs one call per core with tf.data's autotuner off (as the ceiling
     does); this thread builds the Examples; a writer thread deflates and writes them,
     fed through a bounded queue.
     """
+    if gzip_level is None:
+        gzip_level = default_gzip_level(image_codec.JPEG, image_size)
     label_ids = _label_ids(files)
     options = tf.data.Options()
     options.autotune.enabled = False

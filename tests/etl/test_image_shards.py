@@ -10,7 +10,13 @@ import tensorflow as tf
 
 from etl import dead_letters, image_codec, image_loading
 from etl.dead_letters import Rejection
-from etl.image_shards import Loaded, load_record, process_shard, transform_batch
+from etl.image_shards import (
+    Loaded,
+    default_gzip_level,
+    load_record,
+    process_shard,
+    transform_batch,
+)
 from etl.image_sources import ImageRecord
 from tests.image_fixtures import _encode
 
@@ -146,3 +152,8 @@ def test_process_shard_outcomes_keep_input_order_whatever_the_concurrency(
         reference = list(process_shard(records, CountingTransform(), LIMITS, one, other,
                                        transform_threads=1, batch_rows=1))
     assert list(map(_outcome_key, outcomes)) == list(map(_outcome_key, reference))
+
+
+def test_default_gzip_level_refuses_an_unknown_format():
+    with pytest.raises(ValueError, match="Unknown image format 'webp'"):
+        default_gzip_level("webp", 224)

@@ -208,17 +208,18 @@ def test_images_job_gzip_level_changes_file_bytes_not_records(image_folder, png_
                                                              tmp_path):
     root, _, _ = image_folder
     default_out, default_manifest = png_dataset
-    out = str(tmp_path / "deflated")
-    manifest = run_images_job(root, out, "--image_format=png", "--gzip_level=6")
-    assert manifest["preprocessing"]["gzip_level"] == 6
-    assert default_manifest["preprocessing"]["gzip_level"] == 0
+    out = str(tmp_path / "stored")
+    manifest = run_images_job(root, out, "--image_format=png", "--gzip_level=0")
+    assert manifest["preprocessing"]["gzip_level"] == 0
+    # 16 px PNGs are small enough for deflate to pay: the default deflates them.
+    assert default_manifest["preprocessing"]["gzip_level"] == 6
     assert all_records(out, manifest) == all_records(default_out, default_manifest)
     assert (manifest["splits"]["train"]["num_bytes"]
-            < default_manifest["splits"]["train"]["num_bytes"])
-    # By default the records are stored: every file is a GZIP stream (Python's gzip
-    # inflates it) no smaller than what it holds.
-    for shard in default_manifest["splits"]["train"]["shards"]:
-        with open(os.path.join(default_out, shard["path"]), "rb") as f:
+            > default_manifest["splits"]["train"]["num_bytes"])
+    # At level 0 each file is still a GZIP stream (Python's gzip inflates it), no
+    # smaller than the records it holds.
+    for shard in manifest["splits"]["train"]["shards"]:
+        with open(os.path.join(out, shard["path"]), "rb") as f:
             stored = f.read()
         assert len(stored) > len(gzip.decompress(stored)) > 0
     with pytest.raises(ValueError, match="--gzip_level must be an integer from 0"):
@@ -226,20 +227,26 @@ def test_images_job_gzip_level_changes_file_bytes_not_records(image_folder, png_
     assert not os.path.exists(tmp_path / "refused")
 
 
-@pytest.mark.parametrize("image_format,flags,level", [
-    ("jpeg", [], 0),  # Already compressed: stored in the GZIP container.
-    ("png", [], 0),
-    ("raw", [], 6),  # Pixels: deflated at zlib's default.
-    ("jpeg", ["--gzip_level=6"], 6),  # The flag wins.
-    ("raw", ["--gzip_level=0"], 0),
+@pytest.mark.parametrize("flags,level", [
+    # Photo-sized JPEG and PNG records, compressed already: stored.
+    (["--image_format=jpeg"], 0),
+    (["--image_format=png"], 0),
+    (["--image_format=jpeg", "--image_size=192"], 0),
+    (["--image_format=png", "--image_size=64"], 0),
+    # Small records, where the tables every JPEG repeats weigh, and raw pixels: deflated.
+    (["--image_format=jpeg", "--image_size=191"], 6),
+    (["--image_format=png", "--image_size=63"], 6),
+    (["--image_format=raw"], 6),
+    # The flag wins.
+    (["--image_format=jpeg", "--gzip_level=6"], 6),
+    (["--image_format=raw", "--gzip_level=0"], 0),
 ])
-def test_images_job_default_gzip_level_follows_the_stored_format(image_folder, tmp_path,
-                                                                 image_format, flags, level):
+def test_images_job_default_gzip_level_follows_the_stored_records(image_folder, tmp_path,
+                                                                  flags, level):
     from pipelines import images
 
     root, _, _ = image_folder
-    options = images.ImagesOptions([f"--input={root}", f"--output_dir={tmp_path}",
-                                    f"--image_format={image_format}", *flags])
+    options = images.ImagesOptions([f"--input={root}", f"--output_dir={tmp_path}", *flags])
     job = images.ImageJob.from_options(options)
     assert job.output.gzip_level == level
     assert job.describe_preprocessing()["gzip_level"] == level
