@@ -210,7 +210,7 @@ def main() -> None:
     parser.add_argument("--configs", default="default",
                         help=f"Comma-separated job configurations: {', '.join(CONFIGS)}.")
     parser.add_argument("--job_flags", default="",
-                        help="Extra flags for every job run, e.g. '--gzip_level=0'.")
+                        help="Extra flags for every job run, e.g. '--gzip_level=6'.")
     parser.add_argument("--no_control", action="store_true",
                         help="Skip imports_only and beam_control.")
     parser.add_argument("--control_record_bytes", type=int, default=256)

@@ -1,0 +1,143 @@
+"""Where the image job's shard step spends its CPU: a `perf` profile, by library.
+
+Runs the image job (default flags and runner, one TensorFlow thread per op as the job
+sets it) on --num_images photo-sized JPEGs (scripts/sample_photos.py) under
+``perf record`` (Linux perf; it must be installed and allowed:
+/proc/sys/kernel/perf_event_paranoid <= 2 for a process of one's own), notes when the
+local runner starts and ends the shard step (the stage that reads, checks,
+transforms and writes every image), and reports the shares of CPU samples taken in
+that window by shared object, grouped:
+
+  tensorflow   TensorFlow's ops (decode, resize, encode, EXIF; libtensorflow*)
+  strict_check simplejpeg's libjpeg-turbo (the strict check of JPEG data)
+  zlib         deflate and CRC of the GZIP shard files
+  python       the interpreter (Beam, the step's own Python, protobuf glue)
+  libc         memory copies and allocation
+  kernel       system calls, page faults, scheduling
+  other        everything else
+
+Usage: python scripts/profile_shard_step.py --work_dir /work/bench_data \\
+           --out docs/benchmarks/shard_step_profile.json [-- extra job flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from results import write_json  # noqa: E402
+from sample_photos import ensure_photos  # noqa: E402
+
+# Runs the job and prints the shard step's CLOCK_MONOTONIC window (perf's clock below).
+_DRIVER = r"""
+import json, sys, time
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+from pipelines import images
+windows = []
+execute = fn_runner.FnApiRunner._execute_bundle
+def timed(self, context, bundle, *args, **kwargs):
+    start = time.monotonic()
+    try:
+        return execute(self, context, bundle, *args, **kwargs)
+    finally:
+        if "WriteShards/GroupByShard/Read" in bundle.stage.name:
+            windows.append((start, time.monotonic()))
+fn_runner.FnApiRunner._execute_bundle = timed
+manifest = images.run(json.loads(sys.argv[1]))
+print("PROFILE_WINDOWS " + json.dumps({"windows": windows,
+                                      "rejected": manifest["rejected"]["count"]}))
+"""
+
+GROUPS = (
+    ("tensorflow", re.compile(r"^libtensorflow|^_pywrap_tf|tensorflow")),
+    ("strict_check", re.compile(r"^_jpeg\.cpython|simplejpeg")),
+    ("zlib", re.compile(r"^libz\.|^zlib")),
+    ("python", re.compile(r"^libpython|^python")),
+    ("libc", re.compile(r"^libc\.|^libstdc\+\+|^ld-linux")),
+    ("kernel", re.compile(r"^\[kernel")),
+)
+
+
+def group_of(dso: str) -> str:
+    return next((name for name, pattern in GROUPS if pattern.search(dso)), "other")
+
+
+def dso_shares(perf_data: str, start: float, end: float) -> dict[str, float]:
+    """Percent of samples per shared object in [start, end] (perf report)."""
+    report = subprocess.run(
+        ["perf", "report", "-i", perf_data, "--time", f"{start:.6f},{end:.6f}",
+         "--sort", "dso", "--no-children", "--stdio", "-g", "none"],
+        capture_output=True, text=True, check=True).stdout
+    shares = {}
+    for line in report.splitlines():
+        match = re.match(r"\s*([\d.]+)%\s+(\S.*?)\s*$", line)
+        if match and not line.lstrip().startswith("#"):
+            shares[match.group(2)] = float(match.group(1))
+    return shares
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(),
+                                                           "bench_photos"))
+    parser.add_argument("--out", default="docs/benchmarks/shard_step_profile.json")
+    parser.add_argument("--num_images", type=int, default=2000)
+    parser.add_argument("--frequency", type=int, default=999, help="perf samples/s.")
+    parser.add_argument("job_flags", nargs="*", help="Extra flags for the job.")
+    args = parser.parse_args()
+    if shutil.which("perf") is None:
+        sys.exit("perf is not installed (Debian: apt-get install linux-perf).")
+
+    root = ensure_photos(args.work_dir, args.num_images)
+    with tempfile.TemporaryDirectory() as tmp:
+        perf_data = os.path.join(tmp, "perf.data")
+        argv = [f"--input={root}", f"--output_dir={os.path.join(tmp, 'out')}",
+                *args.job_flags]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(
+            [REPO_ROOT, os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run(
+            ["perf", "record", "-k", "CLOCK_MONOTONIC", "-F", str(args.frequency),
+             "-o", perf_data, "--", sys.executable, "-c", _DRIVER, json.dumps(argv)],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"perf record or the job failed:\n{proc.stderr[-3000:]}")
+        line = next(line for line in proc.stdout.splitlines()
+                    if line.startswith("PROFILE_WINDOWS "))
+        run = json.loads(line.split(" ", 1)[1])
+        (start, end), = run["windows"]
+        shares = dso_shares(perf_data, start, end)
+    groups: dict[str, float] = {}
+    for dso, share in shares.items():
+        groups[group_of(dso)] = groups.get(group_of(dso), 0.0) + share
+    for name, share in sorted(groups.items(), key=lambda item: -item[1]):
+        print(f"{name:<13}{share:6.1f} %")
+    print(f"shard step: {end - start:.2f} s for {args.num_images} photos "
+          f"({run['rejected']} rejected)")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    write_json(args.out, {
+        "date": time.strftime("%Y-%m-%d"), "code_commit": commit,
+        "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()
+                    or platform.machine(), "python": platform.python_version()},
+        "input": {"photos": args.num_images, "job_flags": args.job_flags},
+        "shard_step_s": end - start, "rejected": run["rejected"],
+        "percent_of_samples_by_group": groups, "percent_of_samples_by_dso": shares,
+        "definitions": {"percent": "share of perf's CPU samples (all threads of the job) "
+                                   "taken while the shard step ran"},
+    })
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
