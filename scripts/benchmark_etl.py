@@ -92,7 +92,7 @@ from collections.abc import Callable
 
 import numpy as np
 import psutil
-from results import write_json
+from results import code_commit, write_json
 from sample_photos import describe, ensure_photos
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -616,8 +616,7 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
                                      and loss["median"] <= args.max_check_cost)
     rejected = {name: sorted({s.get("rejected") for s in recs})
                 for name, recs in samples.items() if recs and "rejected" in recs[0]}
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT,
-                            capture_output=True, text=True).stdout.strip()
+    commit = code_commit()
     return {
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()

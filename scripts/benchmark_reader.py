@@ -48,7 +48,7 @@ from collections.abc import Callable
 import numpy as np
 import psutil
 from benchmark_etl import Sample
-from results import write_json
+from results import code_commit, write_json
 from sample_photos import describe, ensure_photos
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -295,8 +295,7 @@ def main() -> None:
         dataset = reader.make_dataset(data_dir, "train", step_batch, num_epochs=None)
         waits[str(step_batch)] = input_wait(dataset, args.step_ms, steps=600)
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT,
-                            capture_output=True, text=True).stdout.strip()
+    commit = code_commit()
     foreign = [s["foreign_cores"] for values in samples.values() for s in values]
     result = {
         "date": time.strftime("%Y-%m-%d"),

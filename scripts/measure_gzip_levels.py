@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,8 @@ sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorflow as tf  # noqa: E402
-from results import write_json  # noqa: E402
+from benchmark_etl import input_files  # noqa: E402
+from results import code_commit, write_json  # noqa: E402
 from sample_photos import ensure_photos  # noqa: E402
 
 from etl import image_codec, sharding  # noqa: E402
@@ -79,10 +79,9 @@ def main() -> None:
 
     root = ensure_photos(args.work_dir, args.num_images)
     payloads = []
-    for dirpath, _, names in sorted(os.walk(root)):
-        for name in sorted(names):
-            with open(os.path.join(dirpath, name), "rb") as f:
-                payloads.append(f.read())
+    for path in input_files(root):
+        with open(path, "rb") as f:
+            payloads.append(f.read())
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for image_format in args.formats.split(","):
@@ -112,8 +111,7 @@ def main() -> None:
                                         for level, v in row["levels"].items())
                 print(f"{image_format:>4} {size:>4} px: record {kb:6.1f} KB, default "
                       f"level {row['default_gzip_level']}; {levels_text}", flush=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT,
-                            capture_output=True, text=True).stdout.strip()
+    commit = code_commit()
     write_json(args.out, {
         "date": time.strftime("%Y-%m-%d"), "code_commit": commit,
         "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()

@@ -36,7 +36,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from results import write_json  # noqa: E402
+from results import code_commit, write_json  # noqa: E402
 from sample_photos import ensure_photos  # noqa: E402
 
 # Runs the job and prints the shard step's CLOCK_MONOTONIC window (perf's clock below).
@@ -124,8 +124,7 @@ def main() -> None:
         print(f"{name:<13}{share:6.1f} %")
     print(f"shard step: {end - start:.2f} s for {args.num_images} photos "
           f"({run['rejected']} rejected)")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT,
-                            capture_output=True, text=True).stdout.strip()
+    commit = code_commit()
     write_json(args.out, {
         "date": time.strftime("%Y-%m-%d"), "code_commit": commit,
         "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()
