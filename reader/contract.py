@@ -96,10 +96,19 @@ def shard_relpath(name: str, split: str, index: int, num_shards: int) -> str:
     return f"{split}/{shard_filename(name, split, index, num_shards)}"
 
 
+# libjpeg IDCT (``tf.io.decode_jpeg``'s ``dct_method``) that stored JPEGs decode
+# with, in training and in serving code that decodes stored images: the accurate
+# one is closer to the pixels that were encoded on every stored photo measured, at
+# no measurable cost at 224 px (docs/FORMAT.md, scripts/measure_reader_idct.py).
+# TensorFlow's default is the fast IDCT, whose pixels differ by up to 18 levels.
+STORED_JPEG_DCT_METHOD = "INTEGER_ACCURATE"
+
+
 def decode_stored_image(encoded: Any, image_format: str, size: int) -> Any:
     """One stored image (scalar string tensor) → ``uint8 [size, size, 3]``.
 
-    The inverse of the job's encoding (``etl/image_codec.py``'s ``encode``).
+    The inverse of the job's encoding (``etl/image_codec.py``'s ``encode``). JPEG
+    decodes with the IDCT :data:`STORED_JPEG_DCT_METHOD`.
 
     Raises:
         ValueError: for an ``image_format`` not in :data:`IMAGE_FORMATS`.
@@ -108,9 +117,10 @@ def decode_stored_image(encoded: Any, image_format: str, size: int) -> Any:
 
     if image_format == RAW:
         image = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [size, size, 3])
-    elif image_format in (JPEG, PNG):
-        image = tf.io.decode_image(encoded, channels=3, dtype=tf.uint8,
-                                   expand_animations=False)
+    elif image_format == JPEG:
+        image = tf.io.decode_jpeg(encoded, channels=3, dct_method=STORED_JPEG_DCT_METHOD)
+    elif image_format == PNG:
+        image = tf.io.decode_png(encoded, channels=3)
     else:
         raise ValueError(f"Unknown image format {image_format!r}; use one of "
                          f"{IMAGE_FORMATS}.")
