@@ -23,6 +23,17 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"BM", "bmp"),
 )
 
+# JPEG decoding: libjpeg's accurate integer IDCT (TensorFlow's default is the fast
+# one, whose output differs by up to 5 levels and which libjpeg-turbo's TurboJPEG
+# interface, the job's decoder, does not use), at a DCT scale of 1/ratio.
+JPEG_DCT_METHOD = "INTEGER_ACCURATE"
+JPEG_DECODE_RATIOS = (1, 2, 4, 8)
+# A JPEG is decoded at the smallest scale that keeps its shorter side at least this
+# many times the output size; the antialiased resize does the rest. 2 is Pillow's
+# reducing_gap and libvips' shrink-on-load rule (docs/FORMAT.md has the measured
+# pixel error of each choice).
+JPEG_SCALE_MARGIN = 2
+
 # Single-byte strings 0..255, used to lay uint8 pixels out as a raw byte string.
 _BYTE_TABLE = [bytes([i]) for i in range(256)]
 
@@ -41,9 +52,53 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
+def jpeg_decode_ratio(height: int, width: int, image_size: int) -> int:
+    """The libjpeg scale denominator (1, 2, 4 or 8) a ``height × width`` JPEG is
+    decoded at for ``image_size`` px output: the largest whose decoded shorter side,
+    ``ceil(shorter / ratio)``, is still at least ``JPEG_SCALE_MARGIN × image_size``.
+
+    :func:`decode_rgb` applies the same rule with TensorFlow ops inside the graph;
+    this is its plain-integer twin for the job's read threads
+    (``etl.image_loading``). A test checks that the two agree.
+    """
+    shorter = min(height, width)
+    for ratio in JPEG_DECODE_RATIOS[::-1]:
+        if -(-shorter // ratio) >= JPEG_SCALE_MARGIN * image_size:
+            return ratio
+    return 1
+
+
+def _decode_jpeg(image_bytes: tf.Tensor, image_size: int | None) -> tf.Tensor:
+    """A JPEG at the DCT scale of :func:`jpeg_decode_ratio` (full size without
+    ``image_size``), with libjpeg's accurate integer IDCT."""
+    branches = [
+        lambda ratio=ratio: tf.io.decode_jpeg(image_bytes, channels=0, ratio=ratio,
+                                              dct_method=JPEG_DCT_METHOD)
+        for ratio in JPEG_DECODE_RATIOS]
+    if image_size is None:
+        return branches[0]()
+    shape = tf.image.extract_jpeg_shape(image_bytes)
+    shorter = tf.minimum(shape[0], shape[1])
+    # ceil(shorter / ratio) falls as the ratio grows, so the number of ratios above 1
+    # that keep the margin is the index of the largest one that does.
+    index = tf.add_n([tf.cast((shorter + ratio - 1) // ratio >= JPEG_SCALE_MARGIN
+                              * image_size, tf.int32) for ratio in JPEG_DECODE_RATIOS[1:]])
+    image = tf.switch_case(index, branches)
+    image.set_shape([None, None, None])
+    return image
+
+
 def decode_rgb(image_bytes: tf.Tensor, *,
-               alpha_background: tuple[int, int, int] | None = None) -> tf.Tensor:
+               alpha_background: tuple[int, int, int] | None = None,
+               image_size: int | None = None) -> tf.Tensor:
     """Decodes one encoded image to ``uint8 [height, width, 3]``.
+
+    A JPEG is decoded by libjpeg with its accurate integer IDCT
+    (``JPEG_DCT_METHOD``) and, given the ``image_size`` it will be resized to, at the
+    DCT scale of :func:`jpeg_decode_ratio` (1/2, 1/4 or 1/8 of each side while the
+    shorter side stays at least twice ``image_size``): the entropy decoding is
+    the same, but the inverse DCT, colour conversion and the resize that follows
+    work on up to 64 times fewer pixels. Other formats decode at full size.
 
     Normalisation rules (documented in docs/FORMAT.md): grayscale is replicated to
     three channels; palette images are expanded; 16-bit PNG keeps the high byte of
@@ -53,15 +108,17 @@ def decode_rgb(image_bytes: tf.Tensor, *,
     that colour: ``round((c * a + bg * (255 - a)) / 255)`` per channel, in integer
     arithmetic (the quotient is never a tie). TensorFlow's GIF decoder returns no
     alpha (transparent GIF pixels are black), so GIFs are never composited. EXIF
-    orientation is not applied here (see :func:`preprocess`).
+    orientation is not applied here (see :func:`finish`).
 
     Raises:
         tf.errors.InvalidArgumentError: for bytes that are not a decodable image.
     """
+    is_jpeg = tf.equal(tf.strings.substr(image_bytes, 0, 3), _MAGIC[0][0])
     # channels=0 decodes what the file holds (1 to 4 channels): asking for 3 fails
     # outright on a WebP with alpha, and 4 fails on JPEG and GIF.
-    image = tf.io.decode_image(image_bytes, channels=0, dtype=tf.uint8,
-                               expand_animations=False)
+    image = tf.cond(is_jpeg, lambda: _decode_jpeg(image_bytes, image_size),
+                    lambda: tf.io.decode_image(image_bytes, channels=0, dtype=tf.uint8,
+                                               expand_animations=False))
     image.set_shape([None, None, None])
     channels = tf.shape(image)[2]
     rgb = tf.cond(channels >= 3, lambda: image[:, :, :3],
@@ -133,19 +190,33 @@ def encode(image: tf.Tensor, image_format: str, jpeg_quality: int) -> tf.Tensor:
     raise ValueError(f"Unknown image format {image_format!r}; use one of {IMAGE_FORMATS}.")
 
 
+def finish(image: tf.Tensor, image_bytes: tf.Tensor, size: int, image_format: str,
+           jpeg_quality: int, *, apply_exif_orientation: bool = True) -> tf.Tensor:
+    """Everything after the decode: decoded ``uint8 [h, w, 3]`` → stored image bytes.
+
+    Resize, turn upright by the EXIF orientation read from ``image_bytes`` (the
+    file's bytes, or at least its first ``exif.EXIF_SCAN_BYTES``) unless
+    ``apply_exif_orientation`` is False, centre-crop, encode. The image job runs
+    this on pixels its read threads already decoded (``etl.image_loading``), so
+    each JPEG is decoded once; :func:`preprocess`, in the exported ``transform_fn``,
+    is the decode followed by this.
+    """
+    orientation = exif.read_orientation(image_bytes) if apply_exif_orientation else None
+    return encode(resize_and_center_crop(image, size, orientation), image_format,
+                  jpeg_quality)
+
+
 def preprocess(image_bytes: tf.Tensor, size: int, image_format: str,
                jpeg_quality: int, *, apply_exif_orientation: bool = True,
                alpha_background: tuple[int, int, int] | None = None) -> tf.Tensor:
     """The whole per-image preprocessing: raw file bytes → stored image bytes.
 
-    Decode (:func:`decode_rgb`, alpha dropped or composited on
-    ``alpha_background``), resize, turn upright by the EXIF orientation unless
-    ``apply_exif_orientation`` is False, centre-crop, encode.
+    Decode (:func:`decode_rgb` at the DCT scale for ``size``, alpha dropped or
+    composited on ``alpha_background``), then :func:`finish`.
     """
-    image = decode_rgb(image_bytes, alpha_background=alpha_background)
-    orientation = exif.read_orientation(image_bytes) if apply_exif_orientation else None
-    return encode(resize_and_center_crop(image, size, orientation), image_format,
-                  jpeg_quality)
+    image = decode_rgb(image_bytes, alpha_background=alpha_background, image_size=size)
+    return finish(image, image_bytes, size, image_format, jpeg_quality,
+                  apply_exif_orientation=apply_exif_orientation)
 
 
 def check_decodable(data: bytes) -> tuple[int, int]:

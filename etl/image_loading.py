@@ -1,5 +1,6 @@
-"""Reading an image file and refusing it before the transform decodes it: limits,
-format, header size, and (strict decoding) compressed data a decoder reports damaged."""
+"""Reading an image file and checking it before the transform: limits, format, header
+size, and (strict decoding) compressed data a decoder reports damaged. A JPEG's
+strict decode is also the decode the job uses (:func:`check_image`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import struct
 import sys
 import warnings
 
+import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -169,16 +171,90 @@ def tf_error_detail(message: str) -> str:
     return " ".join(message.split())[:300]
 
 
-def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()
-                         ) -> tuple[str, str] | None:
-    """``(reason, message)`` if ``data`` is refused before the transform, else None.
+# JPEG layouts (colour space, chroma subsampling as simplejpeg names them) on which
+# libjpeg-turbo's TurboJPEG interface (simplejpeg) and TensorFlow's decode_jpeg, both
+# with the accurate IDCT and fancy upsampling, give the same pixels at every DCT
+# scale: tests/etl/test_jpeg_agreement.py decodes a corpus of each (baseline and
+# progressive, restart markers, odd sizes, every EXIF orientation) with both.
+# Other layouts (CMYK, YCCK, 4:4:0, 4:1:1, ...) are decoded by the transform itself.
+AGREEING_JPEG_LAYOUTS = frozenset({
+    ("YCbCr", "444"), ("YCbCr", "422"), ("YCbCr", "420"), ("Gray", "Gray")})
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """An image that passed every check. ``pixels`` (``uint8 [h, w, 3]``) is its
+    decode when the check made it: exactly what ``etl.image_codec.decode_rgb``
+    gives for the same ``image_size``, so the transform's remaining steps
+    (``image_codec.finish``) can start from it; None when the transform decodes."""
+
+    pixels: np.ndarray | None = None
+
+
+# TensorFlow takes over a buffer aligned to this many bytes without copying it
+# (EIGEN_MAX_ALIGN_BYTES; etl.image_shards.FinishImage).
+TENSOR_ALIGNMENT = 64
+
+
+def aligned_buffer(nbytes: int) -> np.ndarray:
+    """An uninitialised ``uint8 [nbytes]`` array whose data is ``TENSOR_ALIGNMENT``-aligned."""
+    raw = np.empty(nbytes + TENSOR_ALIGNMENT, np.uint8)
+    offset = -raw.ctypes.data % TENSOR_ALIGNMENT
+    return raw[offset:offset + nbytes]
+
+
+def decode_jpeg_checked(data: bytes, image_size: int, strict: bool
+                        ) -> Checked | tuple[str, str]:
+    """A JPEG's one decode, which is also its strict check.
+
+    For a layout in :data:`AGREEING_JPEG_LAYOUTS`, libjpeg-turbo decodes ``data``
+    at the DCT scale ``etl.image_codec.jpeg_decode_ratio`` picks for
+    ``image_size``, with warnings as errors: the pixels of a clean decode are the
+    transform's own (``Checked(pixels)``). A decode that warns is refused with
+    ``strict`` (``corrupt_image_data``, or ``undecodable_image`` when the data ends
+    early) and left to the transform's decode without it, like any other layout
+    (``Checked()``; with ``strict``, after :func:`corrupt_data_problem`'s check).
+    """
+    import simplejpeg
+
+    try:
+        height, width, colorspace, subsampling = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return Checked()  # A header libjpeg-turbo cannot read: TensorFlow's decode decides.
+    if (colorspace, subsampling) not in AGREEING_JPEG_LAYOUTS:
+        problem = _jpeg_problem(data) if strict else None
+        return problem if problem is not None else Checked()
+    ratio = image_codec.jpeg_decode_ratio(height, width, image_size)
+    # simplejpeg picks the smallest libjpeg scale giving at least min_height x
+    # min_width; no scale below 1/ratio reaches ceil(side / ratio) on both sides.
+    scaled = (-(-height // ratio), -(-width // ratio))
+    try:
+        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=scaled[0],
+                                        min_width=scaled[1], min_factor=ratio,
+                                        buffer=aligned_buffer(scaled[0] * scaled[1] * 3),
+                                        strict=True)
+    except ValueError:
+        problem = _jpeg_problem(data) if strict else None
+        return problem if problem is not None else Checked()
+    if pixels.shape != (*scaled, 3):
+        return Checked()  # Not the transform's scale: let it decode.
+    return Checked(pixels)
+
+
+def check_image(data: bytes, limits: InputLimits = InputLimits(),
+                image_size: int | None = None) -> Checked | tuple[str, str]:
+    """``(reason, message)`` if ``data`` is refused before the transform, else
+    :class:`Checked`.
 
     Checks, cheapest first: size, container format, the header's pixel count (a
     decompression bomb is refused before any decoding) and, with
-    ``limits.strict_decoding``, damaged image data (:func:`corrupt_data_problem`:
-    a reduced-scale JPEG decode, a GIF decode). The one full decode of an accepted
-    image is the transform's own, and an image it cannot decode becomes an
-    ``undecodable_image`` dead letter there (``etl.image_shards.transform_batch``).
+    ``limits.strict_decoding``, damaged image data. Given the ``image_size`` the
+    transform resizes to, a JPEG is decoded here once, at the transform's scale
+    (:func:`decode_jpeg_checked`, strict or not): that decode is both the check and
+    the pixels the job transforms. Other images are checked by
+    :func:`corrupt_data_problem` and decoded once by the transform, where an image
+    it cannot decode becomes an ``undecodable_image`` dead letter
+    (``etl.image_shards.transform_batch``).
     """
     if not data:
         return dead_letters.EMPTY_FILE, "File is empty (0 bytes)."
@@ -196,6 +272,18 @@ def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()
         message = (f"Header declares {pixels} pixels, above --max_image_pixels "
                    f"({limits.max_image_pixels}); not decoded.")
         return dead_letters.IMAGE_TOO_LARGE, message
+    if image_format == "jpeg" and image_size is not None:
+        return decode_jpeg_checked(data, image_size, limits.strict_decoding)
     if limits.strict_decoding:
-        return corrupt_data_problem(data, image_format)
-    return None
+        problem = corrupt_data_problem(data, image_format)
+        if problem is not None:
+            return problem
+    return Checked()
+
+
+def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()
+                         ) -> tuple[str, str] | None:
+    """``(reason, message)`` if ``data`` is refused before the transform, else None:
+    :func:`check_image`'s checks, without keeping a decode."""
+    checked = check_image(data, limits)
+    return None if isinstance(checked, Checked) else checked

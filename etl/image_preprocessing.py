@@ -67,6 +67,11 @@ class ImagePreprocessing:
                 "rounding); absent or malformed EXIF counts as 1"
                 if self.apply_exif_orientation
                 else "ignored: pixels kept in their stored order"),
+            "decode": (
+                f"JPEG: libjpeg's accurate integer IDCT ({image_codec.JPEG_DCT_METHOD}) at "
+                "the DCT scale 1/r, r the largest of 1, 2, 4, 8 with ceil(shorter side / "
+                f"r) >= {image_codec.JPEG_SCALE_MARGIN} x image_size (size from the "
+                "header); other formats at full size"),
             "resize": "shorter side to image_size (bilinear, antialias=True), then "
                       "centre crop image_size x image_size, round half to even",
             "label_vocabulary": "tft.vocabulary on the train split: decreasing "
@@ -97,9 +102,12 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *,
             apply_exif_orientation=config.apply_exif_orientation,
             alpha_background=config.alpha_background),
         raw_images, fn_output_signature=tf.TensorSpec([], tf.string))
-    batch = tf.shape(raw_images)[:1]
-    size = tf.constant(config.image_size, tf.int64)
     labels = inputs[RAW_LABEL_KEY]
+    # Everything but the image is computed from the other inputs, so the job can map
+    # labels of images it has already finished without feeding (or decoding) their
+    # bytes (etl/image_shards.py).
+    batch = tf.shape(labels)[:1]
+    size = tf.constant(config.image_size, tf.int64)
     return {
         contract.IMAGE_KEY: images,
         contract.HEIGHT_KEY: tf.fill(batch, size),

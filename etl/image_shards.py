@@ -3,16 +3,22 @@
 Only small ``ImageRecord``s (key, uri, label, split) are grouped by shard; each
 shard's bytes are read, checked, transformed and written inside one step, so image
 bytes never cross a stage boundary (where Beam's local runner would hold them all
-in memory) and each accepted image is decoded exactly once, by the exported
-``transform_fn`` itself. The stored bytes are therefore ``transform_fn(raw bytes)``
-by construction: serving parity needs no second implementation.
+in memory).
 
-Inside a shard, three things overlap: a thread pool reads and checks the next files,
-up to ``transform_threads`` batches run through the transform graph (TensorFlow
-releases the GIL and spreads each batch's per-image ops over the cores), and the
-calling thread writes the finished batches in order. A batch that fails (one
-undecodable image fails the whole graph call) is retried image by image, so only
-the bad images become dead letters.
+Each accepted image is decoded exactly once. A JPEG in a layout where libjpeg-turbo
+and TensorFlow's decoder agree bit for bit (``image_loading.AGREEING_JPEG_LAYOUTS``,
+nearly every photo) is decoded on a read thread by its strict check, at the
+transform's DCT scale, and finished there by the steps that follow the decode in
+``transform_fn`` (``image_codec.finish``, the same ops); the exported
+``transform_fn`` then maps only its label and key. Every other image goes through
+the whole ``transform_fn``, decode included. Either way the stored bytes equal
+``transform_fn(raw bytes)``, which tests check on a corpus of JPEG layouts.
+
+Inside a shard, three things overlap: a thread pool reads, checks and decodes the
+next files, up to ``transform_threads`` batches run through the transform graph
+(TensorFlow releases the GIL), and the calling thread writes the finished batches in
+order. A batch that fails (one undecodable image fails the whole graph call) is
+retried image by image, so only the bad images become dead letters.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
-from etl import dead_letters, image_codec, image_loading, sharding
+from etl import dead_letters, exif, image_codec, image_loading, sharding
 from etl.dead_letters import Rejection
 from etl.examples import serialize_example
+from etl.image_preprocessing import ImagePreprocessing
 from etl.image_sources import ImageRecord
 from reader import contract
 
@@ -72,14 +79,56 @@ def default_gzip_level(image_format: str, image_size: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:
-    """An image's record and its file bytes, checked but not yet decoded."""
+    """An image's record after its checks: either its file bytes, for the transform
+    to decode (``data``), or its stored image, already finished from the check's
+    decode (``image``; ``data`` is then dropped)."""
 
     record: ImageRecord
     data: bytes
+    image: bytes | None = None
+
+    @property
+    def weight(self) -> int:
+        """Bytes this item holds."""
+        return len(self.data) + len(self.image or b"")
 
 
-def load_record(record: ImageRecord, limits: image_loading.InputLimits) -> Loaded | Rejection:
-    """Reads and checks one image without decoding it (size, format, header pixels)."""
+class FinishImage:
+    """``image_codec.finish`` for one preprocessing, traced once: a JPEG's decoded
+    pixels (``image_loading.Checked``) and its file bytes → its stored image bytes.
+
+    These are the ops ``transform_fn`` applies after its own decode, so the result is
+    what ``transform_fn`` gives for the file. Thread-safe: read threads share it.
+    """
+
+    def __init__(self, config: ImagePreprocessing) -> None:
+        import tensorflow as tf
+
+        self.image_size = config.image_size
+        self._finish = tf.function(
+            lambda pixels, head: image_codec.finish(
+                pixels, head, config.image_size, config.image_format, config.jpeg_quality,
+                apply_exif_orientation=config.apply_exif_orientation),
+            input_signature=[tf.TensorSpec([None, None, 3], tf.uint8),
+                             tf.TensorSpec([], tf.string)])
+
+    def __call__(self, pixels: np.ndarray, data: bytes) -> bytes:
+        """Raises ``tf.errors.OpError`` if the ops fail (the transform then decodes)."""
+        import tensorflow as tf
+
+        # DLPack hands the decoded pixels to TensorFlow without a copy (a copy of a
+        # photo's pixels cost as much as a third of its decode); the tensor lives
+        # only for this call. The EXIF orientation is read from the file's head.
+        image = tf.experimental.dlpack.from_dlpack(pixels.__dlpack__())
+        return self._finish(image, data[:exif.EXIF_SCAN_BYTES]).numpy()
+
+
+def load_record(record: ImageRecord, limits: image_loading.InputLimits,
+                finish: FinishImage | None = None) -> Loaded | Rejection:
+    """Reads and checks one image; with ``finish``, a JPEG's decode by its check
+    (``image_loading.check_image``) is finished into its stored image here."""
+    import tensorflow as tf
+
     def rejection(reason: str, message: str) -> Rejection:
         return Rejection(key=record.key, source=record.uri, reason=reason, message=message)
 
@@ -87,28 +136,41 @@ def load_record(record: ImageRecord, limits: image_loading.InputLimits) -> Loade
         data = image_loading.read_bytes(record.uri, limits.max_file_bytes)
     except OSError as e:
         return rejection(dead_letters.UNREADABLE_FILE, f"Cannot read file: {e}")
-    problem = image_loading.validate_image_bytes(data, limits)
-    if problem is not None:
-        return rejection(*problem)
-    return Loaded(record, data)
+    checked = image_loading.check_image(data, limits,
+                                        finish.image_size if finish is not None else None)
+    if not isinstance(checked, image_loading.Checked):
+        return rejection(*checked)
+    if finish is None or checked.pixels is None:
+        return Loaded(record, data)
+    try:
+        return Loaded(record, b"", image=finish(checked.pixels, data))
+    except tf.errors.OpError:
+        return Loaded(record, data)  # The transform's own decode decides.
 
 
 class ImageTransform:
-    """The exported ``transform_fn`` applied to batches of raw images, eagerly.
+    """The exported ``transform_fn`` applied to batches of loaded images, eagerly.
 
     Loaded from ``<output_dir>/transform_fn`` with tf.Transform's own loader (as
-    its ``TransformDataset`` does); thread-safe, so one instance per process serves
-    every thread (see :class:`TransformAndWriteImageShard`).
+    its ``TransformDataset`` does), twice: whole, for images given as file bytes,
+    and without its image input, for images already finished (``Loaded.image``):
+    that one maps label and key only and never decodes. Thread-safe, so one instance
+    per process serves every thread (see :class:`TransformAndWriteImageShard`).
     """
 
     def __init__(self, transform_fn_dir: str) -> None:
         from tensorflow_transform.saved import saved_transform_io_v2
 
-        loader = saved_transform_io_v2.SavedModelLoader(transform_fn_dir)
-        self.output_keys = sorted(loader.structured_outputs)
-        loader.finalize([contract.RAW_IMAGE_KEY, contract.RAW_LABEL_KEY,
-                         contract.RAW_SOURCE_KEY], self.output_keys)
-        self._apply = loader.apply_transform_model
+        whole = saved_transform_io_v2.SavedModelLoader(transform_fn_dir)
+        self.output_keys = sorted(whole.structured_outputs)
+        whole.finalize([contract.RAW_IMAGE_KEY, contract.RAW_LABEL_KEY,
+                        contract.RAW_SOURCE_KEY], self.output_keys)
+        self._apply = whole.apply_transform_model
+        without_image = saved_transform_io_v2.SavedModelLoader(transform_fn_dir)
+        self._label_keys = [key for key in self.output_keys if key != contract.IMAGE_KEY]
+        without_image.finalize([contract.RAW_LABEL_KEY, contract.RAW_SOURCE_KEY],
+                               self._label_keys)
+        self._apply_without_image = without_image.apply_transform_model
 
     def __call__(self, batch: Sequence[Loaded]) -> dict[str, np.ndarray]:
         """Transformed features of ``batch``: feature name → ``[len(batch)]`` array.
@@ -118,14 +180,38 @@ class ImageTransform:
         """
         import tensorflow as tf
 
-        outputs = self._apply({
-            contract.RAW_IMAGE_KEY: tf.constant([item.data for item in batch], tf.string),
-            contract.RAW_LABEL_KEY: tf.constant([item.record.label for item in batch],
-                                                tf.string),
-            contract.RAW_SOURCE_KEY: tf.constant([item.record.key for item in batch],
-                                                 tf.string),
-        })
-        return {name: outputs[name].numpy() for name in self.output_keys}
+        def common(items: Sequence[Loaded]) -> dict[str, tf.Tensor]:
+            return {
+                contract.RAW_LABEL_KEY: tf.constant([item.record.label for item in items],
+                                                    tf.string),
+                contract.RAW_SOURCE_KEY: tf.constant([item.record.key for item in items],
+                                                     tf.string),
+            }
+
+        parts: list[tuple[list[int], dict[str, np.ndarray]]] = []
+        whole = [i for i, item in enumerate(batch) if item.image is None]
+        if whole:
+            items = [batch[i] for i in whole]
+            outputs = self._apply({contract.RAW_IMAGE_KEY: tf.constant(
+                [item.data for item in items], tf.string), **common(items)})
+            parts.append((whole, {name: outputs[name].numpy() for name in self.output_keys}))
+        finished = [i for i, item in enumerate(batch) if item.image is not None]
+        if finished:
+            items = [batch[i] for i in finished]
+            outputs = self._apply_without_image(common(items))
+            values = {name: outputs[name].numpy() for name in self._label_keys}
+            values[contract.IMAGE_KEY] = np.array([item.image for item in items],
+                                                  dtype=object)
+            parts.append((finished, values))
+        if len(parts) == 1 and len(parts[0][0]) == len(batch):
+            return parts[0][1]
+        merged: dict[str, np.ndarray] = {}
+        for indices, values in parts:
+            for name, column in values.items():
+                if name not in merged:
+                    merged[name] = np.empty(len(batch), dtype=column.dtype)
+                merged[name][indices] = column
+        return merged
 
 
 # What a batch becomes: per image, in order, its serialized example or a rejection.
@@ -168,7 +254,7 @@ def _batches(loaded: Iterable[Loaded | Rejection], rows: int, nbytes: int
         run.append(item)
         if isinstance(item, Loaded):
             images += 1
-            size += len(item.data)
+            size += item.weight
             if images >= rows or size >= nbytes:
                 yield run
                 run, images, size = [], 0, 0
@@ -181,11 +267,14 @@ def process_shard(records: Iterable[ImageRecord], transform: Callable[[Sequence[
                   limits: image_loading.InputLimits,
                   read_pool: concurrent.futures.Executor,
                   transform_pool: concurrent.futures.Executor, *,
-                  transform_threads: int, batch_rows: int = BATCH_ROWS,
+                  transform_threads: int, finish: FinishImage | None = None,
+                  batch_rows: int = BATCH_ROWS,
                   batch_bytes: int = BATCH_BYTES) -> Iterator[Outcome]:
     """Every record of one shard, in the order given, as an ``Outcome``.
 
-    Reads run ahead on ``read_pool`` (at most two batches' worth in flight) and at
+    Reads (with checks, and with ``finish``, a JPEG's one decode and the steps after
+    it: :func:`load_record`) run ahead on ``read_pool`` (at most two batches' worth
+    in flight) and at
     most ``transform_threads + 1`` batches are transformed at once on
     ``transform_pool``, so memory is bounded by a few batches whatever the shard
     size. The outcomes do not depend on the pools' sizes or timing.
@@ -195,7 +284,7 @@ def process_shard(records: Iterable[ImageRecord], transform: Callable[[Sequence[
     def loaded() -> Iterator[Loaded | Rejection]:
         in_flight: collections.deque[concurrent.futures.Future] = collections.deque()
         for record in records:
-            in_flight.append(read_pool.submit(load_record, record, limits))
+            in_flight.append(read_pool.submit(load_record, record, limits, finish))
             if len(in_flight) >= read_ahead:
                 yield in_flight.popleft().result()
         while in_flight:
@@ -271,11 +360,14 @@ class TransformAndWriteImageShard(beam.DoFn):
 
     It waits for the ``transform_written`` side input, then loads
     ``<output_dir>/transform_fn`` once per process (``transform_handle``).
+    ``preprocessing`` must be the configuration ``transform_fn`` was built with: its
+    read threads finish decoded JPEGs with the same ops (:class:`FinishImage`).
     """
 
     def __init__(self, output_dir: str, name: str, gzip_level: int,
                  limits: image_loading.InputLimits, transform_handle: shared.Shared,
-                 transform_threads: int = 2, read_threads: int | None = None) -> None:
+                 preprocessing: ImagePreprocessing, transform_threads: int = 2,
+                 read_threads: int | None = None) -> None:
         if transform_threads < 1:
             raise ValueError(f"transform_threads must be >= 1, got {transform_threads}.")
         self._output_dir = output_dir
@@ -283,6 +375,7 @@ class TransformAndWriteImageShard(beam.DoFn):
         self._gzip_level = gzip_level
         self._limits = limits
         self._transform_handle = transform_handle
+        self._preprocessing = preprocessing
         self._transform_threads = transform_threads
         self._read_threads = read_threads
 
@@ -293,6 +386,7 @@ class TransformAndWriteImageShard(beam.DoFn):
             self._transform_threads, thread_name_prefix="TransformImages")
         self._write_pool = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="WriteImageShard")
+        self._finish = FinishImage(self._preprocessing)
         self._written = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
                                                      "images_written")
 
@@ -322,7 +416,8 @@ class TransformAndWriteImageShard(beam.DoFn):
             block: list[bytes] = []
             for outcome in process_shard(ordered, transform, self._limits, self._read_pool,
                                          self._transform_pool,
-                                         transform_threads=self._transform_threads):
+                                         transform_threads=self._transform_threads,
+                                         finish=self._finish):
                 if isinstance(outcome, Rejection):
                     rejections.append(outcome)
                     continue

@@ -45,20 +45,30 @@ UPPER_BOUND_HEADER_BYTES = 4096
 def stored_image_bytes(data: bytes, preprocessing: ImagePreprocessing,
                        limits: image_loading.InputLimits) -> int | None:
     """Size of ``data`` once preprocessed and encoded, or None if it is refused or
-    cannot be decoded (the shard step will reject it; it is left out of the mean)."""
+    cannot be decoded (the shard step will reject it; it is left out of the mean).
+
+    Decoded once, as the shard step does: a JPEG by its check
+    (``image_loading.check_image``), anything else by the transform's ops."""
     import tensorflow as tf
 
-    if image_loading.validate_image_bytes(data, limits) is not None:
+    checked = image_loading.check_image(data, limits, preprocessing.image_size)
+    if not isinstance(checked, image_loading.Checked):
         return None
+    # The job's own rule but for the EXIF orientation: it only turns or mirrors
+    # the stored square, which moves the encoded size of a photo by under 3 %
+    # (JPEG: 1 %; tests/etl/test_shard_plan.py), while its parse, run here as
+    # eager ops, costs as much as the rest of the sample's preprocessing.
     try:
-        # The job's own rule but for the EXIF orientation: it only turns or mirrors
-        # the stored square, which moves the encoded size of a photo by under 3 %
-        # (JPEG: 1 %; tests/etl/test_shard_plan.py), while its parse, run here as
-        # eager ops, costs as much as the rest of the sample's preprocessing.
-        encoded = image_codec.preprocess(
-            tf.constant(data), preprocessing.image_size, preprocessing.image_format,
-            preprocessing.jpeg_quality, apply_exif_orientation=False,
-            alpha_background=preprocessing.alpha_background)
+        if checked.pixels is not None:
+            encoded = image_codec.finish(
+                tf.constant(checked.pixels), tf.constant(b""), preprocessing.image_size,
+                preprocessing.image_format, preprocessing.jpeg_quality,
+                apply_exif_orientation=False)
+        else:
+            encoded = image_codec.preprocess(
+                tf.constant(data), preprocessing.image_size, preprocessing.image_format,
+                preprocessing.jpeg_quality, apply_exif_orientation=False,
+                alpha_background=preprocessing.alpha_background)
     except tf.errors.OpError:
         return None
     return len(encoded.numpy())

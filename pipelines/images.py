@@ -257,7 +257,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
                              num_shards=job.output.num_shards),
         write_shard=TransformAndWriteImageShard(
             output_dir, job.output.name, job.output.gzip_level,
-            job.limits, shared.Shared()),
+            job.limits, shared.Shared(), job.preprocessing),
         write_label="TransformAndWrite",
         rejected=[listing_rejected, decided[REJECTED]],
         transform_written=transform_written, extras=[inputs],

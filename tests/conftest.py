@@ -39,6 +39,24 @@ def output_digests(out: str) -> dict[str, str]:
     return digests
 
 
+def read_split(out: str, manifest: dict, split: str) -> dict[str, dict]:
+    """Reads a split back with plain tf.data + parse_example; returns key → features."""
+    import tensorflow as tf
+
+    spec = contract.feature_spec_from_json(manifest["features"])
+    files = [os.path.join(out, shard["path"]) for shard in manifest["splits"][split]["shards"]]
+    if not files:
+        return {}
+    dataset = (tf.data.TFRecordDataset(files, compression_type="GZIP")
+               .batch(64).map(lambda records: tf.io.parse_example(records, spec)))
+    rows: dict[str, dict] = {}
+    for batch in dataset.as_numpy_iterator():
+        for i in range(len(batch["key"])):
+            row = {name: values[i] for name, values in batch.items()}
+            rows[row["key"].decode()] = row
+    return rows
+
+
 @pytest.fixture(scope="session")
 def image_folder(tmp_path_factory: pytest.TempPathFactory):
     """An ImageFolder tree with every supported format plus known-bad files.

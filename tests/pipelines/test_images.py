@@ -17,23 +17,7 @@ import tensorflow_transform as tft
 
 from etl import splits
 from reader import contract
-from tests.conftest import TEST_IMAGE_SIZE, output_digests, run_images_job
-
-
-def read_split(out: str, manifest: dict, split: str) -> dict[str, dict]:
-    """Reads a split back with plain tf.data + parse_example; returns key → features."""
-    spec = contract.feature_spec_from_json(manifest["features"])
-    files = [os.path.join(out, shard["path"]) for shard in manifest["splits"][split]["shards"]]
-    if not files:
-        return {}
-    dataset = (tf.data.TFRecordDataset(files, compression_type="GZIP")
-               .batch(64).map(lambda records: tf.io.parse_example(records, spec)))
-    rows: dict[str, dict] = {}
-    for batch in dataset.as_numpy_iterator():
-        for i in range(len(batch["key"])):
-            row = {name: values[i] for name, values in batch.items()}
-            rows[row["key"].decode()] = row
-    return rows
+from tests.conftest import TEST_IMAGE_SIZE, output_digests, read_split, run_images_job
 
 
 def all_records(out: str, manifest: dict) -> dict[str, tuple[str, dict]]:
