@@ -1,9 +1,11 @@
 """Peak memory of the image job on photo-sized JPEGs: is it flat in the input size?
 
-For each --sizes N (default 2,000, 20,000 and 200,000 photos from
-scripts/sample_photos.py: 320-1280 px, about 64 KB each, so ~13 GB at 200,000), runs
-the job exactly as a user does, ``python -m pipelines.images --input=<photos_N>
---output_dir=... --overwrite [--job_flags]``, and reads its peak resident set size
+For each --sizes N photos from scripts/sample_photos.py of the --photos kind (web,
+the default: 2,000, 20,000 and 200,000 photos of 320-1280 px, about 65 KB each, so
+~13 GB at 200,000; camera12 / camera24: 60 and 240 camera-size photos of 12 / 24
+megapixels, about 2.3 / 4.5 MB each), runs the job exactly as a user does,
+``python -m pipelines.images --input=<tree> --output_dir=... --overwrite
+[--job_flags]``, and reads its peak resident set size
 from the kernel: the job is the only child of a fresh wrapper interpreter, which,
 once the job has exited, prints ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``.
 That is the kernel's own high-water mark, exact (nothing sampled, so no spike
@@ -29,15 +31,18 @@ Targets, printed PASS/FAIL and saved: the second size's job peak at most --max_g
 (1.25) times the first's (20,000 vs 2,000 with the default sizes), and every job
 peak at most --max_peak_gb (2.5 GB = 2.5e9 bytes).
 
-Generated photos are kept in --work_dir (``photos_<N>``; smaller trees hard-link the
-files of a larger one) and reused by later runs; job outputs go to
-``<work_dir>/memory_out`` and are deleted after their manifest is read.
+Generated photos are kept in --work_dir (``photos_<N>``, ``camera24_<N>``, ...;
+smaller trees hard-link the files of a larger one of their kind) and reused by later
+runs; job outputs go to ``<work_dir>/memory_out`` and are deleted after their
+manifest is read.
 
 Usage (the full measurement; the 200,000-photo tree takes a while to generate the
 first time: see scripts/sample_photos.py):
 
     nice -n 19 python scripts/measure_memory.py --work_dir /work/bench_data \\
         --sizes 2000,20000,200000 --out docs/benchmarks/memory.json
+    nice -n 19 python scripts/measure_memory.py --work_dir /work/bench_data \\
+        --photos camera24 --sizes 60 --out docs/benchmarks/memory_camera24.json
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ import time
 
 import psutil
 from results import write_json
-from sample_photos import describe, ensure_photos
+from sample_photos import KINDS, describe, ensure_tree
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -126,6 +131,8 @@ CONFIGS: dict[str, list[str]] = {
                          "--direct_num_workers=2"],
 }
 MIB = 2**20
+# --sizes when not given, by kind of photos.
+DEFAULT_SIZES = {"web": "2000,20000,200000", "camera": "60,240"}
 
 
 def measure(command: list[str], log_path: str) -> dict:
@@ -205,8 +212,13 @@ def targets(runs: list[dict], sizes: list[int], max_growth: float,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="2000,20000,200000",
-                        help="Comma-separated input sizes (photos), smallest first.")
+    parser.add_argument("--photos", choices=KINDS, default="web",
+                        help="The input's kind (scripts/sample_photos.py): web-size "
+                             "(~65 KB) or camera-size, 12 or 24 megapixels.")
+    parser.add_argument("--sizes", default=None,
+                        help="Comma-separated input sizes (photos), smallest first. "
+                             f"Default: {DEFAULT_SIZES['web']} web photos, "
+                             f"{DEFAULT_SIZES['camera']} camera photos.")
     parser.add_argument("--configs", default="default",
                         help=f"Comma-separated job configurations: {', '.join(CONFIGS)}.")
     parser.add_argument("--job_flags", default="",
@@ -223,7 +235,9 @@ def main() -> None:
     parser.add_argument("--out", default="docs/benchmarks/memory.json")
     args = parser.parse_args()
 
-    sizes = [int(s) for s in args.sizes.split(",")]
+    kind = args.photos
+    sizes = [int(s) for s in (args.sizes or DEFAULT_SIZES[
+        "web" if kind == "web" else "camera"]).split(",")]
     configs = {name: CONFIGS[name] for name in args.configs.split(",")}
     job_flags = shlex.split(args.job_flags)
     out_root = os.path.join(args.work_dir, "memory_out")
@@ -246,11 +260,13 @@ def main() -> None:
         report({"images": 0, "config": "imports_only", "log": log,
                 **measure([sys.executable, "-c", "import pipelines.images"], log)})
     for count in sizes:
-        root = ensure_photos(args.work_dir, count, verbose=True)
+        root = ensure_tree(args.work_dir, count, kind, verbose=True)
         inputs[str(count)] = describe(root)
+        # Web runs keep their old names: <config>_<count>.
+        name = f"{count}" if kind == "web" else f"{kind}_{count}"
         for config, flags in configs.items():
-            output_dir = os.path.join(out_root, f"{config}_{count}")
-            log = os.path.join(log_dir, f"{config}_{count}.log")
+            output_dir = os.path.join(out_root, f"{config}_{name}")
+            log = os.path.join(log_dir, f"{config}_{name}.log")
             command = [sys.executable, "-m", "pipelines.images", f"--input={root}",
                        f"--output_dir={output_dir}", "--overwrite", *flags, *job_flags]
             print(f"{count:>7} images  {config:<17} running (log: {log})", flush=True)
@@ -264,7 +280,7 @@ def main() -> None:
             if not args.keep_outputs:
                 shutil.rmtree(output_dir, ignore_errors=True)
         if not args.no_control:
-            log = os.path.join(log_dir, f"beam_control_{count}.log")
+            log = os.path.join(log_dir, f"beam_control_{name}.log")
             report({"images": count, "config": "beam_control", "log": log,
                     **measure([sys.executable, "-c", _CONTROL, str(count),
                                str(args.control_record_bytes)], log)})
@@ -291,6 +307,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "machine": _machine(),
         "code": _code_version(),
+        "photos": kind,
         "inputs": inputs,
         "job_flags": job_flags,
         "runs": runs,

@@ -1,31 +1,52 @@
-"""Photo-sized benchmark JPEGs: random crops of real sample photos in 10 class folders.
+"""Benchmark JPEGs from real sample photos in 10 class folders: web-size or camera-size.
 
-File ``i`` of a tree is ``class{i % 10}/{i:06d}.jpg``: a random window (aspect ratio
-log-uniform in 1:2 .. 2:1, 25-90 % of the largest such window) of one of the source
-photos, resized (bicubic) so that its longer side is log-uniform in 320-1280 px,
-mirrored half of the time, and saved by Pillow as JPEG quality 90. The sources are
-scikit-learn's two sample photos (``load_sample_images``, 427x640) and, when
-scikit-image is installed, its bundled photos (``skimage.data``). Every file is drawn
-from its own generator seeded with ``(seed, i)``, so the first N files of any tree
-are the same N files: a tree of N photos is ``<work_dir>/photos_<N>``, and files that
-a sibling tree already holds are hard-linked from it, not rendered again.
+Two kinds of tree, drawn from the same source photos: scikit-learn's two sample
+photos (``load_sample_images``, 427x640) and, when scikit-image is installed, its
+bundled photos (``skimage.data``). File ``i`` of a tree is
+``class{i % 10}/{i:06d}.jpg``, drawn from its own generator seeded with
+``(seed, i)``, so the first N files of any tree of a kind are the same N files: a
+tree of N photos is ``<work_dir>/<kind>_<N>``, and files that a sibling tree of the
+same kind already holds are hard-linked from it, not rendered again.
 
-With seed 0 and scikit-learn's photos only, the 200,000-photo tree measured: mean
-65.0 KB, median 50.6 KB, 3.1-337 KB per file (KB = 1000 bytes), 0.41 megapixels
-on average, 13.0 GB in all (its first 2,000 / 20,000 files: mean 65.0 / 64.5 KB).
-The stats of every tree are printed and saved in ``<work_dir>/photos_<N>.json``.
-Generation runs on a process pool (about 150-185 files/s on 2 cores, so 200,000 in
-about 20 minutes), skips files that exist and can be stopped and resumed at any
+``web`` (``photos_<N>``, :func:`ensure_photos`): a random window (aspect ratio
+log-uniform in 1:2 .. 2:1, 25-90 % of the largest such window) of a source photo,
+resized (bicubic) so that its longer side is log-uniform in 320-1280 px, mirrored
+half of the time, saved by Pillow as JPEG quality 90. With seed 0 and
+scikit-learn's photos only, the 200,000-photo tree measured: mean 65.0 KB, median
+50.6 KB, 3.1-337 KB per file (KB = 1000 bytes), 0.41 megapixels on average, 13.0 GB
+in all (its first 2,000 / 20,000 files: mean 65.0 / 64.5 KB). Generation: about
+150-185 files/s on 2 cores, so 200,000 in about 20 minutes.
+
+``camera12`` / ``camera24`` (``camera12_<N>``, ``camera24_<N>``,
+:func:`ensure_camera_photos`): what a phone or camera writes, 12 MP (4032x3024) or
+24 MP (6000x4000): a random window of a source photo at the output's aspect (50-100 %
+of the largest one), upscaled (bicubic), mirrored half of the time, plus sensor-like
+noise (Gaussian, drawn at half resolution with sigma 6 levels shared by the
+channels plus 3 per channel, then upscaled bilinearly, as demosaicing and noise
+reduction leave it: about 4 levels per pixel and channel), saved by Pillow as JPEG
+quality 92 with an EXIF block (Make, Model, Orientation). Without the noise the
+upscaled content is smooth and a 12 MP file is 0.6-0.9 MB; with it (seed 0,
+scikit-learn's photos) a 12 MP file is about 2.2-2.5 MB and a 24 MP one about
+4.3-4.8 MB. Photo ``i`` is stored portrait (3024x4032) when ``i % 5 == 1``, and
+when ``i % 4 == 3`` carries EXIF orientation 6 (its pixels are the upright scene
+turned 90 degrees counter-clockwise, as a phone held upright stores it); the others
+carry orientation 1. Generation: about 0.5 s per 12 MP photo and 1 s per 24 MP one
+on one core.
+
+The stats of every tree are printed and saved in ``<tree>.json``. Generation runs
+on a process pool, skips files that exist and can be stopped and resumed at any
 point (each file is written under a temporary name and renamed into place).
 
 Usage: nice -n 19 python scripts/sample_photos.py --work_dir /work/bench_data \\
-           --count 200000
+           --count 200000 [--photos web|camera12|camera24]
        (then --count 20000 and --count 2000 link their files from that tree)
 
 From another script::
 
-    from sample_photos import ensure_photos
+    from sample_photos import ensure_camera_photos, ensure_photos, ensure_tree
     root = ensure_photos("/work/bench_data", 2000)  # -> /work/bench_data/photos_2000
+    root = ensure_camera_photos("/work/bench_data", 120, 12)  # -> .../camera12_120
+    root = ensure_tree("/work/bench_data", 120, "camera24")  # -> .../camera24_120
 """
 
 from __future__ import annotations
@@ -40,21 +61,29 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageChops
 
 NUM_CLASSES = 10
 # scikit-image photos read from the package itself (none needs a download).
 _SKIMAGE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket")
-# Below this many missing files, rendering in this process beats starting a pool.
-_POOL_THRESHOLD = 200
-_CHUNK = 50
+# The kinds of tree, by the name the command-line flags use.
+KINDS = ("web", "camera12", "camera24")
+# Camera sizes by megapixels: (width, height) stored landscape.
+CAMERA_SIZES = {12: (4032, 3024), 24: (6000, 4000)}
+EXIF_ORIENTATION = 0x0112
 
 
 @dataclasses.dataclass(frozen=True)
 class PhotoSpec:
-    """Everything that decides a tree's bytes (recorded beside it)."""
+    """Everything that decides a web-size tree's bytes (recorded beside it)."""
+
+    # Below this many missing files, rendering in this process beats starting a
+    # pool; files per pool task.
+    pool_threshold: ClassVar[int] = 200
+    chunk: ClassVar[int] = 50
 
     seed: int = 0
     min_long_side: int = 320
@@ -64,6 +93,41 @@ class PhotoSpec:
     max_aspect: float = 2.0
     jpeg_quality: int = 90
     sources: tuple[str, ...] = ()
+
+    @property
+    def tree_prefix(self) -> str:
+        return "photos_"
+
+
+@dataclasses.dataclass(frozen=True)
+class CameraSpec:
+    """Everything that decides a camera-size tree's bytes (recorded beside it)."""
+
+    pool_threshold: ClassVar[int] = 2
+    chunk: ClassVar[int] = 1
+
+    seed: int = 0
+    megapixels: int = 12
+    width: int = 4032  # Stored landscape; portrait photos swap the two.
+    height: int = 3024
+    min_window: float = 0.5
+    max_window: float = 1.0
+    portrait_every: int = 5  # Photo i is stored portrait when i % 5 == 1.
+    rotated_every: int = 4  # Photo i carries EXIF orientation 6 when i % 4 == 3.
+    luma_noise: float = 6.0  # Gaussian sigma in levels, shared by the 3 channels.
+    chroma_noise: float = 3.0  # Gaussian sigma in levels, per channel.
+    noise_scale: int = 2  # Noise is drawn at 1/noise_scale of each side, upscaled.
+    jpeg_quality: int = 92
+    make: str = "sample_photos"
+    model: str = "camera"
+    sources: tuple[str, ...] = ()
+
+    @property
+    def tree_prefix(self) -> str:
+        return f"camera{self.megapixels}_"
+
+
+Spec = PhotoSpec | CameraSpec
 
 
 def load_sources() -> dict[str, np.ndarray]:
@@ -87,8 +151,17 @@ def load_sources() -> dict[str, np.ndarray]:
     return photos
 
 
-def default_spec(seed: int = 0) -> PhotoSpec:
-    return PhotoSpec(seed=seed, sources=tuple(sorted(load_sources())))
+def default_spec(seed: int = 0, kind: str = "web") -> Spec:
+    """The spec of a ``kind`` tree (one of :data:`KINDS`) over the sources found here."""
+    sources = tuple(sorted(load_sources()))
+    if kind == "web":
+        return PhotoSpec(seed=seed, sources=sources)
+    megapixels = int(kind.removeprefix("camera")) if kind.startswith("camera") else None
+    if megapixels not in CAMERA_SIZES:
+        raise ValueError(f"Unknown kind of photos {kind!r}; use one of {KINDS}.")
+    width, height = CAMERA_SIZES[megapixels]
+    return CameraSpec(seed=seed, megapixels=megapixels, width=width, height=height,
+                      sources=sources)
 
 
 def relpath(index: int) -> str:
@@ -96,12 +169,19 @@ def relpath(index: int) -> str:
     return f"class{index % NUM_CLASSES}/{index:06d}.jpg"
 
 
-def tree_path(work_dir: str, count: int, seed: int = 0) -> str:
-    return os.path.join(work_dir, f"photos_{count}" + (f"_seed{seed}" if seed else ""))
+def tree_path(work_dir: str, count: int, spec: Spec) -> str:
+    suffix = f"_seed{spec.seed}" if spec.seed else ""
+    return os.path.join(work_dir, f"{spec.tree_prefix}{count}{suffix}")
 
 
-def render(sources: Sequence[np.ndarray], spec: PhotoSpec, index: int) -> bytes:
+def render(sources: Sequence[np.ndarray], spec: Spec, index: int) -> bytes:
     """The JPEG bytes of photo ``index``: deterministic in ``(spec, index)``."""
+    if isinstance(spec, CameraSpec):
+        return _render_camera(sources, spec, index)
+    return _render_web(sources, spec, index)
+
+
+def _render_web(sources: Sequence[np.ndarray], spec: PhotoSpec, index: int) -> bytes:
     rng = np.random.default_rng([spec.seed, index])
     source = sources[int(rng.integers(len(sources)))]
     height, width = source.shape[:2]
@@ -125,11 +205,59 @@ def render(sources: Sequence[np.ndarray], spec: PhotoSpec, index: int) -> bytes:
     return buffer.getvalue()
 
 
+def _render_camera(sources: Sequence[np.ndarray], spec: CameraSpec, index: int) -> bytes:
+    rng = np.random.default_rng([spec.seed, index])
+    source = sources[int(rng.integers(len(sources)))]
+    portrait = index % spec.portrait_every == 1
+    rotated = index % spec.rotated_every == spec.rotated_every - 1
+    stored = (spec.height, spec.width) if portrait else (spec.width, spec.height)
+    upright = stored[::-1] if rotated else stored  # (width, height) as displayed.
+    height, width = source.shape[:2]
+    aspect = upright[0] / upright[1]
+    window_w = min(width, height * aspect)  # The largest window of that aspect.
+    scale = rng.uniform(spec.min_window, spec.max_window)
+    w = max(16, round(window_w * scale))
+    h = max(16, round(window_w / aspect * scale))
+    left = int(rng.integers(0, width - w + 1))
+    top = int(rng.integers(0, height - h + 1))
+    image = Image.fromarray(source[top:top + h, left:left + w]).resize(
+        upright, Image.Resampling.BICUBIC)
+    if rng.random() < 0.5:
+        image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    if rotated:
+        # Orientation 6 means "turn 90 degrees clockwise to display".
+        image = image.transpose(Image.Transpose.ROTATE_90)
+    image = ImageChops.add(image, _sensor_noise(rng, spec, stored), 1.0, -128)
+    exif = Image.Exif()
+    exif[0x010F] = spec.make
+    exif[0x0110] = spec.model
+    exif[EXIF_ORIENTATION] = 6 if rotated else 1
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=spec.jpeg_quality, exif=exif)
+    return buffer.getvalue()
+
+
+def _sensor_noise(rng: np.random.Generator, spec: CameraSpec, size: tuple[int, int]
+                  ) -> Image.Image:
+    """RGB noise around 128 of ``size`` (width, height): luminance noise shared by
+    the channels plus chroma noise per channel, drawn at 1/``noise_scale`` of each
+    side and upscaled bilinearly (grain a few pixels wide, not per-pixel)."""
+    small = (-(-size[1] // spec.noise_scale), -(-size[0] // spec.noise_scale))
+    # + 0.5: the uint8 cast below truncates.
+    luma = rng.standard_normal(small, dtype=np.float32) * spec.luma_noise + 128.5
+    bands = []
+    for _ in range(3):
+        band = luma + rng.standard_normal(small, dtype=np.float32) * spec.chroma_noise
+        bands.append(Image.fromarray(np.clip(band, 0, 255).astype(np.uint8)).resize(
+            size, Image.Resampling.BILINEAR))
+    return Image.merge("RGB", bands)
+
+
 # Per-worker state of the generation pool (set by _init_worker).
 _worker: dict = {}
 
 
-def _init_worker(spec: PhotoSpec, root: str, tmp_dir: str) -> None:
+def _init_worker(spec: Spec, root: str, tmp_dir: str) -> None:
     photos = load_sources()
     missing = set(spec.sources) - set(photos)
     if missing:
@@ -178,14 +306,14 @@ def _existing(root: str) -> set[str]:
     return names
 
 
-def _siblings(work_dir: str, root: str, spec: PhotoSpec) -> list[str]:
+def _siblings(work_dir: str, root: str, spec: Spec) -> list[str]:
     """Other trees under ``work_dir`` drawn from ``spec``: files to link from."""
-    suffix = f"_seed{spec.seed}" if spec.seed else ""
+    prefix, suffix = spec.tree_prefix, f"_seed{spec.seed}" if spec.seed else ""
     found = []
     for entry in os.scandir(work_dir):
         name = entry.name
-        if (entry.is_dir() and entry.path != root and name.startswith("photos_")
-                and name.endswith(suffix) and name[len("photos_"):len(name) - len(suffix)]
+        if (entry.is_dir() and entry.path != root and name.startswith(prefix)
+                and name.endswith(suffix) and name[len(prefix):len(name) - len(suffix)]
                 .isdigit()):
             stamp = _read_stamp(entry.path)
             if stamp and stamp["spec"] == _spec_json(spec):
@@ -193,7 +321,7 @@ def _siblings(work_dir: str, root: str, spec: PhotoSpec) -> list[str]:
     return found
 
 
-def _spec_json(spec: PhotoSpec) -> dict:
+def _spec_json(spec: Spec) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(spec)))
 
 
@@ -204,23 +332,39 @@ def _chunks(items: Sequence[int], size: int) -> Iterator[Sequence[int]]:
 
 def ensure_photos(work_dir: str, count: int, seed: int = 0, workers: int | None = None,
                   verbose: bool = False) -> str:
-    """Makes ``<work_dir>/photos_<count>`` complete and returns its path.
+    """Makes the web-size tree ``<work_dir>/photos_<count>`` complete (see
+    :func:`ensure_tree`) and returns its path."""
+    return ensure_tree(work_dir, count, "web", seed, workers, verbose)
+
+
+def ensure_camera_photos(work_dir: str, count: int, megapixels: int = 12, seed: int = 0,
+                         workers: int | None = None, verbose: bool = False) -> str:
+    """Makes the camera-size tree ``<work_dir>/camera<megapixels>_<count>`` complete
+    (see :func:`ensure_tree`; ``megapixels`` is 12 or 24) and returns its path."""
+    return ensure_tree(work_dir, count, f"camera{megapixels}", seed, workers, verbose)
+
+
+def ensure_tree(work_dir: str, count: int, kind: str = "web", seed: int = 0,
+                workers: int | None = None, verbose: bool = False) -> str:
+    """Makes the ``kind`` tree of ``count`` photos under ``work_dir`` complete and
+    returns its path (``photos_<count>``, ``camera12_<count>``, ...).
 
     Files already there are kept; missing ones are hard-linked from a sibling tree of
     the same spec that has them, else rendered on ``workers`` processes (default: one
     per core). Writes ``<tree>.json``: the spec and the tree's file-size stats.
 
     Raises:
-        ValueError: if the tree was begun with another spec (other source photos,
-            e.g. scikit-image installed or not), or holds files it should not.
+        ValueError: for a ``kind`` not in :data:`KINDS`; if the tree was begun with
+            another spec (other source photos, e.g. scikit-image installed or not),
+            or holds files it should not.
     """
-    spec = default_spec(seed)
-    root = tree_path(work_dir, count, seed)
+    spec = default_spec(seed, kind)
+    root = tree_path(work_dir, count, spec)
     stamp = _read_stamp(root)
     if stamp is not None and stamp["spec"] != _spec_json(spec):
         raise ValueError(
             f"{root!r} was generated with {stamp['spec']}, but this run would draw "
-            f"from {_spec_json(spec)} (different source photos?): use another "
+            f"from {_spec_json(spec)} (different source photos or settings?): use another "
             f"--work_dir or delete that tree.")
     if stamp and stamp.get("complete") and stamp["stats"]["files"] == count:
         return root
@@ -252,13 +396,13 @@ def ensure_photos(work_dir: str, count: int, seed: int = 0, workers: int | None 
     return root
 
 
-def _render_all(spec: PhotoSpec, root: str, indices: list[int], workers: int | None,
+def _render_all(spec: Spec, root: str, indices: list[int], workers: int | None,
                 verbose: bool) -> None:
     tmp_dir = root + ".tmp"
     os.makedirs(tmp_dir, exist_ok=True)
     start = last_report = time.monotonic()
     done = 0
-    if len(indices) < _POOL_THRESHOLD:
+    if len(indices) < spec.pool_threshold:
         _init_worker(spec, root, tmp_dir)
         _write_chunk(indices)
         done = len(indices)
@@ -267,30 +411,36 @@ def _render_all(spec: PhotoSpec, root: str, indices: list[int], workers: int | N
         context = multiprocessing.get_context("spawn")
         with context.Pool(workers or os.cpu_count(), _init_worker,
                           (spec, root, tmp_dir)) as pool:
-            for files, _ in pool.imap_unordered(_write_chunk, _chunks(indices, _CHUNK)):
+            for files, _ in pool.imap_unordered(_write_chunk, _chunks(indices, spec.chunk)):
                 done += files
                 now = time.monotonic()
                 if verbose and (now - last_report > 30 or done == len(indices)):
                     rate = done / (now - start)
-                    print(f"  {done}/{len(indices)} rendered, {rate:.0f} files/s, "
+                    print(f"  {done}/{len(indices)} rendered, {rate:.1f} files/s, "
                           f"{(len(indices) - done) / rate / 60:.1f} min left", flush=True)
                     last_report = now
     os.rmdir(tmp_dir)
     if verbose:
         elapsed = time.monotonic() - start
-        print(f"rendered {done} files in {elapsed:.0f} s ({done / elapsed:.0f} files/s)",
+        print(f"rendered {done} files in {elapsed:.1f} s ({done / elapsed:.2f} files/s)",
               flush=True)
 
 
 def tree_stats(root: str, max_headers: int = 2000) -> dict:
-    """File sizes of every photo under ``root``; pixel sizes of the first ``max_headers``."""
+    """File sizes of every photo under ``root``; pixel sizes and EXIF orientations
+    of the first ``max_headers``."""
     names = sorted(_existing(root))
     sizes = [os.path.getsize(os.path.join(root, name)) for name in names]
-    longer, pixels = [], []
+    longer, pixels, portrait = [], [], 0
+    orientations: dict[str, int] = {}
     for name in names[:max_headers]:
         with Image.open(os.path.join(root, name)) as image:  # Reads the header only.
             longer.append(max(image.size))
             pixels.append(image.size[0] * image.size[1])
+            portrait += image.size[1] > image.size[0]
+            orientation = image.getexif().get(EXIF_ORIENTATION)
+            if orientation is not None:
+                orientations[str(orientation)] = orientations.get(str(orientation), 0) + 1
     kb = [s / 1000 for s in sizes]
     return {
         "files": len(sizes),
@@ -301,6 +451,8 @@ def tree_stats(root: str, max_headers: int = 2000) -> dict:
         "max_kb": round(max(kb), 1) if kb else None,
         "mean_megapixels": round(statistics.fmean(pixels) / 1e6, 3) if pixels else None,
         "longer_side_px_min_max": [min(longer), max(longer)] if longer else None,
+        "stored_portrait_files": portrait,
+        "exif_orientation_files": orientations,
         "pixel_stats_over_files": len(pixels),
         "kb": "1000 bytes",
     }
@@ -318,12 +470,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work_dir", required=True)
     parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--photos", choices=KINDS, default="web",
+                        help="web: 320-1280 px, ~65 KB; camera12 / camera24: 12 / 24 "
+                             "megapixels, ~2.3 / ~4.5 MB, 1 in 4 with EXIF orientation 6.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=None,
                         help="Generation processes (default: one per core).")
     args = parser.parse_args()
     os.makedirs(args.work_dir, exist_ok=True)
-    root = ensure_photos(args.work_dir, args.count, args.seed, args.workers, verbose=True)
+    root = ensure_tree(args.work_dir, args.count, args.photos, args.seed, args.workers,
+                       verbose=True)
     json.dump(describe(root), sys.stdout, indent=2, sort_keys=True)
     print()
 
