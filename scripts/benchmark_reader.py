@@ -58,6 +58,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
 
 import reader  # noqa: E402
+from reader import contract  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 CORES = os.cpu_count() or 1
@@ -93,7 +94,8 @@ def build_dataset(work_dir: str, num_images: int, num_shards: int) -> str:
 def _parse_and_decode(feature_spec: dict) -> Callable:
     def parse_and_decode(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         features = tf.io.parse_single_example(serialized, feature_spec)
-        image = tf.io.decode_jpeg(features["image"], channels=3)
+        image = tf.io.decode_jpeg(features["image"], channels=3,
+                                  dct_method=contract.STORED_JPEG_DCT_METHOD)
         return tf.cast(image, tf.float32) / 255.0, features["label"]
 
     return parse_and_decode
@@ -143,7 +145,8 @@ def decode_only_pipeline(jpegs: tf.Tensor, batch_size: int, autotune: bool = Fal
     options = tf.data.Options()
     options.autotune.enabled = autotune
     return (tf.data.Dataset.from_tensor_slices(jpegs)
-            .map(lambda b: tf.cast(tf.io.decode_jpeg(b, channels=3), tf.float32) / 255.0,
+            .map(lambda b: tf.cast(tf.io.decode_jpeg(
+                b, channels=3, dct_method=contract.STORED_JPEG_DCT_METHOD), tf.float32) / 255.0,
                  num_parallel_calls=AUTOTUNE if autotune else CORES, deterministic=False)
             .batch(batch_size)
             .prefetch(AUTOTUNE if autotune else 2)
