@@ -191,8 +191,9 @@ class Checked:
     pixels: np.ndarray | None = None
 
 
-# TensorFlow takes over a buffer aligned to this many bytes without copying it
-# (EIGEN_MAX_ALIGN_BYTES; etl.image_shards.FinishImage).
+# Decoded pixels are handed to TensorFlow through DLPack, buffer and all
+# (etl.image_shards.FinishImage); its CPU kernels expect data aligned as its own
+# allocator aligns it (EIGEN_MAX_ALIGN_BYTES).
 TENSOR_ALIGNMENT = 64
 
 
