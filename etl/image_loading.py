@@ -1,6 +1,6 @@
-"""Reading an image file and checking it before the transform: limits, format, header
-size, and (strict decoding) compressed data a decoder reports damaged. A JPEG's
-strict decode is also the decode the job uses (:func:`check_image`)."""
+"""Reading an image file and checking it: limits, format, header size, and (strict
+decoding) compressed data a decoder reports damaged. A JPEG's strict decode is also
+the one decode the job uses (:func:`plan_jpeg_decode`, :func:`decode_jpeg_into`)."""
 
 from __future__ import annotations
 
@@ -182,17 +182,31 @@ AGREEING_JPEG_LAYOUTS = frozenset({
 
 
 @dataclasses.dataclass(frozen=True)
-class Checked:
-    """An image that passed every check. ``pixels`` (``uint8 [h, w, 3]``) is its
-    decode when the check made it: exactly what ``etl.image_codec.decode_rgb``
-    gives for the same ``image_size``, so the transform's remaining steps
-    (``image_codec.finish``) can start from it; None when the transform decodes."""
+class JpegDecode:
+    """How the job decodes a JPEG itself: libjpeg-turbo at DCT scale ``1 / ratio``,
+    giving ``uint8 [height, width, 3]``, exactly what ``etl.image_codec.decode_rgb``
+    gives for the same file and output size (:data:`AGREEING_JPEG_LAYOUTS`)."""
 
-    pixels: np.ndarray | None = None
+    ratio: int
+    height: int
+    width: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.height * self.width * 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """An image that passed the checks made before decoding. ``jpeg`` is set for a
+    JPEG the job decodes itself (:func:`decode_jpeg_into`, whose strict decode is
+    also its damage check); None when the transform decodes the image."""
+
+    jpeg: JpegDecode | None = None
 
 
 # Decoded pixels are handed to TensorFlow through DLPack, buffer and all
-# (etl.image_shards.FinishImage); its CPU kernels expect data aligned as its own
+# (etl.image_shards.FinishImages); its CPU kernels expect data aligned as its own
 # allocator aligns it (EIGEN_MAX_ALIGN_BYTES).
 TENSOR_ALIGNMENT = 64
 
@@ -204,58 +218,73 @@ def aligned_buffer(nbytes: int) -> np.ndarray:
     return raw[offset:offset + nbytes]
 
 
-def decode_jpeg_checked(data: bytes, image_size: int, strict: bool
-                        ) -> Checked | tuple[str, str]:
-    """A JPEG's one decode, which is also its strict check.
-
-    For a layout in :data:`AGREEING_JPEG_LAYOUTS`, libjpeg-turbo decodes ``data``
-    at the DCT scale ``etl.image_codec.jpeg_decode_ratio`` picks for
-    ``image_size``, with warnings as errors: the pixels of a clean decode are the
-    transform's own (``Checked(pixels)``). A decode that warns is refused with
-    ``strict`` (``corrupt_image_data``, or ``undecodable_image`` when the data ends
-    early) and left to the transform's decode without it, like any other layout
-    (``Checked()``; with ``strict``, after :func:`corrupt_data_problem`'s check).
-    """
+def plan_jpeg_decode(data: bytes, image_size: int) -> JpegDecode | None:
+    """The decode of a JPEG for ``image_size`` px output, from its header: at the DCT
+    scale ``etl.image_codec.jpeg_decode_ratio`` picks, for a layout in
+    :data:`AGREEING_JPEG_LAYOUTS`; None for any other layout or an unreadable header
+    (the transform decodes those)."""
     import simplejpeg
 
     try:
         height, width, colorspace, subsampling = simplejpeg.decode_jpeg_header(data)
     except ValueError:
-        return Checked()  # A header libjpeg-turbo cannot read: TensorFlow's decode decides.
+        return None
     if (colorspace, subsampling) not in AGREEING_JPEG_LAYOUTS:
-        problem = _jpeg_problem(data) if strict else None
-        return problem if problem is not None else Checked()
+        return None
     ratio = image_codec.jpeg_decode_ratio(height, width, image_size)
-    # simplejpeg picks the smallest libjpeg scale giving at least min_height x
-    # min_width; no scale below 1/ratio reaches ceil(side / ratio) on both sides.
-    scaled = (-(-height // ratio), -(-width // ratio))
+    return JpegDecode(ratio, -(-height // ratio), -(-width // ratio))
+
+
+def decode_jpeg_into(data: bytes, plan: JpegDecode, out: np.ndarray, strict: bool
+                     ) -> np.ndarray | tuple[str, str] | None:
+    """Decodes ``data`` as ``plan`` says into ``out`` (``plan.nbytes`` aligned bytes):
+    the pixels, viewed ``[height, width, 3]``.
+
+    libjpeg-turbo's warnings are errors. A decode that warns is refused with
+    ``strict`` (``(reason, message)``: ``corrupt_image_data``, or
+    ``undecodable_image`` when the data ends early) and, without it or when libjpeg
+    cannot decode the file at all, left to the transform's own decode (None).
+    """
+    import simplejpeg
+
     try:
-        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=scaled[0],
-                                        min_width=scaled[1], min_factor=ratio,
-                                        buffer=aligned_buffer(scaled[0] * scaled[1] * 3),
-                                        strict=True)
+        # simplejpeg picks the smallest libjpeg scale giving at least min_height x
+        # min_width: no scale below 1/ratio reaches ceil(side / ratio) on both sides.
+        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=plan.height,
+                                        min_width=plan.width, min_factor=plan.ratio,
+                                        buffer=out, strict=True)
     except ValueError:
-        problem = _jpeg_problem(data) if strict else None
-        return problem if problem is not None else Checked()
-    if pixels.shape != (*scaled, 3):
-        return Checked()  # Not the transform's scale: let it decode.
-    return Checked(pixels)
+        return _jpeg_problem(data) if strict else None
+    if pixels.shape != (plan.height, plan.width, 3):
+        return None  # Not the transform's scale: let it decode.
+    return pixels
+
+
+def decode_jpeg_checked(data: bytes, image_size: int, strict: bool
+                        ) -> np.ndarray | tuple[str, str] | None:
+    """A JPEG's one decode for ``image_size`` px output, into a buffer of its own
+    (:func:`plan_jpeg_decode`, :func:`decode_jpeg_into`): its pixels, a refusal,
+    or None where the transform decodes it (with ``strict``, after
+    :func:`corrupt_data_problem`'s check of a layout outside the agreeing ones)."""
+    plan = plan_jpeg_decode(data, image_size)
+    if plan is None:
+        return _jpeg_problem(data) if strict else None
+    return decode_jpeg_into(data, plan, aligned_buffer(plan.nbytes), strict)
 
 
 def check_image(data: bytes, limits: InputLimits = InputLimits(),
                 image_size: int | None = None) -> Checked | tuple[str, str]:
-    """``(reason, message)`` if ``data`` is refused before the transform, else
+    """``(reason, message)`` if ``data`` is refused before it is decoded, else
     :class:`Checked`.
 
     Checks, cheapest first: size, container format, the header's pixel count (a
-    decompression bomb is refused before any decoding) and, with
-    ``limits.strict_decoding``, damaged image data. Given the ``image_size`` the
-    transform resizes to, a JPEG is decoded here once, at the transform's scale
-    (:func:`decode_jpeg_checked`, strict or not): that decode is both the check and
-    the pixels the job transforms. Other images are checked by
-    :func:`corrupt_data_problem` and decoded once by the transform, where an image
-    it cannot decode becomes an ``undecodable_image`` dead letter
-    (``etl.image_shards.transform_batch``).
+    decompression bomb is refused before any decoding) and damaged image data. Given
+    the ``image_size`` the transform resizes to, a JPEG in an agreeing layout is
+    planned for the job's own decode (``Checked(jpeg=...)``), whose strictness is
+    its damage check (:func:`decode_jpeg_into`). Other images are checked here, with
+    ``limits.strict_decoding``, by :func:`corrupt_data_problem` and decoded by the
+    transform, where an image it cannot decode becomes an ``undecodable_image``
+    dead letter (``etl.image_shards.transform_batch``).
     """
     if not data:
         return dead_letters.EMPTY_FILE, "File is empty (0 bytes)."
@@ -274,7 +303,9 @@ def check_image(data: bytes, limits: InputLimits = InputLimits(),
                    f"({limits.max_image_pixels}); not decoded.")
         return dead_letters.IMAGE_TOO_LARGE, message
     if image_format == "jpeg" and image_size is not None:
-        return decode_jpeg_checked(data, image_size, limits.strict_decoding)
+        plan = plan_jpeg_decode(data, image_size)
+        if plan is not None:
+            return Checked(jpeg=plan)
     if limits.strict_decoding:
         problem = corrupt_data_problem(data, image_format)
         if problem is not None:

@@ -7,18 +7,19 @@ in memory).
 
 Each accepted image is decoded exactly once. A JPEG in a layout where libjpeg-turbo
 and TensorFlow's decoder agree bit for bit (``image_loading.AGREEING_JPEG_LAYOUTS``,
-nearly every photo) is decoded on a read thread by its strict check, at the
-transform's DCT scale, and finished there by the steps that follow the decode in
-``transform_fn`` (``image_codec.finish``, the same ops); the exported
-``transform_fn`` then maps only its label and key. Every other image goes through
-the whole ``transform_fn``, decode included. Either way the stored bytes equal
-``transform_fn(raw bytes)``, which tests check on a corpus of JPEG layouts.
+nearly every photo) is decoded by its strict check, at the transform's DCT scale,
+in its batch's buffer, and finished by the steps that follow the decode in
+``transform_fn`` (``image_codec.finish``, the same ops, one graph call per batch);
+the exported ``transform_fn`` then maps only its label and key. Every other image
+goes through the whole ``transform_fn``, decode included. Either way the stored
+bytes equal ``transform_fn(raw bytes)``, which tests check on a corpus of JPEG
+layouts.
 
-Inside a shard, three things overlap: a thread pool reads, checks and decodes the
-next files, up to ``transform_threads`` batches run through the transform graph
-(TensorFlow releases the GIL), and the calling thread writes the finished batches in
-order. A batch that fails (one undecodable image fails the whole graph call) is
-retried image by image, so only the bad images become dead letters.
+Inside a shard, three things overlap: a thread pool reads and checks the next files,
+up to ``transform_threads`` batches are decoded and run through the graphs
+(libjpeg-turbo and TensorFlow release the GIL), and the calling thread writes the
+finished batches in order. A batch that fails (one undecodable image fails the whole
+graph call) is retried image by image, so only the bad images become dead letters.
 """
 
 from __future__ import annotations
@@ -78,59 +79,122 @@ def default_gzip_level(image_format: str, image_size: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
+class DecodedPixels:
+    """A decoded image's ``uint8 [height, width, 3]`` pixels, row-major at ``offset``
+    in ``buffer`` (1-D, ``image_loading.TENSOR_ALIGNMENT``-aligned), which a batch's
+    images share so that TensorFlow takes them in one piece, without a copy."""
+
+    buffer: np.ndarray
+    offset: int
+    height: int
+    width: int
+
+    @classmethod
+    def of(cls, pixels: np.ndarray) -> DecodedPixels:
+        """``uint8 [h, w, 3]`` pixels in a buffer of their own."""
+        buffer = image_loading.aligned_buffer(pixels.size)
+        buffer[:] = pixels.reshape(-1)
+        return cls(buffer, 0, pixels.shape[0], pixels.shape[1])
+
+    def array(self) -> np.ndarray:
+        size = self.height * self.width * 3
+        return self.buffer[self.offset:self.offset + size].reshape(self.height, self.width, 3)
+
+
+@dataclasses.dataclass(frozen=True)
 class Loaded:
-    """An image's record after its checks: either its file bytes, for the transform
-    to decode (``data``), or its stored image, already finished from the check's
-    decode (``image``; ``data`` is then dropped)."""
+    """An image's record and file bytes after the checks made before decoding. ``jpeg``
+    is set for a JPEG the job decodes itself, ``pixels`` once it has (in its batch,
+    :func:`decode_batch`); the transform decodes every other image."""
 
     record: ImageRecord
     data: bytes
-    image: bytes | None = None
+    jpeg: image_loading.JpegDecode | None = None
+    pixels: DecodedPixels | None = None
 
     @property
     def weight(self) -> int:
-        """Bytes this item holds."""
-        return len(self.data) + len(self.image or b"")
+        """Bytes this item holds once decoded."""
+        return len(self.data) + (self.jpeg.nbytes if self.jpeg is not None else 0)
 
 
-class FinishImage:
-    """``image_codec.finish`` for one preprocessing, traced once: a JPEG's decoded
-    pixels (``image_loading.Checked``) and its file bytes → its stored image bytes.
+class FinishImages:
+    """``image_codec.finish`` for one preprocessing, traced once: the decoded pixels
+    of a batch of JPEGs and their files' bytes → their stored image bytes.
 
-    These are the ops ``transform_fn`` applies after its own decode, so the result is
-    what ``transform_fn`` gives for the file. Thread-safe: read threads share it.
+    These are the ops ``transform_fn`` applies after its own decode, so each result
+    is what ``transform_fn`` gives for that file. One graph call per batch (a
+    ``tf.map_fn`` over the images): a call per image cost more interpreter time than
+    the image's own resize. Thread-safe.
     """
 
     def __init__(self, config: ImagePreprocessing) -> None:
         import tensorflow as tf
 
-        self.image_size = config.image_size
-        # The concrete function: calling it skips tf.function's per-call argument
-        # binding and trace lookup, a tenth of a web-size photo's whole cost.
-        self._finish = tf.function(
-            lambda pixels, head: image_codec.finish(
-                pixels, head, config.image_size, config.image_format, config.jpeg_quality,
-                apply_exif_orientation=config.apply_exif_orientation),
-        ).get_concrete_function(tf.TensorSpec([None, None, 3], tf.uint8),
-                                tf.TensorSpec([], tf.string))
+        def finish(buffer: tf.Tensor, offsets: tf.Tensor, shapes: tf.Tensor,
+                   heads: tf.Tensor) -> tf.Tensor:
+            def one(i: tf.Tensor) -> tf.Tensor:
+                height, width = shapes[i, 0], shapes[i, 1]
+                image = tf.reshape(buffer[offsets[i]:offsets[i] + height * width * 3],
+                                   tf.stack([height, width, 3]))
+                image.set_shape([None, None, 3])
+                return image_codec.finish(
+                    image, heads[i], config.image_size, config.image_format,
+                    config.jpeg_quality, apply_exif_orientation=config.apply_exif_orientation)
 
-    def __call__(self, pixels: np.ndarray, data: bytes) -> bytes:
-        """Raises ``tf.errors.OpError`` if the ops fail (the transform then decodes)."""
+            return tf.map_fn(one, tf.range(tf.shape(offsets)[0]),
+                             fn_output_signature=tf.TensorSpec([], tf.string))
+
+        self.image_size = config.image_size
+        # The concrete function: calling it skips tf.function's argument binding.
+        self._finish = tf.function(finish).get_concrete_function(
+            tf.TensorSpec([None], tf.uint8), tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([None], tf.string))
+
+    def __call__(self, pixels: Sequence[DecodedPixels], data: Sequence[bytes]) -> list[bytes]:
+        """Stored images of ``pixels`` (decoded from the files ``data``), in order.
+
+        Raises:
+            tf.errors.OpError: if the ops fail.
+        """
         import tensorflow as tf
 
-        # DLPack hands the decoded pixels to TensorFlow without a copy (a copy of a
-        # photo's pixels cost as much as a third of its decode); the tensor lives
-        # only for this call. The EXIF orientation is read from the file's head.
-        image = tf.experimental.dlpack.from_dlpack(pixels.__dlpack__())
-        return self._finish(image, tf.constant(data[:exif.EXIF_SCAN_BYTES])).numpy()
+        buffer = pixels[0].buffer
+        if any(p.buffer is not buffer for p in pixels):
+            pixels = _into_one_buffer(pixels)
+            buffer = pixels[0].buffer
+        # DLPack hands the pixels to TensorFlow without a copy; the EXIF orientation is
+        # read from each file's head only.
+        images = self._finish(
+            tf.experimental.dlpack.from_dlpack(buffer.__dlpack__()),
+            tf.constant([p.offset for p in pixels], tf.int64),
+            tf.constant([(p.height, p.width) for p in pixels], tf.int64),
+            tf.constant([d[:exif.EXIF_SCAN_BYTES] for d in data], tf.string))
+        return list(images.numpy())
+
+
+def _slot_bytes(nbytes: int) -> int:
+    """``nbytes`` rounded up so that the next image in a shared buffer stays aligned."""
+    return -(-nbytes // image_loading.TENSOR_ALIGNMENT) * image_loading.TENSOR_ALIGNMENT
+
+
+def _into_one_buffer(pixels: Sequence[DecodedPixels]) -> list[DecodedPixels]:
+    buffer = image_loading.aligned_buffer(sum(_slot_bytes(p.height * p.width * 3)
+                                              for p in pixels))
+    placed, offset = [], 0
+    for p in pixels:
+        size = p.height * p.width * 3
+        buffer[offset:offset + size] = p.array().reshape(-1)
+        placed.append(DecodedPixels(buffer, offset, p.height, p.width))
+        offset += _slot_bytes(size)
+    return placed
 
 
 def load_record(record: ImageRecord, limits: image_loading.InputLimits,
-                finish: FinishImage | None = None) -> Loaded | Rejection:
-    """Reads and checks one image; with ``finish``, a JPEG's decode by its check
-    (``image_loading.check_image``) is finished into its stored image here."""
-    import tensorflow as tf
-
+                image_size: int | None = None) -> Loaded | Rejection:
+    """Reads and checks one image without decoding it (size, format, header pixels,
+    and the strict check of images the transform decodes); with ``image_size``, a
+    JPEG the job can decode itself is planned for its batch (``Loaded.jpeg``)."""
     def rejection(reason: str, message: str) -> Rejection:
         return Rejection(key=record.key, source=record.uri, reason=reason, message=message)
 
@@ -138,16 +202,39 @@ def load_record(record: ImageRecord, limits: image_loading.InputLimits,
         data = image_loading.read_bytes(record.uri, limits.max_file_bytes)
     except OSError as e:
         return rejection(dead_letters.UNREADABLE_FILE, f"Cannot read file: {e}")
-    checked = image_loading.check_image(data, limits,
-                                        finish.image_size if finish is not None else None)
+    checked = image_loading.check_image(data, limits, image_size)
     if not isinstance(checked, image_loading.Checked):
         return rejection(*checked)
-    if finish is None or checked.pixels is None:
-        return Loaded(record, data)
-    try:
-        return Loaded(record, b"", image=finish(checked.pixels, data))
-    except tf.errors.OpError:
-        return Loaded(record, data)  # The transform's own decode decides.
+    return Loaded(record, data, jpeg=checked.jpeg)
+
+
+def decode_batch(batch: Sequence[Loaded], strict: bool) -> list[Loaded | Rejection]:
+    """Decodes the planned JPEGs of ``batch`` (``Loaded.jpeg``) into one shared buffer:
+    each such image comes back with its ``pixels``, as a rejection (strict decoding:
+    libjpeg-turbo reports damage) or unplanned, for the transform to decode."""
+    planned = [item.jpeg.nbytes for item in batch if item.jpeg is not None]
+    if not planned:
+        return list(batch)
+    buffer = image_loading.aligned_buffer(sum(_slot_bytes(n) for n in planned))
+    decoded: list[Loaded | Rejection] = []
+    offset = 0
+    for item in batch:
+        if item.jpeg is None:
+            decoded.append(item)
+            continue
+        plan = item.jpeg
+        result = image_loading.decode_jpeg_into(
+            item.data, plan, buffer[offset:offset + plan.nbytes], strict)
+        if isinstance(result, tuple):
+            decoded.append(Rejection(key=item.record.key, source=item.record.uri,
+                                     reason=result[0], message=result[1]))
+        elif result is None:
+            decoded.append(dataclasses.replace(item, jpeg=None))
+        else:
+            decoded.append(dataclasses.replace(
+                item, pixels=DecodedPixels(buffer, offset, plan.height, plan.width)))
+        offset += _slot_bytes(plan.nbytes)
+    return decoded
 
 
 class ImageTransform:
@@ -155,12 +242,14 @@ class ImageTransform:
 
     Loaded from ``<output_dir>/transform_fn`` with tf.Transform's own loader (as
     its ``TransformDataset`` does), twice: whole, for images given as file bytes,
-    and without its image input, for images already finished (``Loaded.image``):
-    that one maps label and key only and never decodes. Thread-safe, so one instance
-    per process serves every thread (see :class:`TransformAndWriteImageShard`).
+    and without its image input, for JPEGs the job decoded itself (``Loaded.pixels``):
+    their stored images come from ``FinishImages`` (the ops ``transform_fn`` runs after
+    its decode, for ``preprocessing``, the configuration ``transform_fn`` was built
+    with), and ``transform_fn`` maps only their labels and keys. Thread-safe, so one
+    instance per process serves every thread (see :class:`TransformAndWriteImageShard`).
     """
 
-    def __init__(self, transform_fn_dir: str) -> None:
+    def __init__(self, transform_fn_dir: str, preprocessing: ImagePreprocessing) -> None:
         from tensorflow_transform.saved import saved_transform_io_v2
 
         whole = saved_transform_io_v2.SavedModelLoader(transform_fn_dir)
@@ -173,6 +262,7 @@ class ImageTransform:
         without_image.finalize([contract.RAW_LABEL_KEY, contract.RAW_SOURCE_KEY],
                                self._label_keys)
         self._apply_without_image = without_image.apply_transform_model
+        self._finish = FinishImages(preprocessing)
 
     def __call__(self, batch: Sequence[Loaded]) -> dict[str, np.ndarray]:
         """Transformed features of ``batch``: feature name → ``[len(batch)]`` array.
@@ -191,21 +281,22 @@ class ImageTransform:
             }
 
         parts: list[tuple[list[int], dict[str, np.ndarray]]] = []
-        whole = [i for i, item in enumerate(batch) if item.image is None]
+        whole = [i for i, item in enumerate(batch) if item.pixels is None]
         if whole:
             items = [batch[i] for i in whole]
             outputs = self._apply({contract.RAW_IMAGE_KEY: tf.constant(
                 [item.data for item in items], tf.string), **common(items)})
             parts.append((whole, {name: outputs[name].numpy() for name in self.output_keys}))
-        finished = [i for i, item in enumerate(batch) if item.image is not None]
+        finished = [i for i, item in enumerate(batch) if item.pixels is not None]
         if finished:
             items = [batch[i] for i in finished]
             outputs = self._apply_without_image(common(items))
             values = {name: outputs[name].numpy() for name in self._label_keys}
-            values[contract.IMAGE_KEY] = np.array([item.image for item in items],
-                                                  dtype=object)
+            values[contract.IMAGE_KEY] = np.array(
+                self._finish([item.pixels for item in items], [item.data for item in items]),
+                dtype=object)
             parts.append((finished, values))
-        if len(parts) == 1 and len(parts[0][0]) == len(batch):
+        if len(parts) == 1:
             return parts[0][1]
         merged: dict[str, np.ndarray] = {}
         for indices, values in parts:
@@ -221,21 +312,35 @@ Outcome = tuple[ImageRecord, bytes] | Rejection
 
 
 def transform_batch(transform: Callable[[Sequence[Loaded]], dict[str, np.ndarray]],
-                    batch: Sequence[Loaded]) -> list[Outcome]:
-    """Transforms and serializes ``batch``; isolates images the graph cannot process.
+                    batch: Sequence[Loaded], strict: bool = True) -> list[Outcome]:
+    """Decodes the JPEGs of ``batch`` planned for it (:func:`decode_batch`), then
+    transforms and serializes the batch; isolates images the graph cannot process.
 
     A failing batch is retried one image at a time: an image that fails alone is a
-    ``undecodable_image`` rejection carrying the decoder's message, the others are
+    ``undecodable_image`` rejection carrying the decoder's message (a JPEG decoded
+    here is first retried through the transform's own decode), the others are
     serialized exactly as they would have been in a clean batch.
     """
+    decoded = decode_batch(batch, strict)
+    loaded = [item for item in decoded if isinstance(item, Loaded)]
+    results = iter(_transform_loaded(transform, loaded) if loaded else [])
+    return [next(results) if isinstance(item, Loaded) else item for item in decoded]
+
+
+def _transform_loaded(transform: Callable[[Sequence[Loaded]], dict[str, np.ndarray]],
+                      batch: Sequence[Loaded]) -> list[Outcome]:
     import tensorflow as tf
 
     try:
         outputs = transform(batch)
     except tf.errors.OpError as e:
         if len(batch) > 1:
-            return [outcome for item in batch for outcome in transform_batch(transform, [item])]
+            return [outcome for item in batch
+                    for outcome in _transform_loaded(transform, [item])]
         item = batch[0]
+        if item.pixels is not None:
+            return _transform_loaded(transform, [dataclasses.replace(
+                item, jpeg=None, pixels=None)])
         image_format = (image_codec.sniff_format(item.data) or "image").upper()
         return [Rejection(key=item.record.key, source=item.record.uri,
                           reason=dead_letters.UNDECODABLE_IMAGE,
@@ -249,7 +354,8 @@ def transform_batch(transform: Callable[[Sequence[Loaded]], dict[str, np.ndarray
 def _batches(loaded: Iterable[Loaded | Rejection], rows: int, nbytes: int
              ) -> Iterator[list[Loaded | Rejection]]:
     """Cuts a stream into consecutive runs holding at most ``rows`` images (and about
-    ``nbytes`` of them); rejections met on the way stay in their place."""
+    ``nbytes`` of them, decoded pixels included); rejections met on the way stay in
+    their place."""
     run: list[Loaded | Rejection] = []
     images = size = 0
     for item in loaded:
@@ -269,24 +375,23 @@ def process_shard(records: Iterable[ImageRecord], transform: Callable[[Sequence[
                   limits: image_loading.InputLimits,
                   read_pool: concurrent.futures.Executor,
                   transform_pool: concurrent.futures.Executor, *,
-                  transform_threads: int, finish: FinishImage | None = None,
+                  transform_threads: int, image_size: int | None = None,
                   batch_rows: int = BATCH_ROWS,
                   batch_bytes: int = BATCH_BYTES) -> Iterator[Outcome]:
     """Every record of one shard, in the order given, as an ``Outcome``.
 
-    Reads (with checks, and with ``finish``, a JPEG's one decode and the steps after
-    it: :func:`load_record`) run ahead on ``read_pool`` (at most two batches' worth
-    in flight) and at
-    most ``transform_threads + 1`` batches are transformed at once on
-    ``transform_pool``, so memory is bounded by a few batches whatever the shard
-    size. The outcomes do not depend on the pools' sizes or timing.
+    Reads and checks (:func:`load_record`; with ``image_size``, JPEGs are planned for
+    the job's own decode) run ahead on ``read_pool`` (at most two batches' worth in
+    flight) and at most ``transform_threads + 1`` batches are decoded and transformed
+    at once on ``transform_pool``, so memory is bounded by a few batches whatever the
+    shard size. The outcomes do not depend on the pools' sizes or timing.
     """
     read_ahead = 2 * batch_rows
 
     def loaded() -> Iterator[Loaded | Rejection]:
         in_flight: collections.deque[concurrent.futures.Future] = collections.deque()
         for record in records:
-            in_flight.append(read_pool.submit(load_record, record, limits, finish))
+            in_flight.append(read_pool.submit(load_record, record, limits, image_size))
             if len(in_flight) >= read_ahead:
                 yield in_flight.popleft().result()
         while in_flight:
@@ -296,7 +401,8 @@ def process_shard(records: Iterable[ImageRecord], transform: Callable[[Sequence[
                                      concurrent.futures.Future | None]] = collections.deque()
     for run in _batches(loaded(), batch_rows, batch_bytes):
         batch = [item for item in run if isinstance(item, Loaded)]
-        future = transform_pool.submit(transform_batch, transform, batch) if batch else None
+        future = (transform_pool.submit(transform_batch, transform, batch,
+                                        limits.strict_decoding) if batch else None)
         pending.append((run, future))
         while len(pending) > transform_threads:
             yield from _drain(*pending.popleft())
@@ -364,8 +470,8 @@ class TransformAndWriteImageShard(beam.DoFn):
 
     It waits for the ``transform_written`` side input, then loads
     ``<output_dir>/transform_fn`` once per process (``transform_handle``).
-    ``preprocessing`` must be the configuration ``transform_fn`` was built with: its
-    read threads finish decoded JPEGs with the same ops (:class:`FinishImage`).
+    ``preprocessing`` must be the configuration ``transform_fn`` was built with: the
+    JPEGs the step decodes itself are finished with the same ops (:class:`FinishImages`).
     """
 
     def __init__(self, output_dir: str, name: str, gzip_level: int,
@@ -390,7 +496,6 @@ class TransformAndWriteImageShard(beam.DoFn):
             self._transform_threads, thread_name_prefix="TransformImages")
         self._write_pool = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="WriteImageShard")
-        self._finish = FinishImage(self._preprocessing)
         self._written = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
                                                      "images_written")
 
@@ -407,7 +512,7 @@ class TransformAndWriteImageShard(beam.DoFn):
         _Progress.start()
         transform_dir = posixpath.join(self._output_dir, contract.TRANSFORM_FN_DIRNAME)
         transform = self._transform_handle.acquire(
-            lambda: ImageTransform(transform_dir), tag=transform_dir)
+            lambda: ImageTransform(transform_dir, self._preprocessing), tag=transform_dir)
         ordered = sorted(records, key=lambda r: sharding.shard_sort_key(r.key))
         relpath = sharding.pending_relpath(self._name, split, shard)
         labels: collections.Counter[str] = collections.Counter()
@@ -421,7 +526,7 @@ class TransformAndWriteImageShard(beam.DoFn):
             for outcome in process_shard(ordered, transform, self._limits, self._read_pool,
                                          self._transform_pool,
                                          transform_threads=self._transform_threads,
-                                         finish=self._finish):
+                                         image_size=self._preprocessing.image_size):
                 if isinstance(outcome, Rejection):
                     rejections.append(outcome)
                     continue

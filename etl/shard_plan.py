@@ -54,14 +54,21 @@ def stored_image_bytes(data: bytes, preprocessing: ImagePreprocessing,
     checked = image_loading.check_image(data, limits, preprocessing.image_size)
     if not isinstance(checked, image_loading.Checked):
         return None
+    pixels = None
+    if checked.jpeg is not None:
+        pixels = image_loading.decode_jpeg_into(
+            data, checked.jpeg, image_loading.aligned_buffer(checked.jpeg.nbytes),
+            limits.strict_decoding)
+        if isinstance(pixels, tuple):
+            return None
     # The job's own rule but for the EXIF orientation: it only turns or mirrors
     # the stored square, which moves the encoded size of a photo by under 3 %
     # (JPEG: 1 %; tests/etl/test_shard_plan.py), while its parse, run here as
     # eager ops, costs as much as the rest of the sample's preprocessing.
     try:
-        if checked.pixels is not None:
+        if pixels is not None:
             encoded = image_codec.finish(
-                tf.constant(checked.pixels), tf.constant(b""), preprocessing.image_size,
+                tf.constant(pixels), tf.constant(b""), preprocessing.image_size,
                 preprocessing.image_format, preprocessing.jpeg_quality,
                 apply_exif_orientation=False)
         else:

@@ -15,7 +15,7 @@ from PIL import Image, ImageOps
 
 from etl import image_codec, image_loading
 from etl.image_preprocessing import ImagePreprocessing
-from etl.image_shards import FinishImage
+from etl.image_shards import DecodedPixels, FinishImages
 from reader import contract
 from tests import jpeg_corpus
 
@@ -51,9 +51,9 @@ def reference(data: bytes) -> np.ndarray:
 def stored(data: bytes, config: ImagePreprocessing = CONFIG) -> np.ndarray:
     """The job's stored image for ``data`` (its one decode, then the transform's ops),
     decoded as the reader decodes it."""
-    checked = image_loading.check_image(data, image_loading.InputLimits(), SIZE)
-    assert isinstance(checked, image_loading.Checked) and checked.pixels is not None
-    encoded = FinishImage(config)(checked.pixels, data)
+    pixels = image_loading.decode_jpeg_checked(data, SIZE, strict=True)
+    assert isinstance(pixels, np.ndarray)
+    encoded = FinishImages(config)([DecodedPixels.of(pixels)], [data])[0]
     return contract.decode_stored_image(tf.constant(encoded), config.image_format,
                                         SIZE).numpy()
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from etl import image_codec, image_loading
 from etl.image_preprocessing import ImagePreprocessing
-from etl.image_shards import FinishImage
+from etl.image_shards import DecodedPixels, FinishImages
 from tests import jpeg_corpus
 
 RATIOS = (1, 2, 4, 8)
@@ -52,13 +52,11 @@ def test_jpeg_decode_ratio_follows_the_documented_rule():
 def test_read_side_decode_equals_the_transforms_decode_bit_for_bit(corpus):
     compared = 0
     for jpeg, ratio, size in _cases(corpus):
-        checked = image_loading.decode_jpeg_checked(jpeg.data, size, strict=True)
-        assert isinstance(checked, image_loading.Checked), jpeg.name
-        assert checked.pixels is not None, jpeg.name
+        pixels = image_loading.decode_jpeg_checked(jpeg.data, size, strict=True)
+        assert isinstance(pixels, np.ndarray), jpeg.name
         expected = image_codec.decode_rgb(tf.constant(jpeg.data), image_size=size).numpy()
-        assert checked.pixels.shape == (-(-jpeg.height // ratio), -(-jpeg.width // ratio), 3)
-        np.testing.assert_array_equal(checked.pixels, expected,
-                                      err_msg=f"{jpeg.name} at 1/{ratio}")
+        assert pixels.shape == (-(-jpeg.height // ratio), -(-jpeg.width // ratio), 3)
+        np.testing.assert_array_equal(pixels, expected, err_msg=f"{jpeg.name} at 1/{ratio}")
         compared += 1
     assert compared >= 4 * len(jpeg_corpus.LAYOUTS) * 2
 
@@ -73,28 +71,29 @@ def test_graph_decode_scale_agrees_with_jpeg_decode_ratio(corpus):
 def test_the_accurate_idct_is_what_makes_the_decoders_agree(corpus):
     # Not vacuous: TensorFlow's default (fast) IDCT gives other pixels at full scale.
     jpeg = next(j for j in corpus if j.layout == "420" and j.height == 757)
-    checked = image_loading.decode_jpeg_checked(jpeg.data, 8192, strict=True)
+    pixels = image_loading.decode_jpeg_checked(jpeg.data, 8192, strict=True)
     fast = tf.io.decode_jpeg(jpeg.data, channels=3).numpy()
-    assert checked.pixels is not None
-    assert np.abs(checked.pixels.astype(int) - fast).max() > 0
+    assert isinstance(pixels, np.ndarray)
+    assert np.abs(pixels.astype(int) - fast).max() > 0
 
 
 @pytest.mark.parametrize("image_format", ["jpeg", "png"])
 def test_finishing_the_read_side_decode_equals_the_whole_preprocessing(corpus, image_format):
     # What the job stores for a decoded JPEG = what transform_fn's ops give for its bytes.
+    # The whole corpus in one batch, as the job finishes a batch.
     config = ImagePreprocessing(image_size=24, image_format=image_format)
-    finish = FinishImage(config)
     whole = tf.function(lambda data: image_codec.preprocess(
         data, config.image_size, config.image_format, config.jpeg_quality))
-    for jpeg in corpus:
-        checked = image_loading.decode_jpeg_checked(jpeg.data, config.image_size, True)
-        assert checked.pixels is not None, jpeg.name
-        assert finish(checked.pixels, jpeg.data) == whole(tf.constant(jpeg.data)).numpy(), \
-            jpeg.name
+    pixels = [image_loading.decode_jpeg_checked(jpeg.data, config.image_size, True)
+              for jpeg in corpus]
+    finished = FinishImages(config)([DecodedPixels.of(p) for p in pixels],
+                                    [jpeg.data for jpeg in corpus])
+    for jpeg, stored in zip(corpus, finished, strict=True):
+        assert stored == whole(tf.constant(jpeg.data)).numpy(), jpeg.name
 
 
 def test_layouts_outside_the_agreeing_set_are_left_to_the_transform():
-    checked = image_loading.decode_jpeg_checked(jpeg_corpus.cmyk_jpeg(0), 16, strict=True)
-    assert checked == image_loading.Checked()
-    lenient = image_loading.decode_jpeg_checked(jpeg_corpus.cmyk_jpeg(0), 16, strict=False)
-    assert lenient == image_loading.Checked()
+    assert image_loading.plan_jpeg_decode(jpeg_corpus.cmyk_jpeg(0), 16) is None
+    assert image_loading.decode_jpeg_checked(jpeg_corpus.cmyk_jpeg(0), 16, strict=True) is None
+    assert image_loading.check_image(jpeg_corpus.cmyk_jpeg(0), image_size=16) == \
+        image_loading.Checked()

@@ -52,7 +52,7 @@ def corpus_run(tmp_path_factory):
 
     class RecordingTransform(image_shards.ImageTransform):
         def __call__(self, batch):
-            whole.extend(item.record.key for item in batch if item.image is None)
+            whole.extend(item.record.key for item in batch if item.pixels is None)
             return super().__call__(batch)
 
     with pytest.MonkeyPatch.context() as patch:
