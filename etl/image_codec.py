@@ -77,15 +77,37 @@ def _decode_jpeg(image_bytes: tf.Tensor, image_size: int | None) -> tf.Tensor:
         for ratio in JPEG_DECODE_RATIOS]
     if image_size is None:
         return branches[0]()
+    image = tf.switch_case(_jpeg_ratio_index(image_bytes, image_size), branches)
+    image.set_shape([None, None, None])
+    return image
+
+
+def _jpeg_ratio_index(image_bytes: tf.Tensor, image_size: int) -> tf.Tensor:
+    """Index in ``JPEG_DECODE_RATIOS`` of :func:`jpeg_decode_ratio`, from the header."""
     shape = tf.image.extract_jpeg_shape(image_bytes)
     shorter = tf.minimum(shape[0], shape[1])
     # ceil(shorter / ratio) falls as the ratio grows, so the number of ratios above 1
     # that keep the margin is the index of the largest one that does.
-    index = tf.add_n([tf.cast((shorter + ratio - 1) // ratio >= JPEG_SCALE_MARGIN
-                              * image_size, tf.int32) for ratio in JPEG_DECODE_RATIOS[1:]])
-    image = tf.switch_case(index, branches)
-    image.set_shape([None, None, None])
-    return image
+    return tf.add_n([tf.cast((shorter + ratio - 1) // ratio >= JPEG_SCALE_MARGIN
+                             * image_size, tf.int32) for ratio in JPEG_DECODE_RATIOS[1:]])
+
+
+def source_geometry(image_bytes: tf.Tensor, image: tf.Tensor,
+                    image_size: int | None) -> tuple[tf.Tensor, tf.Tensor]:
+    """``(source (height, width), ratio)`` of an image :func:`decode_rgb` decoded for
+    ``image_size``: a JPEG's size in its header and its DCT scale denominator, else
+    the decoded size and 1. :func:`resize_and_center_crop` sizes and scales from
+    these, so a reduced-scale decode is resized onto exactly the grid a full-size
+    one would be."""
+    decoded = tf.shape(image)[:2]
+    if image_size is None:
+        return decoded, tf.constant(1, tf.int32)
+    is_jpeg = tf.equal(tf.strings.substr(image_bytes, 0, 3), _MAGIC[0][0])
+    return tf.cond(
+        is_jpeg,
+        lambda: (tf.image.extract_jpeg_shape(image_bytes)[:2],
+                 tf.gather(JPEG_DECODE_RATIOS, _jpeg_ratio_index(image_bytes, image_size))),
+        lambda: (decoded, tf.constant(1, tf.int32)))
 
 
 def decode_rgb(image_bytes: tf.Tensor, *,
@@ -140,28 +162,41 @@ def decode_rgb(image_bytes: tf.Tensor, *,
 
 
 def resize_and_center_crop(image: tf.Tensor, size: int,
-                           orientation: tf.Tensor | None = None) -> tf.Tensor:
+                           orientation: tf.Tensor | None = None, *,
+                           source_shape: tf.Tensor | None = None,
+                           ratio: tf.Tensor | int = 1) -> tf.Tensor:
     """Resizes the shorter side to ``size`` and crops the centre ``size × size``.
 
     The scaled longer side is ``round(long * size / short)`` in integer arithmetic;
-    resampling is bilinear with antialiasing (``tf.image.resize(..., antialias=True)``,
-    which behaves like area averaging when shrinking); values are rounded half to
-    even and clipped to ``uint8``. Crop offsets are ``(scaled - size) // 2``.
+    resampling is bilinear with antialiasing (``tf.image.resize(..., antialias=True)``'s
+    kernel, which behaves like area averaging when shrinking); values are rounded half
+    to even and clipped to ``uint8``. Crop offsets are ``(scaled - size) // 2``.
+
+    ``source_shape`` and ``ratio`` describe a reduced-scale decode (``image`` is
+    ``ceil(source / ratio)`` per side, :func:`source_geometry`): the scaled sizes
+    come from the source and each decoded pixel spans ``ratio`` source pixels, so the
+    result lies on the grid a full-size decode's would. Without them (or with ratio
+    1) this is exactly ``tf.image.resize``.
 
     With an EXIF ``orientation``, the resized image is turned upright
     (``etl.exif.apply_orientation``) before the crop. The resize is separable and
     symmetric, so this equals turning the decoded image first up to float rounding
     (at most 1 level, on about 0.01 % of the values of photos), and it moves
-    ``size``-sized pixels instead of a photo's: on 0.4-megapixel photos, turning
-    the decoded image cost 1.3 ms of a 3.5 ms preprocessing.
+    ``size``-sized pixels instead of a photo's.
     """
-    shape = tf.shape(image)
-    height, width = shape[0], shape[1]
+    if source_shape is None:
+        source_shape = tf.shape(image)[:2]
+    height, width = source_shape[0], source_shape[1]
     shorter = tf.minimum(height, width)
     new_height = tf.maximum(size, (height * size + shorter // 2) // shorter)
     new_width = tf.maximum(size, (width * size + shorter // 2) // shorter)
-    resized = tf.image.resize(image, tf.stack([new_height, new_width]),
-                              method=tf.image.ResizeMethod.BILINEAR, antialias=True)
+    new_size = tf.stack([new_height, new_width])
+    # tf.image.resize(antialias=True)'s own op and scale, with the source's extent.
+    source = tf.cast(source_shape, tf.float32) / tf.cast(ratio, tf.float32)
+    resized = tf.raw_ops.ScaleAndTranslate(
+        images=tf.cast(image, tf.float32)[tf.newaxis], size=new_size,
+        scale=tf.cast(new_size, tf.float32) / source, translation=tf.zeros([2]),
+        kernel_type="triangle", antialias=True)[0]
     if orientation is not None:
         resized = exif.apply_orientation(resized, orientation)
         new_height, new_width = tf.shape(resized)[0], tf.shape(resized)[1]
@@ -191,19 +226,22 @@ def encode(image: tf.Tensor, image_format: str, jpeg_quality: int) -> tf.Tensor:
 
 
 def finish(image: tf.Tensor, image_bytes: tf.Tensor, size: int, image_format: str,
-           jpeg_quality: int, *, apply_exif_orientation: bool = True) -> tf.Tensor:
+           jpeg_quality: int, *, apply_exif_orientation: bool = True,
+           source_shape: tf.Tensor | None = None, ratio: tf.Tensor | int = 1) -> tf.Tensor:
     """Everything after the decode: decoded ``uint8 [h, w, 3]`` → stored image bytes.
 
-    Resize, turn upright by the EXIF orientation read from ``image_bytes`` (the
-    file's bytes, or at least its first ``exif.EXIF_SCAN_BYTES``) unless
-    ``apply_exif_orientation`` is False, centre-crop, encode. The image job runs
-    this on pixels its read threads already decoded (``etl.image_loading``), so
-    each JPEG is decoded once; :func:`preprocess`, in the exported ``transform_fn``,
-    is the decode followed by this.
+    Resize (from ``source_shape`` and ``ratio`` for a reduced-scale decode,
+    :func:`source_geometry`), turn upright by the EXIF orientation read from
+    ``image_bytes`` (the file's bytes, or at least its first ``exif.EXIF_SCAN_BYTES``)
+    unless ``apply_exif_orientation`` is False, centre-crop, encode. The image job
+    runs this on pixels it decoded itself (``etl.image_shards.FinishImages``), so each
+    JPEG is decoded once; :func:`preprocess`, in the exported ``transform_fn``, is
+    the decode followed by this.
     """
     orientation = exif.read_orientation(image_bytes) if apply_exif_orientation else None
-    return encode(resize_and_center_crop(image, size, orientation), image_format,
-                  jpeg_quality)
+    resized = resize_and_center_crop(image, size, orientation, source_shape=source_shape,
+                                     ratio=ratio)
+    return encode(resized, image_format, jpeg_quality)
 
 
 def preprocess(image_bytes: tf.Tensor, size: int, image_format: str,
@@ -215,8 +253,10 @@ def preprocess(image_bytes: tf.Tensor, size: int, image_format: str,
     composited on ``alpha_background``), then :func:`finish`.
     """
     image = decode_rgb(image_bytes, alpha_background=alpha_background, image_size=size)
+    source_shape, ratio = source_geometry(image_bytes, image, size)
     return finish(image, image_bytes, size, image_format, jpeg_quality,
-                  apply_exif_orientation=apply_exif_orientation)
+                  apply_exif_orientation=apply_exif_orientation, source_shape=source_shape,
+                  ratio=ratio)
 
 
 def check_decodable(data: bytes) -> tuple[int, int]:

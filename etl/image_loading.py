@@ -185,11 +185,14 @@ AGREEING_JPEG_LAYOUTS = frozenset({
 class JpegDecode:
     """How the job decodes a JPEG itself: libjpeg-turbo at DCT scale ``1 / ratio``,
     giving ``uint8 [height, width, 3]``, exactly what ``etl.image_codec.decode_rgb``
-    gives for the same file and output size (:data:`AGREEING_JPEG_LAYOUTS`)."""
+    gives for the same file and output size (:data:`AGREEING_JPEG_LAYOUTS`), from a
+    ``source_height × source_width`` JPEG."""
 
     ratio: int
     height: int
     width: int
+    source_height: int
+    source_width: int
 
     @property
     def nbytes(self) -> int:
@@ -232,7 +235,7 @@ def plan_jpeg_decode(data: bytes, image_size: int) -> JpegDecode | None:
     if (colorspace, subsampling) not in AGREEING_JPEG_LAYOUTS:
         return None
     ratio = image_codec.jpeg_decode_ratio(height, width, image_size)
-    return JpegDecode(ratio, -(-height // ratio), -(-width // ratio))
+    return JpegDecode(ratio, -(-height // ratio), -(-width // ratio), height, width)
 
 
 def decode_jpeg_into(data: bytes, plan: JpegDecode, out: np.ndarray, strict: bool

@@ -82,19 +82,23 @@ def default_gzip_level(image_format: str, image_size: int) -> int:
 class DecodedPixels:
     """A decoded image's ``uint8 [height, width, 3]`` pixels, row-major at ``offset``
     in ``buffer`` (1-D, ``image_loading.TENSOR_ALIGNMENT``-aligned), which a batch's
-    images share so that TensorFlow takes them in one piece, without a copy."""
+    images share so that TensorFlow takes them in one piece, without a copy; decoded
+    at DCT scale ``1 / ratio`` from a ``source`` (height, width) image."""
 
     buffer: np.ndarray
     offset: int
     height: int
     width: int
+    source: tuple[int, int]
+    ratio: int
 
     @classmethod
-    def of(cls, pixels: np.ndarray) -> DecodedPixels:
-        """``uint8 [h, w, 3]`` pixels in a buffer of their own."""
+    def of(cls, pixels: np.ndarray, plan: image_loading.JpegDecode) -> DecodedPixels:
+        """``uint8 [h, w, 3]`` pixels decoded as ``plan`` says, in a buffer of their own."""
         buffer = image_loading.aligned_buffer(pixels.size)
         buffer[:] = pixels.reshape(-1)
-        return cls(buffer, 0, pixels.shape[0], pixels.shape[1])
+        return cls(buffer, 0, pixels.shape[0], pixels.shape[1],
+                   (plan.source_height, plan.source_width), plan.ratio)
 
     def array(self) -> np.ndarray:
         size = self.height * self.width * 3
@@ -133,6 +137,7 @@ class FinishImages:
 
         def finish(buffer: tf.Tensor, offsets: tf.Tensor, shapes: tf.Tensor,
                    heads: tf.Tensor) -> tf.Tensor:
+            # shapes: [n, (height, width, source height, source width, ratio)]
             def one(i: tf.Tensor) -> tf.Tensor:
                 height, width = shapes[i, 0], shapes[i, 1]
                 image = tf.reshape(buffer[offsets[i]:offsets[i] + height * width * 3],
@@ -140,7 +145,9 @@ class FinishImages:
                 image.set_shape([None, None, 3])
                 return image_codec.finish(
                     image, heads[i], config.image_size, config.image_format,
-                    config.jpeg_quality, apply_exif_orientation=config.apply_exif_orientation)
+                    config.jpeg_quality, apply_exif_orientation=config.apply_exif_orientation,
+                    source_shape=tf.cast(shapes[i, 2:4], tf.int32),
+                    ratio=tf.cast(shapes[i, 4], tf.int32))
 
             return tf.map_fn(one, tf.range(tf.shape(offsets)[0]),
                              fn_output_signature=tf.TensorSpec([], tf.string))
@@ -149,7 +156,7 @@ class FinishImages:
         # The concrete function: calling it skips tf.function's argument binding.
         self._finish = tf.function(finish).get_concrete_function(
             tf.TensorSpec([None], tf.uint8), tf.TensorSpec([None], tf.int64),
-            tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([None], tf.string))
+            tf.TensorSpec([None, 5], tf.int64), tf.TensorSpec([None], tf.string))
 
     def __call__(self, pixels: Sequence[DecodedPixels], data: Sequence[bytes]) -> list[bytes]:
         """Stored images of ``pixels`` (decoded from the files ``data``), in order.
@@ -168,7 +175,7 @@ class FinishImages:
         images = self._finish(
             tf.experimental.dlpack.from_dlpack(buffer.__dlpack__()),
             tf.constant([p.offset for p in pixels], tf.int64),
-            tf.constant([(p.height, p.width) for p in pixels], tf.int64),
+            tf.constant([(p.height, p.width, *p.source, p.ratio) for p in pixels], tf.int64),
             tf.constant([d[:exif.EXIF_SCAN_BYTES] for d in data], tf.string))
         return list(images.numpy())
 
@@ -185,7 +192,7 @@ def _into_one_buffer(pixels: Sequence[DecodedPixels]) -> list[DecodedPixels]:
     for p in pixels:
         size = p.height * p.width * 3
         buffer[offset:offset + size] = p.array().reshape(-1)
-        placed.append(DecodedPixels(buffer, offset, p.height, p.width))
+        placed.append(dataclasses.replace(p, buffer=buffer, offset=offset))
         offset += _slot_bytes(size)
     return placed
 
@@ -231,8 +238,9 @@ def decode_batch(batch: Sequence[Loaded], strict: bool) -> list[Loaded | Rejecti
         elif result is None:
             decoded.append(dataclasses.replace(item, jpeg=None))
         else:
-            decoded.append(dataclasses.replace(
-                item, pixels=DecodedPixels(buffer, offset, plan.height, plan.width)))
+            decoded.append(dataclasses.replace(item, pixels=DecodedPixels(
+                buffer, offset, plan.height, plan.width,
+                (plan.source_height, plan.source_width), plan.ratio)))
         offset += _slot_bytes(plan.nbytes)
     return decoded
 

@@ -67,10 +67,13 @@ def stored_image_bytes(data: bytes, preprocessing: ImagePreprocessing,
     # eager ops, costs as much as the rest of the sample's preprocessing.
     try:
         if pixels is not None:
+            plan = checked.jpeg
             encoded = image_codec.finish(
                 tf.constant(pixels), tf.constant(b""), preprocessing.image_size,
                 preprocessing.image_format, preprocessing.jpeg_quality,
-                apply_exif_orientation=False)
+                apply_exif_orientation=False,
+                source_shape=tf.constant([plan.source_height, plan.source_width]),
+                ratio=plan.ratio)
         else:
             encoded = image_codec.preprocess(
                 tf.constant(data), preprocessing.image_size, preprocessing.image_format,

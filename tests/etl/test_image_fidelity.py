@@ -23,9 +23,11 @@ SIZE = 224
 CONFIG = ImagePreprocessing(image_size=SIZE, jpeg_quality=95)
 # (height, width) of phone photos (12 MP), one portrait.
 CAMERA_SIZES = ((3024, 4032), (3024, 4032), (4032, 3024), (3024, 4032))
-# Web-size photos: 320-1,280 px on the longer side, both orientations.
+# Web-size photos: 320-1,280 px on the longer side, both orientations; those with a
+# shorter side of 896 px or more are decoded at 1/2, at sizes that are not multiples
+# of 2 (whose resize must still land on the full-size grid).
 WEB_SIZES = ((240, 320), (427, 640), (600, 800), (768, 1024), (960, 1280), (1280, 960),
-             (900, 900), (500, 1200))
+             (900, 900), (500, 1200), (993, 1248), (1169, 944), (1024, 1053))
 
 
 def _photo(seed: int, height: int, width: int, orientation: int) -> bytes:
@@ -51,9 +53,10 @@ def reference(data: bytes) -> np.ndarray:
 def stored(data: bytes, config: ImagePreprocessing = CONFIG) -> np.ndarray:
     """The job's stored image for ``data`` (its one decode, then the transform's ops),
     decoded as the reader decodes it."""
+    plan = image_loading.plan_jpeg_decode(data, SIZE)
     pixels = image_loading.decode_jpeg_checked(data, SIZE, strict=True)
-    assert isinstance(pixels, np.ndarray)
-    encoded = FinishImages(config)([DecodedPixels.of(pixels)], [data])[0]
+    assert plan is not None and isinstance(pixels, np.ndarray)
+    encoded = FinishImages(config)([DecodedPixels.of(pixels, plan)], [data])[0]
     return contract.decode_stored_image(tf.constant(encoded), config.image_format,
                                         SIZE).numpy()
 

@@ -84,10 +84,12 @@ def test_finishing_the_read_side_decode_equals_the_whole_preprocessing(corpus, i
     config = ImagePreprocessing(image_size=24, image_format=image_format)
     whole = tf.function(lambda data: image_codec.preprocess(
         data, config.image_size, config.image_format, config.jpeg_quality))
+    plans = [image_loading.plan_jpeg_decode(jpeg.data, config.image_size) for jpeg in corpus]
     pixels = [image_loading.decode_jpeg_checked(jpeg.data, config.image_size, True)
               for jpeg in corpus]
-    finished = FinishImages(config)([DecodedPixels.of(p) for p in pixels],
-                                    [jpeg.data for jpeg in corpus])
+    finished = FinishImages(config)(
+        [DecodedPixels.of(p, plan) for p, plan in zip(pixels, plans, strict=True)],
+        [jpeg.data for jpeg in corpus])
     for jpeg, stored in zip(corpus, finished, strict=True):
         assert stored == whole(tf.constant(jpeg.data)).numpy(), jpeg.name
 
