@@ -52,10 +52,12 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def jpeg_decode_ratio(height: int, width: int, image_size: int) -> int:
+def jpeg_decode_ratio(height: int, width: int, image_size: int,
+                      margin: float = JPEG_SCALE_MARGIN) -> int:
     """The libjpeg scale denominator (1, 2, 4 or 8) a ``height × width`` JPEG is
     decoded at for ``image_size`` px output: the largest whose decoded shorter side,
-    ``ceil(shorter / ratio)``, is still at least ``JPEG_SCALE_MARGIN × image_size``.
+    ``ceil(shorter / ratio)``, is still at least ``margin × image_size`` (the job's
+    rule: ``JPEG_SCALE_MARGIN``; others only to measure them).
 
     :func:`decode_rgb` applies the same rule with TensorFlow ops inside the graph;
     this is its plain-integer twin for the job's read threads
@@ -63,7 +65,7 @@ def jpeg_decode_ratio(height: int, width: int, image_size: int) -> int:
     """
     shorter = min(height, width)
     for ratio in JPEG_DECODE_RATIOS[::-1]:
-        if -(-shorter // ratio) >= JPEG_SCALE_MARGIN * image_size:
+        if -(-shorter // ratio) >= margin * image_size:
             return ratio
     return 1
 

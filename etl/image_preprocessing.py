@@ -72,8 +72,11 @@ class ImagePreprocessing:
                 "the DCT scale 1/r, r the largest of 1, 2, 4, 8 with ceil(shorter side / "
                 f"r) >= {image_codec.JPEG_SCALE_MARGIN} x image_size (size from the "
                 "header); other formats at full size"),
-            "resize": "shorter side to image_size (bilinear, antialias=True), then "
-                      "centre crop image_size x image_size, round half to even",
+            "resize": "shorter side to image_size, sizes from the source image (a "
+                      "JPEG's header size), bilinear with antialiasing (tf.image."
+                      "resize's triangle kernel; a 1/r decode resized with each pixel "
+                      "spanning r source pixels), then centre crop image_size x "
+                      "image_size, round half to even",
             "label_vocabulary": "tft.vocabulary on the train split: decreasing "
                                 "frequency, ties in reverse byte order; labels not "
                                 f"seen in train get id {UNKNOWN_LABEL_ID}",

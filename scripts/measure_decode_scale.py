@@ -41,17 +41,6 @@ from reader import contract
 MARGINS: tuple[float | None, ...] = (1.0, 2.0, 4.0, None)  # None: full-size decode.
 
 
-def decode_ratio(height: int, width: int, image_size: int, margin: float | None) -> int:
-    """The scale rule of etl.image_codec.jpeg_decode_ratio with another margin."""
-    if margin is None:
-        return 1
-    shorter = min(height, width)
-    for ratio in (8, 4, 2):
-        if -(-shorter // ratio) >= margin * image_size:
-            return ratio
-    return 1
-
-
 def reference(data: bytes, size: int) -> np.ndarray:
     """Full decode, upright, shorter side to ``size`` (antialiased bilinear), centre crop."""
     with Image.open(io.BytesIO(data)) as image:
@@ -112,7 +101,8 @@ def main() -> None:
 
     rows = []
     for margin in MARGINS:
-        ratios = [decode_ratio(h, w, args.image_size, margin) for h, w in shapes]
+        ratios = [1 if margin is None else image_codec.jpeg_decode_ratio(
+            h, w, args.image_size, margin) for h, w in shapes]
         raw_psnr, jpeg_psnr = [], []
         for data, ref, ratio in zip(photos, refs, ratios, strict=True):
             size = args.image_size
