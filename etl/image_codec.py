@@ -60,7 +60,7 @@ def jpeg_decode_ratio(height: int, width: int, image_size: int,
     rule: ``JPEG_SCALE_MARGIN``; others only to measure them).
 
     :func:`decode_rgb` applies the same rule with TensorFlow ops inside the graph;
-    this is its plain-integer twin for the job's read threads
+    this is its plain-integer twin for the job's own decode
     (``etl.image_loading``). A test checks that the two agree.
     """
     shorter = min(height, width)

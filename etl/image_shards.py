@@ -464,10 +464,9 @@ def _duration(seconds: float) -> str:
 
 
 def default_read_threads() -> int:
-    """Reader threads per process. They read (latency-bound on remote storage) and
-    decode and finish JPEGs; more than the cores, so that threads waiting on I/O or
-    on TensorFlow's inter-op threads leave the cores to the others. Eight instead of
-    four on 2 cores made the job's shard step no faster and used more CPU."""
+    """Reader threads per process: they read and check files, which is I/O-bound
+    (remote storage is latency-bound); the decodes and the graphs run on the
+    transform threads."""
     return max(4, min(16, 2 * (os.cpu_count() or 1)))
 
 
