@@ -58,16 +58,13 @@ the medians and for the best rounds), against the goal of at least --goal (0.9) 
 that reference (PASS/FAIL on the medians), and as ratios to the ceiling alone and to
 the fused loop. The cost of each issue-#14 check is reported two ways: the job's
 steady-state loss, 1 - (c) / (g) for the strict check and 1 - (c) / (h) for the EXIF
-orientation, and the check's own CPU per image, measured in this process over the
-same photos, against the --max_check_cost (0.10) budget: the strict check alone
-(image_loading's corrupt_data_problem, one thread), and the preprocessing ops with
-and without the orientation on the photos as they are and on copies carrying an EXIF
-block with orientation 6 (rotated: the parse and the turn; camera photos already
-carry an EXIF block, 1 in 4 with orientation 6, so "as they are" is not untagged for
-them). These are diagnostics: the strict check measured is
-image_loading.corrupt_data_problem's 1/8-scale decode, while the job's JPEG strict
-check is now its one decode. Each job run records how many photos it rejected (none
-of these valid photos may be).
+orientation, against the --max_check_cost (0.10) budget (the JPEG strict check is the
+job's one decode, so its loss should be noise), and, for the orientation, its own CPU
+per image, measured in this process: the preprocessing ops with and without it on
+the photos as they are and on copies carrying an EXIF block with orientation 6
+(rotated: the parse and the turn; camera photos already carry an EXIF block, 1 in 4
+with orientation 6, so "as they are" is not untagged for them). Each job run records
+how many photos it rejected (none of these valid photos may be).
 
 Job times are the wall time of ``pipelines.images.run(...)`` inside the subprocess
 (interpreter start and imports excluded; they are in ``process_s``). The fixed
@@ -131,7 +128,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
 
-from etl import image_codec, image_loading  # noqa: E402
+from etl import image_codec  # noqa: E402
 from etl.image_shards import default_gzip_level  # noqa: E402
 from pipelines.images import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each  # noqa: E402
 
@@ -387,13 +384,6 @@ def with_exif_orientation(jpeg: bytes, orientation: int) -> bytes:
     return jpeg[:2] + b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload + jpeg[2:]
 
 
-def strict_check_pass(payloads: list[bytes]) -> dict:
-    """The strict check alone (what --lenient_decoding skips), one thread."""
-    refused = sum(image_loading.corrupt_data_problem(data, "jpeg") is not None
-                  for data in payloads)
-    return {"images": len(payloads), "refused": refused}
-
-
 def make_ops_pass(image_size: int, quality: int, orientation: bool
                   ) -> Callable[[tf.Tensor], dict]:
     """The preprocessing ops over a batch of photos in one graph call (tf.map_fn,
@@ -420,14 +410,12 @@ def check_costs(payloads: list[bytes], image_size: int, quality: int, rounds: in
     without, with_exif = (make_ops_pass(image_size, quality, orientation)
                           for orientation in (False, True))
     passes = {
-        "strict_check": lambda: strict_check_pass(payloads),
         "ops_no_exif": lambda: without(plain),
         "ops_exif_untagged": lambda: with_exif(plain),
         "ops_exif_rotated": lambda: with_exif(rotated),
     }
-    for name in passes:  # Trace the graphs and warm the caches, untimed.
-        if name != "strict_check":
-            passes[name]()
+    for run in passes.values():  # Trace the graphs and warm the caches, untimed.
+        run()
     results: dict[str, dict] = {}
     for name, fn in passes.items():
         samples = []
@@ -449,7 +437,6 @@ def check_costs(payloads: list[bytes], image_size: int, quality: int, rounds: in
     best = {name: value["best_cpu_ms_per_image"] for name, value in results.items()}
     return {
         "per_pass": results,
-        "strict_check_cpu_ms_per_image": best["strict_check"],
         "exif_untagged_cpu_ms_per_image": best["ops_exif_untagged"] - best["ops_no_exif"],
         "exif_rotated_cpu_ms_per_image": best["ops_exif_rotated"] - best["ops_no_exif"],
         "ops_cpu_ms_per_image": best["ops_no_exif"],
@@ -702,8 +689,6 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
     checks = dict(costs, max_check_cost=args.max_check_cost)
     if "c_job" in cpu_ms:
         checks["job_cpu_ms_per_image"] = cpu_ms["c_job"]
-        checks["strict_check_share_of_job_cpu"] = (
-            costs["strict_check_cpu_ms_per_image"] / cpu_ms["c_job"])
         checks["exif_untagged_share_of_job_cpu"] = (
             costs["exif_untagged_cpu_ms_per_image"] / cpu_ms["c_job"])
         checks["exif_rotated_share_of_job_cpu"] = (
@@ -781,10 +766,10 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
             "cpu_ms_per_image": "CPU of this process or the job's process tree / N",
             "checks": "strict_check_steady_state_loss = 1 - c_job / g_job_lenient and "
                       "exif_steady_state_loss = 1 - c_job / h_job_no_exif (steady "
-                      "states); *_cpu_ms_per_image: best-of-rounds CPU per image in "
-                      "this process: the strict check alone over all photos (one "
-                      "thread; image_loading.corrupt_data_problem, a 1/8-scale "
-                      "decode), and the ops with orientation minus without, on 500 "
+                      "states; the strict check is the job's one JPEG decode, so the "
+                      "first should be noise); exif_*_cpu_ms_per_image: best-of-rounds "
+                      "CPU per image in this process, the ops with orientation minus "
+                      "without, on 500 "
                       "photos as they are ('untagged': web photos carry no EXIF, "
                       "camera photos 1 in 4 orientation 6) and with an EXIF "
                       "orientation 6 block inserted in front (rotated)",
@@ -838,9 +823,6 @@ def print_table(result: dict) -> None:
                   f"(best {fixed['whole_command_best_s']:.1f})", end="")
         print()
     checks = result["checks"]
-    print(f"strict check: {checks['strict_check_cpu_ms_per_image']:.3f} ms CPU per image"
-          + (f" = {checks['strict_check_share_of_job_cpu']:.1%} of the job's CPU per image"
-             if "strict_check_share_of_job_cpu" in checks else ""))
     as_they_are = ("untagged image" if result["input"]["kind"] == "web"
                    else "image as it is (1 in 4 tagged 6)")
     print(f"EXIF orientation: {checks['exif_untagged_cpu_ms_per_image']:.3f} ms CPU per "
