@@ -79,14 +79,15 @@ def _decode_jpeg(image_bytes: tf.Tensor, image_size: int | None) -> tf.Tensor:
         for ratio in JPEG_DECODE_RATIOS]
     if image_size is None:
         return branches[0]()
-    image = tf.switch_case(_jpeg_ratio_index(image_bytes, image_size), branches)
+    index = _jpeg_ratio_index(tf.image.extract_jpeg_shape(image_bytes), image_size)
+    image = tf.switch_case(index, branches)
     image.set_shape([None, None, None])
     return image
 
 
-def _jpeg_ratio_index(image_bytes: tf.Tensor, image_size: int) -> tf.Tensor:
-    """Index in ``JPEG_DECODE_RATIOS`` of :func:`jpeg_decode_ratio`, from the header."""
-    shape = tf.image.extract_jpeg_shape(image_bytes)
+def _jpeg_ratio_index(shape: tf.Tensor, image_size: int) -> tf.Tensor:
+    """Index in ``JPEG_DECODE_RATIOS`` of :func:`jpeg_decode_ratio` for a JPEG of
+    header ``shape`` (``tf.image.extract_jpeg_shape``)."""
     shorter = tf.minimum(shape[0], shape[1])
     # ceil(shorter / ratio) falls as the ratio grows, so the number of ratios above 1
     # that keep the margin is the index of the largest one that does.
@@ -104,12 +105,12 @@ def source_geometry(image_bytes: tf.Tensor, image: tf.Tensor,
     decoded = tf.shape(image)[:2]
     if image_size is None:
         return decoded, tf.constant(1, tf.int32)
+    def jpeg() -> tuple[tf.Tensor, tf.Tensor]:
+        shape = tf.image.extract_jpeg_shape(image_bytes)
+        return shape[:2], tf.gather(JPEG_DECODE_RATIOS, _jpeg_ratio_index(shape, image_size))
+
     is_jpeg = tf.equal(tf.strings.substr(image_bytes, 0, 3), _MAGIC[0][0])
-    return tf.cond(
-        is_jpeg,
-        lambda: (tf.image.extract_jpeg_shape(image_bytes)[:2],
-                 tf.gather(JPEG_DECODE_RATIOS, _jpeg_ratio_index(image_bytes, image_size))),
-        lambda: (decoded, tf.constant(1, tf.int32)))
+    return tf.cond(is_jpeg, jpeg, lambda: (decoded, tf.constant(1, tf.int32)))
 
 
 def decode_rgb(image_bytes: tf.Tensor, *,
