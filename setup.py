@@ -18,7 +18,7 @@ INSTALL_REQUIRES = [
     "pillow>=10",
     # libjpeg-turbo with its warnings as errors (strict=True) and reduced-scale decoding:
     # finds damaged JPEG data that TensorFlow's decoder turns into broken pixels
-    # without an error (etl/image_loading.py). Self-contained wheels, no system libjpeg.
+    # without an error (etl/images/loading.py). Self-contained wheels, no system libjpeg.
     # Below 2: strict= and min_height/min_width are the 1.x API the check relies on.
     "simplejpeg>=1.8,<2",
 ]

@@ -13,8 +13,8 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
-from etl import accounting, sharding, splits
-from etl.output_dir import prepare_output_dir
+from etl.core import accounting, sharding, splits
+from etl.core.output_dir import prepare_output_dir
 from pipelines import runner_defaults, summary
 from reader.contract import load_manifest
 

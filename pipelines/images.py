@@ -22,20 +22,15 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
-from etl import (
-    accounting,
-    dead_letters,
-    image_codec,
-    image_loading,
-    image_preprocessing,
-    splits,
-)
-from etl.dead_letters import REJECTED
-from etl.image_shards import TransformAndWriteImageShard, default_gzip_level
-from etl.image_sources import ImageRecord, ReadImageRecords, assign_split, check_input
-from etl.publish import ManifestSpec, PublishDataset
-from etl.shard_plan import PlanImageShards
-from etl.transform import AnalyzeAndWriteTransformFn
+from etl.core import accounting, dead_letters, splits
+from etl.core.analysis import AnalyzeAndWriteTransformFn
+from etl.core.dead_letters import REJECTED
+from etl.core.publish import ManifestSpec, PublishDataset
+from etl.images import codec, loading
+from etl.images import preprocessing as image_preprocessing
+from etl.images.shard_plan import PlanImageShards
+from etl.images.shards import TransformAndWriteImageShard, default_gzip_level
+from etl.images.sources import ImageRecord, ReadImageRecords, assign_split, check_input
 from pipelines import common
 from reader import contract
 from reader.contract import CLASSIFICATION
@@ -57,7 +52,7 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
             help="Output images are image_size x image_size: shorter side resized to "
                  "this (bilinear, antialiased), then centre-cropped.")
         parser.add_argument(
-            "--image_format", default=image_codec.JPEG, choices=image_codec.IMAGE_FORMATS,
+            "--image_format", default=codec.JPEG, choices=codec.IMAGE_FORMATS,
             help="Stored encoding: jpeg (smallest, lossy), png (lossless, larger, "
                  "slower to decode), raw (uint8 pixels, largest, no decode). Trade-offs "
                  "measured in docs/FORMAT.md.")
@@ -83,12 +78,12 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
                  "convert('RGB') and tf.io.decode_image(channels=3) do (transparent "
                  "areas then show whatever colour is stored under them).")
         parser.add_argument(
-            "--max_image_pixels", type=int, default=image_loading.DEFAULT_MAX_IMAGE_PIXELS,
+            "--max_image_pixels", type=int, default=loading.DEFAULT_MAX_IMAGE_PIXELS,
             help="Reject images whose header declares more pixels (decompression bombs "
                  "are refused before decoding). Default %(default)s.")
         parser.add_argument(
             "--max_file_mb", type=float,
-            default=image_loading.DEFAULT_MAX_FILE_BYTES / (1024 * 1024),
+            default=loading.DEFAULT_MAX_FILE_BYTES / (1024 * 1024),
             help="Reject input files larger than this (read at most this much). "
                  "Default %(default)s.")
         parser.add_argument(
@@ -126,7 +121,7 @@ class ImageJob:
     input: str
     preprocessing: image_preprocessing.ImagePreprocessing
     output: common.OutputSettings
-    limits: image_loading.InputLimits
+    limits: loading.InputLimits
     allowed_labels: frozenset[str] | None
     allow_outside_root: bool
 
@@ -150,7 +145,7 @@ class ImageJob:
                 apply_exif_orientation=not options.ignore_exif_orientation,
                 alpha_background=_parse_rgb(options.alpha_background)),
             output=output,
-            limits=image_loading.InputLimits(
+            limits=loading.InputLimits(
                 max_file_bytes=int(options.max_file_mb * 1024 * 1024),
                 max_image_pixels=options.max_image_pixels,
                 strict_decoding=not options.lenient_decoding),
@@ -214,8 +209,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     Only small records cross a stage boundary: listing, split assignment, the label
     vocabulary (fit on the train split's labels alone) and the shard plan all work
     on ``ImageRecord``s; each shard's images are read, transformed by the exported
-    ``transform_fn`` and written inside one step (``etl/image_shards.py``), in the
-    publishing tail both jobs end with (``etl/publish.py``).
+    ``transform_fn`` and written inside one step (``etl/images/shards.py``), in the
+    publishing tail both jobs end with (``etl/core/publish.py``).
 
     Raises:
         AssertionError: if the preprocessing's analyzers would read image bytes.

@@ -23,24 +23,24 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.utils import shared
 
-from etl import accounting, dead_letters
-from etl import timeseries_preprocessing as ts_preprocessing
-from etl import timeseries_series as ts_series
-from etl.dead_letters import Rejection
-from etl.publish import ManifestSpec, PublishDataset
-from etl.timeseries_process import (
+from etl.core import accounting, dead_letters
+from etl.core.analysis import AnalyzeAndWriteTransformFn
+from etl.core.dead_letters import Rejection
+from etl.core.publish import ManifestSpec, PublishDataset
+from etl.timeseries import preprocessing as ts_preprocessing
+from etl.timeseries import series as ts_series
+from etl.timeseries.buckets import (
     ANALYSIS,
     LONGEST,
     STATS,
     ProcessSeriesBucket,
     SeriesSettings,
 )
-from etl.timeseries_read import ROW_COUNTS, InputPlan, ReadSeriesChunks
-from etl.timeseries_runs import PlanRunShards
-from etl.timeseries_shards import TransformAndWriteWindowShard
-from etl.timeseries_sources import Columns, parse_timestamp, read_labels
-from etl.transform import AnalyzeAndWriteTransformFn
-from etl.window_examples import WindowSchema
+from etl.timeseries.read import ROW_COUNTS, InputPlan, ReadSeriesChunks
+from etl.timeseries.runs import PlanRunShards
+from etl.timeseries.shards import TransformAndWriteWindowShard
+from etl.timeseries.sources import Columns, parse_timestamp, read_labels
+from etl.timeseries.window_examples import WindowSchema
 from pipelines import common
 from reader import contract
 from reader.contract import CLASSIFICATION, FORECAST
@@ -295,7 +295,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
     boundary: chunk references, window runs, counts, one analysis instance per
     series. Each shard's windows are cut, normalised by the exported
     ``transform_fn`` and written inside one step, in the publishing tail both jobs
-    end with (``etl/publish.py``).
+    end with (``etl/core/publish.py``).
     """
     output_dir = job.output.output_dir
     config = job.preprocessing

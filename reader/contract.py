@@ -107,7 +107,7 @@ STORED_JPEG_DCT_METHOD = "INTEGER_ACCURATE"
 def decode_stored_image(encoded: Any, image_format: str, size: int) -> Any:
     """One stored image (scalar string tensor) → ``uint8 [size, size, 3]``.
 
-    The inverse of the job's encoding (``etl/image_codec.py``'s ``encode``). JPEG
+    The inverse of the job's encoding (``etl/images/codec.py``'s ``encode``). JPEG
     decodes with the IDCT :data:`STORED_JPEG_DCT_METHOD`.
 
     Raises:

@@ -7,7 +7,7 @@ each; or "camera12" / "camera24", camera-size photos made from the same sources,
 EXIF orientation 6), measures in one run, interleaving the variants over --rounds
 rounds, images/s for
   (a) ceiling   TF ops (scaled decode) in a tf.data map: the job's per-image ops
-                (etl.image_codec.preprocess: a JPEG decoded at the libjpeg DCT scale
+                (etl.images.codec.preprocess: a JPEG decoded at the libjpeg DCT scale
                 that keeps its shorter side >= 2 x --image_size, resize, EXIF turn,
                 crop, encode) in a parallel tf.data map over in-memory bytes, on all
                 cores (num_parallel_calls = cores, tf.data's autotuner off: see
@@ -128,8 +128,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
 
-from etl import image_codec  # noqa: E402
-from etl.image_shards import default_gzip_level  # noqa: E402
+from etl.images import codec  # noqa: E402
+from etl.images.shards import default_gzip_level  # noqa: E402
 from pipelines.images import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -218,7 +218,7 @@ def ceiling_pass(data: tf.Tensor, image_size: int, quality: int,
     options = tf.data.Options()
     options.autotune.enabled = autotune
     dataset = (tf.data.Dataset.from_tensor_slices(data)
-               .map(lambda b: image_codec.preprocess(b, image_size, image_codec.JPEG,
+               .map(lambda b: codec.preprocess(b, image_size, codec.JPEG,
                                                      quality),
                     num_parallel_calls=parallel, deterministic=False)
                .batch(64)
@@ -258,7 +258,7 @@ def serialize(image: bytes, image_size: int, path: str, root: str,
 def make_seeds_loop(image_size: int, quality: int) -> Callable[[list[str], str, str], dict]:
     """(b): the straightforward single-process script the seeds start from."""
     preprocess = tf.function(
-        lambda b: image_codec.preprocess(b, image_size, image_codec.JPEG, quality),
+        lambda b: codec.preprocess(b, image_size, codec.JPEG, quality),
         input_signature=[tf.TensorSpec([], tf.string)])
 
     def run(files: list[str], root: str, out_path: str) -> dict:
@@ -285,13 +285,13 @@ def fused_loop(files: list[str], root: str, out_path: str, image_size: int,
     fed through a bounded queue.
     """
     if gzip_level is None:
-        gzip_level = default_gzip_level(image_codec.JPEG, image_size)
+        gzip_level = default_gzip_level(codec.JPEG, image_size)
     label_ids = _label_ids(files)
     options = tf.data.Options()
     options.autotune.enabled = False
     dataset = (tf.data.Dataset.from_tensor_slices(files)
-               .map(lambda path: (path, image_codec.preprocess(
-                   tf.io.read_file(path), image_size, image_codec.JPEG, quality)),
+               .map(lambda path: (path, codec.preprocess(
+                   tf.io.read_file(path), image_size, codec.JPEG, quality)),
                     num_parallel_calls=os.cpu_count(), deterministic=True)
                .with_options(options))
     records: queue.Queue[bytes | None] = queue.Queue(maxsize=256)
@@ -355,7 +355,7 @@ def pillow_pool(files: list[str], root: str, out_path: str, image_size: int,
     returning, so their CPU is in this process's RUSAGE_CHILDREN (``Sample``).
     """
     if gzip_level is None:
-        gzip_level = default_gzip_level(image_codec.JPEG, image_size)
+        gzip_level = default_gzip_level(codec.JPEG, image_size)
     label_ids = _label_ids(files)
     workers = os.cpu_count() or 1
     chunksize = max(1, min(16, len(files) // (8 * workers)))
@@ -389,7 +389,7 @@ def make_ops_pass(image_size: int, quality: int, orientation: bool
     """The preprocessing ops over a batch of photos in one graph call (tf.map_fn,
     as transform_fn runs them), with or without the EXIF orientation."""
     ops = tf.function(lambda batch: tf.map_fn(
-        lambda b: image_codec.preprocess(b, image_size, image_codec.JPEG, quality,
+        lambda b: codec.preprocess(b, image_size, codec.JPEG, quality,
                                          apply_exif_orientation=orientation),
         batch, fn_output_signature=tf.TensorSpec([], tf.string)))
 
@@ -742,7 +742,7 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
             "steady_state": "N / (job time on N images - job time on the tiny input), "
                             "from medians and from best rounds",
             "ceiling": "a_ceiling: TF ops (scaled decode) in a tf.data map: "
-                       "etl.image_codec.preprocess (a JPEG decoded at the DCT scale "
+                       "etl.images.codec.preprocess (a JPEG decoded at the DCT scale "
                        "that keeps its shorter side >= 2 x image_size) over in-memory "
                        "bytes, one call per core, autotuner off",
             "pillow": "p_pillow: a Pillow script on a fork pool of one process per "

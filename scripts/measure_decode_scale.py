@@ -3,7 +3,7 @@ the DCT scale that keeps its shorter side at least twice ``--image_size``.
 
 For each margin M (decode at the largest scale 1/r, r in 1, 2, 4, 8, whose shorter side
 ``ceil(shorter / r)`` is still at least ``M × image_size``; "full" never scales), every
-photo goes through the job's own ops after the decode (``etl.image_codec.finish``:
+photo goes through the job's own ops after the decode (``etl.images.codec.finish``:
 antialiased bilinear resize, EXIF turn, centre crop) and is compared with an
 independent reference: Pillow decodes the whole photo at full size, applies
 ``exif_transpose``, resizes the shorter side to ``image_size`` (antialiased bilinear)
@@ -34,7 +34,7 @@ import tensorflow as tf
 from PIL import Image, ImageOps
 from results import code_commit, write_json
 
-from etl import image_codec
+from etl.images import codec
 from pipelines.images import run_ops_on_one_thread_each
 from reader import contract
 
@@ -67,14 +67,14 @@ def make_ops(size: int, quality: int) -> dict[str, tf.types.experimental.Generic
     """Decode at a given ratio + the job's ops (resized from the source's size, as
     the job does), stored raw or as JPEG."""
     def build(image_format: str, ratio: int):
-        return tf.function(lambda data: image_codec.finish(
+        return tf.function(lambda data: codec.finish(
             tf.io.decode_jpeg(data, channels=3, ratio=ratio,
-                              dct_method=image_codec.JPEG_DCT_METHOD),
+                              dct_method=codec.JPEG_DCT_METHOD),
             data, size, image_format, quality,
             source_shape=tf.image.extract_jpeg_shape(data)[:2], ratio=ratio),
             input_signature=[tf.TensorSpec([], tf.string)])
     return {f"{fmt}/{r}": build(fmt, r) for fmt in (contract.RAW, contract.JPEG)
-            for r in image_codec.JPEG_DECODE_RATIOS}
+            for r in codec.JPEG_DECODE_RATIOS}
 
 
 def main() -> None:
@@ -101,7 +101,7 @@ def main() -> None:
 
     rows = []
     for margin in MARGINS:
-        ratios = [1 if margin is None else image_codec.jpeg_decode_ratio(
+        ratios = [1 if margin is None else codec.jpeg_decode_ratio(
             h, w, args.image_size, margin) for h, w in shapes]
         raw_psnr, jpeg_psnr = [], []
         for data, ref, ratio in zip(photos, refs, ratios, strict=True):

@@ -1,12 +1,12 @@
 """What GZIP's deflate buys image shards, by stored format and size: bytes and CPU.
 
 For each --image_format and --sizes, preprocesses --num_images photo-sized JPEGs
-(scripts/sample_photos.py) with the job's own ops (etl.image_codec.preprocess),
+(scripts/sample_photos.py) with the job's own ops (etl.images.codec.preprocess),
 serializes each as the job's tf.train.Example and writes them all with the job's
-shard writer (etl.sharding.ShardWriter) at each of --levels, reporting per record:
+shard writer (etl.core.sharding.ShardWriter) at each of --levels, reporting per record:
 the mean record size, the file size at each level relative to level 0 (stored), and
 the writer's CPU per record (best of --rounds). The image job's default level for
-each format and size (etl.image_shards.default_gzip_level) is recorded beside them.
+each format and size (etl.images.shards.default_gzip_level) is recorded beside them.
 
 Usage: python scripts/measure_gzip_levels.py --work_dir /work/bench_data \\
            --out docs/benchmarks/gzip_levels.json
@@ -30,16 +30,17 @@ from benchmark_etl import input_files  # noqa: E402
 from results import code_commit, write_json  # noqa: E402
 from sample_photos import ensure_photos  # noqa: E402
 
-from etl import image_codec, sharding  # noqa: E402
-from etl.examples import serialize_example  # noqa: E402
-from etl.image_shards import default_gzip_level  # noqa: E402
+from etl.core import sharding  # noqa: E402
+from etl.core.examples import serialize_example  # noqa: E402
+from etl.images import codec  # noqa: E402
+from etl.images.shards import default_gzip_level  # noqa: E402
 from reader import contract  # noqa: E402
 
 
 def stored_records(payloads: list[bytes], image_format: str, size: int,
                    quality: int) -> list[bytes]:
     """The job's serialized examples of ``payloads`` at ``size`` px in ``image_format``."""
-    preprocess = tf.function(lambda data: image_codec.preprocess(
+    preprocess = tf.function(lambda data: codec.preprocess(
         data, size, image_format, quality))
     records = []
     for i, data in enumerate(payloads):

@@ -1,5 +1,5 @@
 """A corpus of JPEG layouts cut from real photo content, for the decoder-agreement and
-serving-parity tests of the one-decode path (etl/image_loading.py, etl/image_shards.py).
+serving-parity tests of the one-decode path (etl/images/loading.py, etl/images/shards.py).
 
 Every file is a crop of one of scikit-learn's sample photos, saved by Pillow in one
 layout: baseline or progressive, 4:4:4 / 4:2:2 / 4:2:0 chroma or grayscale, Huffman

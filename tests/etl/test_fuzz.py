@@ -14,14 +14,15 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from etl import dead_letters, image_codec
-from etl.dead_letters import Rejection
-from etl.image_loading import InputLimits, validate_image_bytes
-from etl.image_shards import Loaded, transform_batch
-from etl.image_sources import ImageRecord, record_from_row
-from etl.text_rows import parse_csv_line, parse_jsonl_line
-from etl.timeseries_series import Cleaning, clean_series
-from etl.timeseries_sources import Columns, Row, parse_row
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
+from etl.core.text_rows import parse_csv_line, parse_jsonl_line
+from etl.images import codec
+from etl.images.loading import InputLimits, validate_image_bytes
+from etl.images.shards import Loaded, transform_batch
+from etl.images.sources import ImageRecord, record_from_row
+from etl.timeseries.series import Cleaning, clean_series
+from etl.timeseries.sources import Columns, Row, parse_row
 from tests.image_fixtures import _encode, exif_block, textured_jpeg
 
 FUZZ = settings(max_examples=1500, deadline=None,
@@ -59,7 +60,7 @@ def mutate(data: bytes, mutations: list[tuple[str, float, int, int]]) -> bytes:
 def _preprocess_batch(images: tf.Tensor) -> tf.Tensor:
     # The graph form the exported transform_fn runs: one failing image fails the call.
     # EXIF orientation and alpha compositing on, so mutated EXIF and alpha go through.
-    return tf.map_fn(lambda b: image_codec.preprocess(b, 8, image_codec.PNG, 95,
+    return tf.map_fn(lambda b: codec.preprocess(b, 8, codec.PNG, 95,
                                                       alpha_background=(0, 128, 255)),
                      images, fn_output_signature=tf.TensorSpec([], tf.string))
 

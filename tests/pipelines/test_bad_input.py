@@ -188,7 +188,7 @@ def _unfinished(out: str) -> list[str]:
     return sorted(found)
 
 
-# Where the job is frozen (ETL_PAUSE_AT, etl/fault_injection.py) and killed, and
+# Where the job is frozen (ETL_PAUSE_AT, etl/core/fault_injection.py) and killed, and
 # what must be on disk then: a shard's temporary file, a shard waiting for its final
 # name, every shard final but no manifest yet.
 @pytest.mark.parametrize("point,unfinished", [

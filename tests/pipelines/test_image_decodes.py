@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from etl import image_shards
+from etl.images import shards
 from tests import image_fixtures, jpeg_corpus
 from tests.conftest import read_split, run_images_job
 
@@ -50,14 +50,14 @@ def corpus_run(tmp_path_factory):
         decodes[_digest(bytes(data))] += 1
         return real_decode(data, *args, **kwargs)
 
-    class RecordingTransform(image_shards.ImageTransform):
+    class RecordingTransform(shards.ImageTransform):
         def __call__(self, batch):
             whole.extend(item.record.key for item in batch if item.pixels is None)
             return super().__call__(batch)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(simplejpeg, "decode_jpeg", counting_decode)
-        patch.setattr(image_shards, "ImageTransform", RecordingTransform)
+        patch.setattr(shards, "ImageTransform", RecordingTransform)
         out = str(tmp_path_factory.mktemp("jpeg_corpus_out"))
         manifest = run_images_job(root, out, f"--image_size={IMAGE_SIZE}",
                                   "--split_fractions=1,0,0", "--num_shards=1")

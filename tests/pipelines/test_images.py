@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from etl import splits
+from etl.core import splits
 from reader import contract
 from tests.conftest import TEST_IMAGE_SIZE, output_digests, read_split, run_images_job
 
@@ -356,7 +356,7 @@ def test_images_job_isolates_a_corrupt_image_inside_a_batch(tmp_path):
 
 def _keys_in_shard(prefix: str, shard: int, num_shards: int, count: int,
                    suffix: str = ".jpg") -> list[str]:
-    from etl import sharding
+    from etl.core import sharding
 
     keys = (f"{prefix}{i}{suffix}" for i in range(10_000))
     return [k for k in keys if sharding.shard_of(k, num_shards) == shard][:count]
@@ -393,8 +393,8 @@ def test_images_analysis_reads_only_the_label_column(monkeypatch, tmp_path):
     # read the image is refused when the pipeline is built.
     import apache_beam as beam
 
-    from etl import image_preprocessing
-    from etl.transform import analyze_input_columns
+    from etl.core.analysis import analyze_input_columns
+    from etl.images import preprocessing as image_preprocessing
     from pipelines import images
 
     assert analyze_input_columns(image_preprocessing.preprocessing_fn,
@@ -494,7 +494,8 @@ def test_images_job_withholds_a_dataset_whose_counts_do_not_reconcile(image_fold
     # A shard step that silently lost an image (simulated): inputs != written +
     # rejected, so no manifest; the reason is recorded in errors/failure.json and
     # the launcher raises it with its type.
-    from etl import accounting, image_shards
+    from etl.core import accounting
+    from etl.images import shards as image_shards
 
     real = image_shards.process_shard
 

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import reader
-from etl import accounting, sharding, splits
+from etl.core import accounting, sharding, splits
 from pipelines import timeseries
 from reader import contract
 from tests.conftest import output_digests
@@ -201,7 +201,8 @@ def test_per_series_lookup_in_job_and_serving_with_unseen_series_fallback(tmp_pa
 
 
 def test_per_series_analyzer_refuses_fingerprint_clashes(monkeypatch):
-    from etl import exact_stats, timeseries_preprocessing
+    from etl.timeseries import exact_stats
+    from etl.timeseries import preprocessing as timeseries_preprocessing
 
     monkeypatch.setattr(timeseries_preprocessing, "fingerprint",
                         lambda ids: tf.zeros_like(ids, tf.int64))
@@ -578,7 +579,7 @@ def test_timeseries_cli_header_only_input_fails_in_one_line(tmp_path):
 def test_timeseries_job_spreads_one_long_series_over_shards(tmp_path, monkeypatch):
     # Runs of at most 2 windows (a tiny RUN_BYTES): one series' 45 train windows are
     # 23 runs, which the 3 shards share; every window is stored once, in key order.
-    from etl import timeseries_runs
+    from etl.timeseries import runs as timeseries_runs
 
     monkeypatch.setattr(timeseries_runs, "RUN_BYTES", 300)
     rng = np.random.default_rng(10)

@@ -1,0 +1,12 @@
+"""What both jobs share, in the order a record meets it.
+
+1. ``text_rows``: CSV / JSON Lines rows, one physical line each.
+2. ``hashing``, ``splits``: stable key hashes and the train / validation / test split.
+3. ``dead_letters``: rejected inputs, their reason codes and the errors/ file.
+4. ``analysis``: tf.Transform fit on train, ``transform_fn`` written.
+5. ``examples``: a transformed instance → a deterministic ``tf.train.Example``.
+6. ``sharding``: shard plans and GZIP TFRecord shard files.
+7. ``accounting``: counts reconciled, the error-fraction threshold.
+8. ``manifest``, ``publish``: the tail every job ends with, the manifest written last.
+9. ``output_dir``, ``atomic_files``, ``fault_injection``: files and test pause points.
+"""

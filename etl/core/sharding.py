@@ -1,0 +1,317 @@
+"""Deterministic sharding: shard plans, shard files, and the shard steps both jobs end with.
+
+Why not ``beam.io.WriteToTFRecord(num_shards=N)``: it assigns records to shards at
+random, so reruns give different files. Here everything derives from the key:
+
+1. per split, the shard count comes from ``--num_shards`` or the split's (estimated)
+   serialized bytes divided by the target shard size, and never exceeds the number
+   of units a shard is made of (images; runs of windows of one series);
+2. a unit's shard is ``stable_hash64(key, "shard") % num_shards`` (an image's key; a
+   window run's first window's key);
+3. inside a shard, records are ordered by ``(stable_hash64(key, "order"), key)`` of
+   their own keys;
+4. each shard is written whole by one worker under a *pending* name
+   (``<split>/<name>-<split>-pending-SSSSS.tfrecord.gz``, itself written under a
+   temporary name first); ``FinalizeShards`` then drops the shards that ended with
+   no record (all rejected, or no key hashed there) and renames the rest to their
+   contiguous final names ``-SSSSS-of-NNNNN``, so no file is ever empty.
+
+Files are GZIP (zlib) streams at ``gzip_level`` 0-9: records framed by Apache Beam's
+TFRecord coder (length, masked CRC32C, data, masked CRC32C; the format
+``tf.io.TFRecordWriter`` writes and tf.data reads), deflated by Python's ``gzip`` a
+``DEFLATE_CHUNK_BYTES`` chunk at a time. Not ``tf.io.TFRecordWriter`` itself: it
+releases the GIL for every record, and each time must wait up to Python's switch
+interval to take it back from the shard step's other threads (2,000 records of 20 KB:
+0.64 s alone, 7.0 s beside one busy Python thread; framed here and deflated per MiB,
+0.67 s and 1.8 s). zlib's own level 6 (``DEFAULT_GZIP_LEVEL``) shrinks raw photo
+pixels ~30 % and time-series windows ~20 % (in hash order, the overlapping windows of
+a series lie far apart in a shard, beyond deflate's 32 KiB reach), but photo-sized
+JPEG/PNG records only by ~4 % or less, at ~0.4 ms of one core per 19 KB JPEG record;
+level 0 keeps the GZIP container (every reader unchanged) and stores the records,
+~8x faster to write, and is the image job's default for them
+(``etl.images.shards.default_gzip_level``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gzip
+import io
+import math
+import posixpath
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.tfrecordio import _TFRecordUtil
+
+from etl.core import dead_letters, fault_injection, hashing
+from etl.core.atomic_files import publish, temp_path_for
+from reader import contract
+
+DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
+DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
+# Framed records are deflated a chunk at a time, the GIL released for each chunk.
+DEFLATE_CHUNK_BYTES = 1 << 20
+
+
+def check_gzip_level(level: int) -> int:
+    """``level`` if it is a zlib compression level (0-9), else ValueError."""
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
+        raise ValueError(f"--gzip_level must be an integer from 0 (store) to 9 "
+                         f"(smallest), got {level!r}.")
+    return level
+
+
+def plan_num_shards(num_records: int, num_bytes: int, target_shard_bytes: int,
+                    num_shards: int | None = None) -> int:
+    """Number of shards for one split.
+
+    Args:
+        num_records: records in the split.
+        num_bytes: total serialized (uncompressed) example bytes in the split.
+        target_shard_bytes: desired shard size before compression.
+        num_shards: explicit count (``--num_shards``); overrides the target size.
+
+    Returns:
+        ``ceil(num_bytes / target)`` or ``num_shards``, at least 1, at most
+        ``num_records`` (0 for an empty split).
+    """
+    if num_records <= 0:
+        return 0
+    if num_shards is not None:
+        if num_shards < 1:
+            raise ValueError(f"--num_shards must be >= 1, got {num_shards}.")
+        wanted = num_shards
+    else:
+        if target_shard_bytes < 1:
+            raise ValueError(f"Target shard size must be >= 1 byte, got "
+                             f"{target_shard_bytes}.")
+        wanted = math.ceil(num_bytes / target_shard_bytes)
+    return max(1, min(wanted, num_records))
+
+
+def shard_of(key: str, num_shards: int) -> int:
+    """Provisional shard id of ``key`` among ``num_shards``."""
+    return hashing.stable_hash64(key, hashing.SHARD_SALT) % num_shards
+
+
+def order_in_shard(key: str) -> int:
+    """Sort key of a record inside its shard."""
+    return hashing.stable_hash64(key, hashing.ORDER_SALT)
+
+
+def shard_sort_key(key: str) -> tuple[int, str]:
+    """Total order of records inside a shard: ``(order hash, key)``."""
+    return order_in_shard(key), key
+
+
+def pending_relpath(name: str, split: str, shard: int) -> str:
+    """Where a written shard waits for its final index (relative to the output dir)."""
+    return f"{split}/{name}-{split}-pending-{shard:05d}{contract.SHARD_SUFFIX}"
+
+
+class ShardWriter:
+    """Writes one shard's records, in the order given, as a GZIP TFRecord file.
+
+    Use as a context manager: the file is written under a temporary name and renamed
+    to ``path`` only when the block ends without an error; with no record written it
+    is not kept at all (``num_records`` 0, ``sha256`` None). The sha256 and size are
+    those of the final file's bytes.
+    """
+
+    def __init__(self, path: str, gzip_level: int) -> None:
+        self.path = path
+        self._gzip_level = check_gzip_level(gzip_level)
+        self.num_records = 0
+        self.num_bytes = 0
+        self.sha256: str | None = None
+
+    def __enter__(self) -> ShardWriter:
+        import tensorflow as tf
+
+        self._tmp_path = temp_path_for(self.path)
+        tf.io.gfile.makedirs(posixpath.dirname(self.path))
+        self._file = tf.io.gfile.GFile(self._tmp_path, "wb")
+        # No file name and mtime 0 in the GZIP header: the bytes depend on the
+        # records and the level only.
+        self._gzip = gzip.GzipFile(filename="", mode="wb", compresslevel=self._gzip_level,
+                                   fileobj=self._file, mtime=0)
+        self._records = io.BufferedWriter(self._gzip, buffer_size=DEFLATE_CHUNK_BYTES)
+        return self
+
+    def write(self, serialized: bytes) -> None:
+        _TFRecordUtil.write_record(self._records, serialized)
+        self.num_records += 1
+        if self.num_records == 1:
+            fault_injection.pause_point(fault_injection.SHARD_WRITING)
+
+    def write_all(self, records: Iterable[bytes]) -> None:
+        for serialized in records:
+            self.write(serialized)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        import tensorflow as tf
+
+        try:
+            self._records.close()  # flushes, then ends the GZIP stream
+        finally:
+            self._file.close()
+        if exc_type is not None or self.num_records == 0:
+            tf.io.gfile.remove(self._tmp_path)
+            return
+        self.num_bytes = tf.io.gfile.stat(self._tmp_path).length
+        self.sha256 = contract.sha256_of_file(self._tmp_path)
+        publish(self._tmp_path, self.path)
+        fault_injection.pause_point(fault_injection.SHARD_WRITTEN)
+
+
+class BlockWriter:
+    """Writes blocks of records to a ``ShardWriter`` on a background thread, in order.
+
+    A shard step prepares the next block (decode, transform, serialize) while the
+    previous one is written: ``ShardWriter`` deflates a chunk at a time with the GIL
+    released, so the two overlap on separate cores. One block is in flight at a time, and the
+    file's bytes are those of writing every block in turn on one thread. Use as a
+    context manager inside the ``ShardWriter`` block: leaving it waits for the block
+    in flight, so the file is never closed under a write.
+    """
+
+    def __init__(self, writer: ShardWriter, pool: concurrent.futures.Executor) -> None:
+        self._writer = writer
+        self._pool = pool
+        self._in_flight: concurrent.futures.Future | None = None
+
+    def write(self, records: list[bytes]) -> None:
+        """Queues ``records`` after the block in flight (raising its error, if any)."""
+        self.wait()
+        if records:
+            self._in_flight = self._pool.submit(self._writer.write_all, records)
+
+    def wait(self) -> None:
+        """Blocks until the block in flight is written; raises what writing it raised."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.result()
+
+    def __enter__(self) -> BlockWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.wait()
+        elif self._in_flight is not None:
+            concurrent.futures.wait([self._in_flight])
+
+
+def shard_result(split: str, shard: int, relpath: str | None, writer: ShardWriter,
+                 **extra: Any) -> dict[str, Any]:
+    """The small record a shard writer hands to ``FinalizeShards``."""
+    return {"split": split, "shard": shard, "path": relpath if writer.num_records else None,
+            "num_records": writer.num_records, "num_bytes": writer.num_bytes,
+            "sha256": writer.sha256, **extra}
+
+
+def finalize_shards(results: Iterable[Mapping[str, Any]], output_dir: str, name: str
+                    ) -> list[dict[str, Any]]:
+    """Renames every non-empty pending shard to its contiguous final name.
+
+    Per split, the non-empty shards keep the order of their provisional ids and are
+    numbered ``0 .. n-1`` of ``n``; empty ones have no file and are dropped.
+
+    Returns:
+        Manifest shard entries ``{"split", "index", "path", "num_records",
+        "num_bytes", "sha256"}`` in (split, index) order.
+
+    Raises:
+        ValueError: if two results claim the same (split, shard).
+    """
+    import tensorflow as tf
+
+    by_split: dict[str, list[Mapping[str, Any]]] = {}
+    seen: set[tuple[str, int]] = set()
+    for result in results:
+        ident = (result["split"], result["shard"])
+        if ident in seen:
+            raise ValueError(f"Shard {ident} was written twice.")
+        seen.add(ident)
+        if result["num_records"]:
+            by_split.setdefault(result["split"], []).append(result)
+    entries = []
+    for split in contract.SPLITS:
+        written = sorted(by_split.get(split, []), key=lambda r: r["shard"])
+        for index, result in enumerate(written):
+            relpath = contract.shard_relpath(name, split, index, len(written))
+            tf.io.gfile.rename(posixpath.join(output_dir, result["path"]),
+                               posixpath.join(output_dir, relpath), overwrite=True)
+            entries.append({"split": split, "index": index, "path": relpath,
+                            "num_records": result["num_records"],
+                            "num_bytes": result["num_bytes"], "sha256": result["sha256"]})
+    return entries
+
+
+class FinalizeShards(beam.PTransform):
+    """Shard results (small dicts from a shard writer) → final manifest shard entries.
+
+    Runs once, on one worker, after every shard is written: the files are only
+    renamed, never read or copied.
+    """
+
+    def __init__(self, output_dir: str, name: str) -> None:
+        super().__init__()
+        self._output_dir = output_dir
+        self._name = name
+
+    def expand(self, results: beam.PCollection) -> beam.PCollection:
+        return (
+            results
+            | "GatherShardResults" >> beam.combiners.ToList()
+            | "RenameShards" >> beam.FlatMap(finalize_shards, output_dir=self._output_dir,
+                                             name=self._name)
+        )
+
+
+def _shard_key(unit: Any, num_shards: dict[str, int]) -> tuple[tuple[str, int], Any]:
+    # ((split, provisional shard), unit)
+    return (unit.split, shard_of(unit.key, num_shards[unit.split])), unit
+
+
+class WriteShardGroups(beam.PTransform):
+    """Small units (anything with a ``split`` and a ``key``) → final shard files.
+
+    Each unit goes to provisional shard ``shard_of(key, num_shards[split])``; the
+    units of a shard are grouped and handed to ``write_shard``, a job's DoFn from
+    ``((split, shard), [unit])`` to that shard's pending file, which emits one
+    ``shard_result`` and tagged ``Rejection``s (it also gets ``num_shards`` and any
+    ``side_inputs`` as keyword side inputs). ``FinalizeShards`` then gives the
+    written shards their final names.
+
+    Returns:
+        ``(entries, results, rejected)``: manifest shard entries, the writer's shard
+        results, and its rejections.
+    """
+
+    def __init__(self, output_dir: str, name: str, *, num_shards: beam.PCollection,
+                 write_shard: beam.DoFn, write_label: str = "WriteShard",
+                 side_inputs: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self._output_dir = output_dir
+        self._name = name
+        self._num_shards = num_shards
+        self._write_shard = write_shard
+        self._write_label = write_label
+        self._side_inputs = dict(side_inputs or {})
+
+    def expand(self, units: beam.PCollection) -> tuple[beam.PCollection, ...]:
+        num_shards = beam.pvalue.AsDict(self._num_shards)
+        written = (
+            units
+            | "AssignShards" >> beam.Map(_shard_key, num_shards=num_shards)
+            | "GroupByShard" >> beam.GroupByKey()
+            | self._write_label >> beam.ParDo(
+                self._write_shard, num_shards=num_shards, **self._side_inputs,
+            ).with_outputs(dead_letters.REJECTED, main="results")
+        )
+        entries = written.results | "FinalizeShards" >> FinalizeShards(self._output_dir,
+                                                                       self._name)
+        return entries, written.results, written[dead_letters.REJECTED]

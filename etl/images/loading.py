@@ -1,0 +1,325 @@
+"""Reading an image file and checking it: limits, format, header size, and (strict
+decoding) compressed data a decoder reports damaged. A JPEG's strict decode is also
+the one decode the job uses (:func:`plan_jpeg_decode`, :func:`decode_jpeg_into`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import re
+import struct
+import sys
+import warnings
+
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from etl.core import dead_letters
+from etl.images import codec
+
+DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+# Below glibc's mmap threshold (128 KiB), so reads come from the heap and a short
+# read shrinks in place instead of keeping a mapping of its own.
+READ_CHUNK_BYTES = 64 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class InputLimits:
+    """Limits that keep one hostile or broken input from exhausting a worker, and
+    whether damaged image data is refused (``strict_decoding``, see
+    :func:`corrupt_data_problem`) or stored as TensorFlow decodes it."""
+
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    strict_decoding: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_file_bytes < 1 or self.max_image_pixels < 1:
+            raise ValueError("--max_file_mb and --max_image_pixels must be positive.")
+
+
+def read_bytes(uri: str, max_bytes: int | None = None,
+               chunk_bytes: int = READ_CHUNK_BYTES) -> bytes:
+    """The bytes of ``uri`` through Beam's filesystems (local, gs://, s3://, ...).
+
+    Reads at most ``max_bytes + 1`` bytes, so an oversized file is detected without
+    loading it whole. It reads in ``chunk_bytes`` pieces: ``f.read(n)`` allocates
+    ``n`` bytes up front, and with ``n`` = ``--max_file_mb`` (64 MiB) every image
+    cost a 64 MiB mmap and left each small image in a page-rounded mapping of its
+    own (3.4x its size in resident memory; docs/RUNNING_AT_SCALE.md).
+
+    Raises:
+        OSError: if the file cannot be opened or read.
+    """
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}.")
+    # UNCOMPRESSED: never let a ".gz"-looking name be silently decompressed.
+    with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        if max_bytes is None:
+            return f.read()
+        chunks: list[bytes] = []
+        remaining = max_bytes + 1
+        while remaining > 0:
+            chunk = f.read(min(remaining, chunk_bytes))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        # One chunk (a file under chunk_bytes) is returned as is, without a copy.
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def declared_pixels(data: bytes) -> int | None:
+    """Width × height from the image header, without decoding pixels (Pillow reads
+    only the header on open); None if Pillow cannot read the header (TensorFlow's
+    full decode then decides)."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                width, height = image.size
+        except Image.DecompressionBombError as e:
+            # Pillow refuses > 2x its own limit at open: the size is in the message.
+            sizes = [int(n) for n in re.findall(r"\d+", str(e))]
+            return sizes[0] if sizes else sys.maxsize
+        except (OSError, SyntaxError, ValueError, EOFError, struct.error):
+            return None  # A header Pillow cannot parse: TensorFlow's decode decides.
+    return width * height
+
+
+# libjpeg's warning for data that ends before the image does (JWRN_JPEG_EOF): a
+# truncated file, which TensorFlow refuses outright (undecodable_image).
+_LIBJPEG_TRUNCATED = "Premature end of JPEG file"
+
+
+def _jpeg_problem(data: bytes) -> tuple[str, str] | None:
+    import simplejpeg
+
+    try:
+        # min_height/min_width of 1 pick libjpeg-turbo's smallest scale (1/8): the
+        # entropy decoder, where damage shows, still reads every bit of every scan,
+        # at about half the cost of a full decode. strict=True turns libjpeg's
+        # warnings ("Corrupt JPEG data: ...") into errors. The GIL is released
+        # while it decodes.
+        simplejpeg.decode_jpeg(data, min_height=1, min_width=1, strict=True)
+        return None
+    except ValueError as e:
+        warning = str(e)
+    if warning.startswith(_LIBJPEG_TRUNCATED):
+        return (dead_letters.UNDECODABLE_IMAGE,
+                f"JPEG data ends before the image does (truncated): libjpeg: {warning}")
+    try:
+        simplejpeg.decode_jpeg(data, min_height=1, min_width=1, strict=False)
+    except ValueError:
+        # Not a warning but an error libjpeg cannot decode past: the transform's own
+        # decode decides (undecodable_image, or TensorFlow reads what libjpeg-turbo's
+        # TurboJPEG interface does not).
+        return None
+    return dead_letters.CORRUPT_IMAGE_DATA, f"libjpeg reports damaged JPEG data: {warning}"
+
+
+def _gif_problem(data: bytes) -> tuple[str, str] | None:
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                image.load()  # Decodes the first frame, the one the job stores.
+        except Image.DecompressionBombError:
+            return None  # Above Pillow's own limit, not damage: --max_image_pixels rules.
+        except (OSError, SyntaxError, ValueError, EOFError, struct.error) as e:
+            detail = " ".join(str(e).split())[:200]
+            return (dead_letters.CORRUPT_IMAGE_DATA,
+                    f"Pillow reports damaged GIF data: {detail}")
+    return None
+
+
+def corrupt_data_problem(data: bytes, image_format: str) -> tuple[str, str] | None:
+    """``(reason, message)`` if a strict decoder finds ``data``'s image data damaged.
+
+    TensorFlow decodes some damaged files without an error, to broken pixels. Where
+    a maintained decoder reports that damage, it is asked first:
+
+    * JPEG: libjpeg-turbo (simplejpeg, strict, at 1/8 scale). A file it decodes
+      only with warnings (e.g. "Corrupt JPEG data: 24 extraneous bytes before marker
+      0xd9" after entropy-coded data was overwritten) is ``corrupt_image_data``; one
+      that ends early is ``undecodable_image``, the code TensorFlow's decode gives
+      truncated files. Damage that leaves the Huffman stream in step goes unseen.
+    * GIF: Pillow's decoder of the first frame, which reports LZW damage that
+      TensorFlow's GIF decoder passes over.
+    * PNG, WebP, BMP: nothing here. TensorFlow's PNG decoder already refuses damage
+      (CRC and zlib checks); WebP's decoder (libwebp, in TensorFlow as in Pillow)
+      refuses what it detects, and lossless WebP and BMP carry no check that could
+      show damage. Those refusals happen in the transform (``undecodable_image``).
+    """
+    if image_format == "jpeg":
+        return _jpeg_problem(data)
+    if image_format == "gif":
+        return _gif_problem(data)
+    return None
+
+
+def tf_error_detail(message: str) -> str:
+    """The human part of a TensorFlow error message, without run-specific node and
+    function names (they embed counters, which would make dead letters differ
+    between otherwise identical runs)."""
+    message = re.sub(r"\{\{[^}]*\}\}|\[\[[^\]]*\]\]|\[Op:[^\]]*\].*", " ", message)
+    return " ".join(message.split())[:300]
+
+
+# JPEG layouts (colour space, chroma subsampling as simplejpeg names them) on which
+# libjpeg-turbo's TurboJPEG interface (simplejpeg) and TensorFlow's decode_jpeg, both
+# with the accurate IDCT and fancy upsampling, give the same pixels at every DCT
+# scale: tests/etl/test_jpeg_agreement.py decodes a corpus of each (baseline and
+# progressive, restart markers, odd sizes, every EXIF orientation) with both.
+# Other layouts (CMYK, YCCK, 4:4:0, 4:1:1, ...) are decoded by the transform itself.
+AGREEING_JPEG_LAYOUTS = frozenset({
+    ("YCbCr", "444"), ("YCbCr", "422"), ("YCbCr", "420"), ("Gray", "Gray")})
+
+
+@dataclasses.dataclass(frozen=True)
+class JpegDecode:
+    """How the job decodes a JPEG itself: libjpeg-turbo at DCT scale ``1 / ratio``,
+    giving ``uint8 [height, width, 3]``, exactly what ``etl.images.codec.decode_rgb``
+    gives for the same file and output size (:data:`AGREEING_JPEG_LAYOUTS`), from a
+    ``source_height × source_width`` JPEG."""
+
+    ratio: int
+    height: int
+    width: int
+    source_height: int
+    source_width: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.height * self.width * 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """An image that passed the checks made before decoding. ``jpeg`` is set for a
+    JPEG the job decodes itself (:func:`decode_jpeg_into`, whose strict decode is
+    also its damage check); None when the transform decodes the image."""
+
+    jpeg: JpegDecode | None = None
+
+
+# Decoded pixels are handed to TensorFlow through DLPack, buffer and all
+# (etl.images.shards.FinishImages); its CPU kernels expect data aligned as its own
+# allocator aligns it (EIGEN_MAX_ALIGN_BYTES).
+TENSOR_ALIGNMENT = 64
+
+
+def aligned_buffer(nbytes: int) -> np.ndarray:
+    """An uninitialised ``uint8 [nbytes]`` array whose data is ``TENSOR_ALIGNMENT``-aligned."""
+    raw = np.empty(nbytes + TENSOR_ALIGNMENT, np.uint8)
+    offset = -raw.ctypes.data % TENSOR_ALIGNMENT
+    return raw[offset:offset + nbytes]
+
+
+def plan_jpeg_decode(data: bytes, image_size: int) -> JpegDecode | None:
+    """The decode of a JPEG for ``image_size`` px output, from its header: at the DCT
+    scale ``etl.images.codec.jpeg_decode_ratio`` picks, for a layout in
+    :data:`AGREEING_JPEG_LAYOUTS`; None for any other layout or an unreadable header
+    (the transform decodes those)."""
+    import simplejpeg
+
+    try:
+        height, width, colorspace, subsampling = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    if (colorspace, subsampling) not in AGREEING_JPEG_LAYOUTS:
+        return None
+    ratio = codec.jpeg_decode_ratio(height, width, image_size)
+    return JpegDecode(ratio, -(-height // ratio), -(-width // ratio), height, width)
+
+
+def decode_jpeg_into(data: bytes, plan: JpegDecode, out: np.ndarray, strict: bool
+                     ) -> np.ndarray | tuple[str, str] | None:
+    """Decodes ``data`` as ``plan`` says into ``out`` (``plan.nbytes`` aligned bytes):
+    the pixels, viewed ``[height, width, 3]``.
+
+    libjpeg-turbo's warnings are errors. A decode that warns is refused with
+    ``strict`` (``(reason, message)``: ``corrupt_image_data``, or
+    ``undecodable_image`` when the data ends early) and, without it or when libjpeg
+    cannot decode the file at all, left to the transform's own decode (None).
+    """
+    import simplejpeg
+
+    try:
+        # simplejpeg picks the smallest libjpeg scale giving at least min_height x
+        # min_width: no scale below 1/ratio reaches ceil(side / ratio) on both sides.
+        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=plan.height,
+                                        min_width=plan.width, min_factor=plan.ratio,
+                                        buffer=out, strict=True)
+    except ValueError:
+        return _jpeg_problem(data) if strict else None
+    if pixels.shape != (plan.height, plan.width, 3):
+        return None  # Not the transform's scale: let it decode.
+    return pixels
+
+
+def decode_jpeg_checked(data: bytes, image_size: int, strict: bool
+                        ) -> np.ndarray | tuple[str, str] | None:
+    """A JPEG's one decode for ``image_size`` px output, into a buffer of its own
+    (:func:`plan_jpeg_decode`, :func:`decode_jpeg_into`): its pixels, a refusal,
+    or None where the transform decodes it (with ``strict``, after
+    :func:`corrupt_data_problem`'s check of a layout outside the agreeing ones)."""
+    plan = plan_jpeg_decode(data, image_size)
+    if plan is None:
+        return _jpeg_problem(data) if strict else None
+    return decode_jpeg_into(data, plan, aligned_buffer(plan.nbytes), strict)
+
+
+def check_image(data: bytes, limits: InputLimits = InputLimits(),
+                image_size: int | None = None) -> Checked | tuple[str, str]:
+    """``(reason, message)`` if ``data`` is refused before it is decoded, else
+    :class:`Checked`.
+
+    Checks, cheapest first: size, container format, the header's pixel count (a
+    decompression bomb is refused before any decoding) and damaged image data. Given
+    the ``image_size`` the transform resizes to, a JPEG in an agreeing layout is
+    planned for the job's own decode (``Checked(jpeg=...)``), whose strictness is
+    its damage check (:func:`decode_jpeg_into`). Other images are checked here, with
+    ``limits.strict_decoding``, by :func:`corrupt_data_problem` and decoded by the
+    transform, where an image it cannot decode becomes an ``undecodable_image``
+    dead letter (``etl.images.shards.transform_batch``).
+    """
+    if not data:
+        return dead_letters.EMPTY_FILE, "File is empty (0 bytes)."
+    if len(data) > limits.max_file_bytes:
+        return (dead_letters.FILE_TOO_LARGE,
+                f"File exceeds --max_file_mb ({limits.max_file_bytes} bytes).")
+    image_format = codec.sniff_format(data)
+    if image_format is None:
+        # Says what is wrong without quoting the file: dead letters are shared, and
+        # the file may be anything the job was pointed at.
+        return (dead_letters.UNSUPPORTED_FORMAT,
+                "No known image signature: not a JPEG, PNG, GIF, BMP or WebP file.")
+    pixels = declared_pixels(data)
+    if pixels is not None and pixels > limits.max_image_pixels:
+        message = (f"Header declares {pixels} pixels, above --max_image_pixels "
+                   f"({limits.max_image_pixels}); not decoded.")
+        return dead_letters.IMAGE_TOO_LARGE, message
+    if image_format == "jpeg" and image_size is not None:
+        plan = plan_jpeg_decode(data, image_size)
+        if plan is not None:
+            return Checked(jpeg=plan)
+    if limits.strict_decoding:
+        problem = corrupt_data_problem(data, image_format)
+        if problem is not None:
+            return problem
+    return Checked()
+
+
+def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()
+                         ) -> tuple[str, str] | None:
+    """``(reason, message)`` if ``data`` is refused before the transform, else None:
+    :func:`check_image`'s checks, without keeping a decode."""
+    checked = check_image(data, limits)
+    return None if isinstance(checked, Checked) else checked

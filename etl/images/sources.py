@@ -1,0 +1,423 @@
+"""Image inputs: an ImageFolder tree or a CSV/JSONL manifest → ``ImageRecord``s.
+
+Accepted layouts (see README "Input layouts"):
+
+* ``<root>/<class>/.../<file>``: the label is the first folder below the root.
+* ``<root>/<split>/<class>/.../<file>``: when *every* top-level folder is a split
+  name (train, validation/val/valid, test), that split is used instead of hashing.
+* ``manifest.csv`` with a header row, or ``manifest.jsonl`` with one object a line:
+  columns/fields ``path`` (relative to the manifest's folder, absolute, or a URI such
+  as ``gs://...``), ``label``, and optional ``split``.
+
+The key of an example is its path relative to the root (folder input) or the
+``path`` value as written (manifest input), with ``/`` separators. Files and folders
+whose name starts with ``.`` are not inputs (e.g. ``.DS_Store``).
+
+A local input whose real path (every symbolic link followed) lies outside the root
+(the folder, or the manifest's folder) is rejected as ``path_outside_root`` unless
+``--allow_paths_outside_root``; object stores (``gs://``, ``s3://``) have no links,
+so their paths are compared as written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io import fileio
+
+from etl.core import dead_letters, splits, text_rows
+from etl.core.dead_letters import Rejection
+
+PATH_COLUMN = "path"
+LABEL_COLUMN = "label"
+SPLIT_COLUMN = "split"
+MANIFEST_COLUMNS: tuple[str, ...] = (PATH_COLUMN, LABEL_COLUMN, SPLIT_COLUMN)
+
+REJECTED = dead_letters.REJECTED
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageRecord:
+    """One image input before it is read: where it is, its key, label and split."""
+
+    key: str
+    uri: str
+    label: str
+    split: str | None = None  # None: assigned later from a hash of the key.
+
+
+def _has_scheme(path: str) -> bool:
+    return "://" in path
+
+
+def _normalise_root(root: str) -> str:
+    root = root.rstrip("/")
+    return root if _has_scheme(root) else os.path.abspath(root)
+
+
+def list_local_files(root: str, allow_outside_root: bool = False) -> list[str]:
+    """Every path under the local folder ``root`` that is an input candidate, sorted.
+
+    Beam's local ``MatchFiles`` walks without following links, so it silently skips
+    folders that are symbolic links (and links whose target is missing). Here:
+
+    * files and links to files are listed, dangling links included (they become
+      ``path_outside_root`` or ``unreadable_file`` dead letters);
+    * each real folder is walked once, the real tree under ``root`` first, so a link
+      to a folder already walked (a second name inside the root, a cycle) adds
+      nothing: its files are listed once, under their real path;
+    * a linked folder whose real path is outside the root is listed itself, not
+      walked, so it becomes one ``path_outside_root`` dead letter and nothing outside
+      the root is read or named; with ``allow_outside_root`` it is walked;
+    * hidden folders (name starting with ``.``) are not walked: nothing in them is
+      an input.
+
+    Example:
+        >>> list_local_files("/data/images")  # doctest: +SKIP
+        ['/data/images/cat/1.png', '/data/images/cat/linked', '/data/images/dog/2.png']
+    """
+    real_root = os.path.realpath(root)
+    listed: list[str] = []
+    walked: set[str] = set()
+    pending = [root]  # Folders to walk, as reached: the root, then linked folders.
+    while pending:
+        top = pending.pop(0)
+        real_top = os.path.realpath(top)
+        if real_top in walked:
+            continue
+        if not allow_outside_root and not _inside(real_top, real_root):
+            listed.append(top)
+            continue
+        links: list[str] = []
+        for folder, subfolders, files in os.walk(top):
+            real_folder = os.path.realpath(folder)
+            walked.add(real_folder)
+            listed.extend(os.path.join(folder, name) for name in files)
+            real_subfolders = []
+            for name in sorted(subfolders):
+                if name.startswith("."):
+                    continue
+                if os.path.islink(os.path.join(folder, name)):
+                    links.append(os.path.join(folder, name))
+                elif os.path.join(real_folder, name) not in walked:
+                    real_subfolders.append(name)
+            subfolders[:] = real_subfolders  # os.walk descends only into these.
+        pending.extend(sorted(links))
+    return sorted(listed)
+
+
+def assign_split(record: ImageRecord, fractions: splits.SplitFractions,
+                 allowed_labels: frozenset[str] | None = None) -> ImageRecord | Rejection:
+    """The record with its split decided, or an ``unknown_label`` rejection.
+
+    An explicit split (folder or column) wins; otherwise a stable hash of the key
+    decides. From here on the split travels on the record itself.
+    """
+    if allowed_labels is not None and record.label not in allowed_labels:
+        return Rejection(key=record.key, source=record.uri, reason=dead_letters.UNKNOWN_LABEL,
+                         message=f"Label {record.label!r} is not in --label_vocabulary.")
+    if record.split is not None:
+        return record
+    return dataclasses.replace(record, split=splits.assign_split(record.key, fractions))
+
+
+def validate_label(label: Any) -> str | None:
+    """Reason code if ``label`` is unusable as a class name, else None.
+
+    Labels become lines of tf.Transform's text vocabulary file, so they must be
+    non-empty and free of line breaks.
+    """
+    if label is None or (isinstance(label, str) and not label.strip()):
+        return dead_letters.MISSING_LABEL
+    if not isinstance(label, str) or "\n" in label or "\r" in label:
+        return dead_letters.INVALID_LABEL
+    return None
+
+
+def detect_split_layout(root: str) -> bool:
+    """True when every top-level folder of ``root`` is a split name.
+
+    Raises:
+        ValueError: if some top-level folders are split names and others are not
+            (ambiguous: a class called "test" next to real classes?), or if
+            ``root`` has no folders at all.
+    """
+    import tensorflow as tf
+
+    if not tf.io.gfile.isdir(root):
+        raise ValueError(f"--input {root!r} is not a folder or a .csv/.jsonl manifest.")
+    folders = sorted(
+        name.rstrip("/") for name in tf.io.gfile.listdir(root)
+        if not name.startswith(".") and tf.io.gfile.isdir(posixpath.join(root, name))
+    )
+    if not folders:
+        raise ValueError(
+            f"No class folders under {root!r}: expected <root>/<class>/<image> or "
+            f"<root>/<split>/<class>/<image>."
+        )
+    is_split = [name.lower() in splits.SPLIT_ALIASES for name in folders]
+    if all(is_split):
+        return True
+    if any(is_split):
+        raise ValueError(
+            f"Top-level folders of {root!r} mix split names and class names: "
+            f"{folders}. Use either <root>/<class>/... or <root>/<split>/<class>/..."
+        )
+    return False
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def resolves_inside(path: str, root: str) -> bool:
+    """True if ``path`` lies under ``root`` once every symbolic link is followed.
+
+    Both sides go through ``os.path.realpath``, so a root that is itself reached
+    through a link (``/tmp`` is ``/private/tmp`` on macOS) still holds its files, and
+    a dangling link counts where it points. Paths with a scheme (``gs://``, ``s3://``)
+    are compared as written: object stores have no symbolic links.
+    """
+    if _has_scheme(path) or _has_scheme(root):
+        return _inside(path, root)
+    return _inside(os.path.realpath(path), os.path.realpath(root))
+
+
+def record_from_folder_path(path: str, root: str, split_layout: bool,
+                            allow_outside_root: bool = False
+                            ) -> ImageRecord | Rejection | None:
+    """Turns one listed path into a record, a rejection, or None for hidden files.
+
+    A path whose real path lies outside ``root`` (a symbolic link, or a file under a
+    linked folder, pointing elsewhere) is rejected as ``path_outside_root`` unless
+    ``allow_outside_root``: a folder must not make the job read files elsewhere by
+    accident. The key and uri stay the path as listed.
+    """
+    relative = path[len(root):].lstrip("/\\").replace(os.sep, "/")
+    parts = relative.split("/")
+    if any(part.startswith(".") for part in parts):
+        return None
+    if not allow_outside_root and not resolves_inside(path, root):
+        return Rejection(
+            key=relative, source=path, reason=dead_letters.PATH_OUTSIDE_ROOT,
+            message=f"{relative!r} is a symbolic link (or under one) that resolves outside "
+                    f"the input folder {root!r}; pass --allow_paths_outside_root to "
+                    f"read it.")
+    split = None
+    if split_layout and len(parts) > 1:
+        split = splits.canonical_split(parts[0])
+        parts = parts[1:]
+    if len(parts) < 2:
+        return Rejection(
+            key=relative, source=path, reason=dead_letters.MISSING_LABEL,
+            message="File is not inside a class folder, so it has no label.")
+    return ImageRecord(key=relative, uri=path, label=parts[0], split=split)
+
+
+def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
+                    allow_outside_root: bool = False) -> ImageRecord | Rejection:
+    """Validates one manifest row (already parsed into a mapping).
+
+    Paths are resolved against the manifest's folder (the input root). A path that
+    resolves outside it (``../``, an absolute path or a URI elsewhere, or a local path
+    whose real path leaves it through a symbolic link) is rejected as
+    ``path_outside_root`` unless ``allow_outside_root``: a manifest must not make the
+    job read arbitrary files by accident. The key and uri stay the path as written.
+    """
+    path = row.get(PATH_COLUMN)
+    if not isinstance(path, str) or not path.strip():
+        return Rejection(key=source, source=source,
+                         reason=dead_letters.MALFORMED_MANIFEST_ROW,
+                         message=f"Row has no usable {PATH_COLUMN!r} value: {dict(row)!r}")
+    path = path.strip()
+    if _has_scheme(path) or os.path.isabs(path):
+        key = uri = path if _has_scheme(path) else posixpath.normpath(path)
+    else:
+        key = posixpath.normpath(path.replace("\\", "/"))
+        uri = posixpath.normpath(posixpath.join(manifest_dir, key)) if not _has_scheme(
+            manifest_dir) else f"{manifest_dir.rstrip('/')}/{key}"
+    if not allow_outside_root and (key.startswith("../") or key == ".."
+                                   or not resolves_inside(uri, manifest_dir)):
+        return Rejection(key=key, source=source, reason=dead_letters.PATH_OUTSIDE_ROOT,
+                         message=f"{path!r} resolves outside the manifest's folder "
+                                 f"{manifest_dir!r} (symbolic links followed); pass "
+                                 f"--allow_paths_outside_root to read it.")
+    label = row.get(LABEL_COLUMN)
+    reason = validate_label(label)
+    if reason is not None:
+        return Rejection(key=key, source=source, reason=reason,
+                         message=f"Label {label!r} is empty or contains a line break.")
+    split_value = row.get(SPLIT_COLUMN)
+    split = None
+    if split_value not in (None, ""):
+        try:
+            split = splits.canonical_split(str(split_value))
+        except ValueError as e:
+            return Rejection(key=key, source=source, reason=dead_letters.INVALID_SPLIT,
+                             message=str(e))
+    return ImageRecord(key=key, uri=uri, label=label.strip(), split=split)
+
+
+def read_csv_header(manifest_path: str) -> tuple[str, ...]:
+    """The CSV header, checked to contain ``path`` and ``label``.
+
+    Raises:
+        ValueError: naming the columns found if a required one is missing.
+    """
+    try:
+        header = text_rows.read_csv_header(manifest_path)
+    except ValueError as e:
+        raise ValueError(f"Manifest {manifest_path!r} has an unreadable header: {e}") from None
+    missing = [c for c in (PATH_COLUMN, LABEL_COLUMN) if c not in header]
+    if missing:
+        raise ValueError(
+            f"Manifest {manifest_path!r} lacks column(s) {missing}; its header is "
+            f"{list(header)}. Required: {PATH_COLUMN!r}, {LABEL_COLUMN!r}; optional: "
+            f"{SPLIT_COLUMN!r}."
+        )
+    return header
+
+
+def is_manifest(input_path: str) -> bool:
+    """True if ``input_path`` names a CSV or JSONL manifest rather than a folder."""
+    return input_path.lower().endswith((".csv", ".jsonl"))
+
+
+def check_input(input_path: str) -> None:
+    """Validates the input before anything runs (layout, manifest header).
+
+    Raises:
+        ValueError: if the input is missing or has an unusable layout or header.
+    """
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(input_path):
+        raise ValueError(f"--input {input_path!r} does not exist.")
+    if not is_manifest(input_path):
+        detect_split_layout(_normalise_root(input_path))
+    elif input_path.lower().endswith(".csv"):
+        read_csv_header(input_path)
+
+
+class _ParseManifestLine(beam.DoFn):
+    def __init__(self, manifest_path: str, header: tuple[str, ...] | None,
+                 allow_outside_root: bool) -> None:
+        self._manifest_path = manifest_path
+        self._manifest_dir = posixpath.dirname(manifest_path)
+        self._header = header  # None: JSON Lines.
+        self._allow_outside_root = allow_outside_root
+
+    def process(self, numbered_line: tuple[int, str]) -> Iterator[Any]:
+        line_number, line = numbered_line
+        if not line.strip():
+            return  # Blank lines are not rows.
+        source = f"{self._manifest_path}:{line_number}"
+        row = (text_rows.parse_jsonl_line(line) if self._header is None
+               else text_rows.parse_csv_line(line, self._header))
+        if row is None:
+            result: ImageRecord | Rejection = Rejection(
+                key=source, source=source, reason=dead_letters.MALFORMED_MANIFEST_ROW,
+                message=f"Cannot parse manifest line: {line[:200]!r}")
+        else:
+            result = record_from_row(row, self._manifest_dir, source,
+                                     self._allow_outside_root)
+        yield from dead_letters.route(result)
+
+
+class _FolderPathToRecord(beam.DoFn):
+    def __init__(self, root: str, split_layout: bool, allow_outside_root: bool) -> None:
+        self._root = root
+        self._split_layout = split_layout
+        self._allow_outside_root = allow_outside_root
+
+    def process(self, path: str) -> Iterator[Any]:
+        result = record_from_folder_path(path, self._root, self._split_layout,
+                                         self._allow_outside_root)
+        if result is not None:
+            yield from dead_letters.route(result)
+
+
+def _keep_first_of_duplicates(element: tuple[str, Iterable[ImageRecord]]
+                              ) -> Iterator[Any]:
+    """One record per key: the first by (uri, label, split); the others are dead
+    letters (``duplicate_key``), so a listed image never silently appears twice."""
+    key, records = element
+    ordered = sorted(records, key=lambda r: (r.uri, r.label, r.split or ""))
+    yield ordered[0]
+    for extra in ordered[1:]:
+        yield from dead_letters.route(Rejection(
+            key=key, source=extra.uri, reason=dead_letters.DUPLICATE_KEY,
+            message=f"Key listed {len(ordered)} times; kept the row for {ordered[0].uri!r}."))
+
+
+
+class ReadImageRecords(beam.PTransform):
+    """Lists the input (folder or manifest) as ``ImageRecord``s plus rejections.
+
+    Returns ``(records, rejected)``: a PCollection of ``ImageRecord``s with unique
+    keys and one of ``Rejection``s (rows or files that name no usable image, and
+    duplicate keys). Every listed input ends in exactly one of the two.
+    """
+
+    def __init__(self, input_path: str, allow_outside_root: bool = False) -> None:
+        super().__init__()
+        self._input = input_path
+        self._allow_outside_root = allow_outside_root
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> tuple[beam.PCollection, ...]:
+        if not is_manifest(self._input):
+            root = _normalise_root(self._input)
+            split_layout = detect_split_layout(root)
+            # File paths are unique keys by construction.
+            if _has_scheme(root):
+                paths = (
+                    pbegin
+                    | "MatchImageFiles" >> fileio.MatchFiles(root + "/**")
+                    | "TakePaths" >> beam.Map(lambda metadata: metadata.path)
+                )
+            else:
+                # Local folders are listed by list_local_files: MatchFiles would skip
+                # linked folders without a trace.
+                paths = (
+                    pbegin
+                    | "StartListing" >> beam.Create([root])
+                    | "ListImageFiles" >> beam.FlatMap(
+                        list_local_files, allow_outside_root=self._allow_outside_root)
+                )
+            listed = (
+                paths
+                | "PathsToRecords" >> beam.ParDo(
+                    _FolderPathToRecord(root, split_layout,
+                                        self._allow_outside_root)).with_outputs(
+                        REJECTED, main="records")
+            )
+            return listed.records, listed[REJECTED]
+        path = self._input if _has_scheme(self._input) else os.path.abspath(self._input)
+        header = read_csv_header(path) if path.lower().endswith(".csv") else None
+        parsed = (
+            pbegin
+            | "StartManifest" >> beam.Create([path])
+            # Manifests are read line by line on a worker (not pickled into the job
+            # graph) so that large ones stay within Dataflow's graph limits.
+            | "NumberManifestLines" >> beam.FlatMap(
+                text_rows.numbered_lines, skip_header=header is not None)
+            | "ReshuffleManifestLines" >> beam.Reshuffle()
+            | "ParseManifestLines" >> beam.ParDo(
+                _ParseManifestLine(path, header, self._allow_outside_root)).with_outputs(
+                    REJECTED, main="records")
+        )
+        unique = (
+            parsed.records
+            | "KeyByKey" >> beam.Map(lambda record: (record.key, record))
+            | "GroupByKey" >> beam.GroupByKey()
+            | "DropDuplicateKeys" >> beam.FlatMap(_keep_first_of_duplicates).with_outputs(
+                REJECTED, main="records")
+        )
+        rejected = ((parsed[REJECTED], unique[REJECTED])
+                    | "FlattenListingRejections" >> beam.Flatten())
+        return unique.records, rejected

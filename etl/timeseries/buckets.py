@@ -1,0 +1,202 @@
+"""The series step: a bucket's row chunks → cleaned, split series, their runs and stats.
+
+For each series of a bucket (in id order): gather its rows from every chunk (read
+back from the read ranges' spill files), clean
+and split them (``etl/timeseries/series.py``), sum its train rows exactly for the
+normaliser, and spill its windows' rows as runs (``etl/timeseries/runs.py``). Out
+come only small records: ``WindowRun``s, ``Rejection``s, counters, each split's
+longest piece, and one analysis instance per series with train rows.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import posixpath
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+
+from etl.core import dead_letters
+from etl.core.atomic_files import atomic_path
+from etl.core.dead_letters import Rejection
+from etl.timeseries import exact_stats
+from etl.timeseries import series as ts_series
+from etl.timeseries.chunks import POSITION_FILE_STRIDE, ChunkRef, RowChunk, TimeTexts
+from etl.timeseries.preprocessing import analysis_instance
+from etl.timeseries.read import read_chunks
+from etl.timeseries.runs import WindowRun, rows_of, run_bounds, run_windows, write_run
+from etl.timeseries.window_examples import WindowSchema
+from reader import contract
+
+# Tagged outputs of the series step besides the runs (main) and rejections.
+STATS = "stats"  # (counter name, n), summed
+LONGEST = "longest"  # (split, rows of its longest piece), maximum
+ANALYSIS = "analysis"  # one tf.Transform instance per series with train rows
+
+
+@dataclasses.dataclass(frozen=True)
+class SeriesSettings:
+    """What the series step needs to know."""
+
+    windowing: ts_series.Windowing
+    cleaning: ts_series.Cleaning
+    time_split: ts_series.TimeSplit
+    schema: WindowSchema
+    spill_dir: str
+
+    @property
+    def classification(self) -> bool:
+        return self.schema.classification
+
+
+def source_text(position: int, files: Sequence[str], fmt: str) -> str:
+    """``<file>:<line>`` (``<file>:row<n>`` for Parquet) of an input position."""
+    file_index, number = divmod(int(position), POSITION_FILE_STRIDE)
+    return f"{files[file_index]}:{'row' if fmt == 'parquet' else ''}{number}"
+
+
+def gather_series(chunks: Iterable[RowChunk]) -> dict[str, ts_series.SeriesRows]:
+    """Every series of ``chunks`` with all its rows (in any order)."""
+    parts: dict[str, list[tuple[RowChunk, slice, int]]] = collections.defaultdict(list)
+    for chunk in chunks:
+        for series_id, kinds, rows in chunk.runs():
+            parts[series_id].append((chunk, rows, kinds))
+    series = {}
+    for series_id, pieces in parts.items():
+        kinds = 0
+        for _, _, k in pieces:
+            kinds |= k
+        series[series_id] = ts_series.SeriesRows(
+            times=np.concatenate([c.times[r] for c, r, _ in pieces]),
+            values=np.concatenate([c.values[r] for c, r, _ in pieces]),
+            positions=np.concatenate([c.positions[r] for c, r, _ in pieces]),
+            texts=TimeTexts.concat([c.time_texts().take(np.arange(r.start, r.stop))
+                                    for c, r, _ in pieces]),
+            kinds=kinds)
+    return series
+
+
+def _run_bytes(schema: WindowSchema, series_id: str, starts: list[str],
+               label: str | None) -> int:
+    """Exact serialized bytes of a run's examples (a label id counted as 1 byte)."""
+    series_bytes = len(series_id.encode())
+    label_bytes = len((label or "").encode())
+    lengths = collections.Counter(len(s.encode()) for s in starts)
+    return sum(count * schema.example_bytes(series_bytes, length, label_bytes)
+               for length, count in lengths.items())
+
+
+class _Spill:
+    """The bucket's spill file being written, and where the next run goes."""
+
+    def __init__(self, path: str, out: Any) -> None:
+        self.path = path
+        self._out = out
+        self._offset = 0
+
+    def write(self, values: np.ndarray, starts: list[str]) -> tuple[int, int]:
+        """Appends a run; returns its (offset, text bytes)."""
+        offset = self._offset
+        written, text_bytes = write_run(self._out, values, starts)
+        self._offset += written
+        return offset, text_bytes
+
+
+class ProcessSeriesBucket(beam.DoFn):
+    """``(bucket, [ChunkRef])`` → ``WindowRun``s; tagged ``Rejection``s, ``STATS``,
+    ``LONGEST`` and ``ANALYSIS`` records. Reads the bucket's chunks and writes its
+    window rows' spill file."""
+
+    def __init__(self, settings: SeriesSettings, files: Sequence[str], fmt: str) -> None:
+        self._settings = settings
+        self._files = tuple(files)
+        self._fmt = fmt
+
+    def _source(self, position: int) -> str:
+        return source_text(position, self._files, self._fmt)
+
+    def process(self, element: tuple[int, Iterable[ChunkRef]], labels: Mapping[str, str]
+                ) -> Iterator[Any]:
+        import tensorflow as tf
+
+        bucket, refs = element
+        series = gather_series(read_chunks(refs))
+        path = posixpath.join(self._settings.spill_dir, f"bucket-{bucket:05d}.bin")
+        # Emitted once the spill file is complete under its final name.
+        outputs: list[Any] = []
+        with atomic_path(path) as tmp_path, tf.io.gfile.GFile(tmp_path, "wb") as out:
+            spill = _Spill(path, out)
+            for series_id in sorted(series):
+                outputs += self._series(series_id, series[series_id], labels, spill)
+        yield from outputs
+
+    def _series(self, series_id: str, rows: ts_series.SeriesRows, labels: Mapping[str, str],
+                spill: _Spill) -> Iterator[Any]:
+        settings = self._settings
+        windowing = settings.windowing
+        stats: collections.Counter = collections.Counter(series=1)
+        # Name the series by its first input row (chunks arrive in any order).
+        first_source = self._source(int(rows.positions.min()))
+        label = labels.get(series_id) if settings.classification else None
+        if settings.classification and label is None:
+            stats.update(rows_read=len(rows), rows_rejected=len(rows))
+            yield from dead_letters.route(Rejection(
+                key=series_id, source=first_source, reason=dead_letters.UNLABELLED_SERIES,
+                message=f"No label for this series in --labels ({len(rows)} rows)."))
+            yield from _stats(stats)
+            return
+        cleaned = ts_series.clean_rows(series_id, rows, settings.cleaning, self._source)
+        stats.update(cleaned.stats)
+        for rejection in cleaned.rejections:
+            yield from dead_letters.route(rejection)
+        pieces = ts_series.split_pieces(series_id, cleaned.segments, settings.time_split)
+        counts = {split: [windowing.count(len(p)) for p in pieces[split]]
+                  for split in contract.SPLITS}
+        if not any(sum(c) for c in counts.values()):
+            if stats["rows_kept"]:
+                stats.update(series_too_short=1, rows_in_short_series=stats["rows_kept"])
+                yield from dead_letters.route(Rejection(
+                    key=series_id, source=first_source,
+                    reason=dead_letters.SERIES_TOO_SHORT,
+                    message=f"{stats['rows_kept']} clean rows in {len(cleaned.segments)} "
+                            f"segment(s) give no window of span {windowing.span}."))
+            yield from _stats(stats)
+            return
+        for split in contract.SPLITS:
+            stats[f"windows_{split}"] += sum(counts[split])
+            if pieces[split]:
+                yield beam.pvalue.TaggedOutput(
+                    LONGEST, (split, max(len(p) for p in pieces[split])))
+        train = pieces[contract.TRAIN]
+        if train:
+            moments = exact_stats.moments_of(
+                np.concatenate([p.values for p in train]).astype(np.float32))
+            yield beam.pvalue.TaggedOutput(ANALYSIS, analysis_instance(
+                series_id, moments, label, sum(counts[contract.TRAIN])))
+        per_run = run_windows(settings.schema.example_bytes(
+            len(series_id.encode()), 20, len((label or "").encode())))
+        for split in contract.SPLITS:
+            for piece, count in zip(pieces[split], counts[split], strict=True):
+                for first, num_windows in run_bounds(count, per_run):
+                    row = first * windowing.shift
+                    num_rows = rows_of(num_windows, windowing)
+                    starts = piece.texts.take(
+                        row + np.arange(num_windows) * windowing.shift).strings()
+                    offset, text_bytes = spill.write(piece.values[row:row + num_rows],
+                                                     starts)
+                    yield WindowRun(
+                        split=split, key=f"{series_id}@{starts[0]}", series_id=series_id,
+                        label=label, source=first_source, spill_path=spill.path,
+                        offset=offset, num_rows=num_rows, num_windows=num_windows,
+                        text_bytes=text_bytes,
+                        num_bytes=_run_bytes(settings.schema, series_id, starts, label))
+        yield from _stats(stats)
+
+
+def _stats(stats: collections.Counter) -> Iterator[Any]:
+    for name in sorted(stats):
+        yield beam.pvalue.TaggedOutput(STATS, (name, int(stats[name])))
+

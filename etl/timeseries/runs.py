@@ -1,0 +1,135 @@
+"""Window runs: the unit the time-series shards are made of, and where their rows wait.
+
+The series step cleans and splits each series once, then cuts every piece's windows
+into *runs* of at most ``run_windows`` consecutive windows and writes, per run, the
+rows those windows cover (float32, as stored) and their start texts to a spill file
+(one per bucket of series, under the job's temporary directory). A run crosses the
+next stage boundaries as a small ``WindowRun`` record naming its byte range; the
+shard step reads it back, cuts the windows and writes them. So overlapping windows
+(``window_size / shift`` times the rows) exist only inside the shard step, one run
+at a time, and a series far larger than a shard is spread over several shards.
+
+Spill layout of a run, from ``offset``: ``num_rows × F`` little-endian float32
+values, then the UTF-8 start texts of its windows back to back, then their end
+offsets in that text block as ``num_windows`` little-endian int64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import BinaryIO
+
+import apache_beam as beam
+import numpy as np
+
+from etl.core import sharding
+from etl.timeseries.series import Windowing
+
+# Serialized bytes of one run, about: bounds the shard step's memory per run and the
+# granularity at which a series' windows are spread over shards.
+RUN_BYTES = 8 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowRun:
+    """Consecutive windows of one piece of one series, and where their rows are."""
+
+    split: str
+    key: str  # the first window's key, <series_id>@<window_start>: places the run
+    series_id: str
+    label: str | None
+    source: str  # the series' first input row, for dead letters of its windows
+    spill_path: str
+    offset: int
+    num_rows: int
+    num_windows: int
+    text_bytes: int
+    num_bytes: int  # serialized bytes of its examples (a label id counted as 1 byte)
+
+    def spill_bytes(self, num_features: int) -> int:
+        return 4 * self.num_rows * num_features + self.text_bytes + 8 * self.num_windows
+
+
+def run_windows(example_bytes: int) -> int:
+    """Windows per run for examples of about ``example_bytes`` each."""
+    return max(1, RUN_BYTES // max(1, example_bytes))
+
+
+def run_bounds(count: int, per_run: int) -> list[tuple[int, int]]:
+    """``(first window, window count)`` of each run of a piece with ``count`` windows."""
+    return [(first, min(per_run, count - first)) for first in range(0, count, per_run)]
+
+
+def rows_of(num_windows: int, windowing: Windowing) -> int:
+    """Rows the windows ``0 .. num_windows - 1`` of a piece cover, targets included."""
+    return 0 if num_windows == 0 else (num_windows - 1) * windowing.shift + windowing.span
+
+
+def write_run(out: BinaryIO, values: np.ndarray, starts: list[str]) -> tuple[int, int]:
+    """Appends a run's rows ``[rows, F]`` and start texts; returns (bytes, text bytes)."""
+    texts = [s.encode() for s in starts]
+    ends = np.cumsum([len(t) for t in texts], dtype=np.int64)
+    blob = b"".join(texts)
+    data = np.ascontiguousarray(values, dtype="<f4").tobytes() + blob + ends.astype(
+        "<i8").tobytes()
+    out.write(data)
+    return len(data), len(blob)
+
+
+def read_run(run: WindowRun, num_features: int) -> tuple[np.ndarray, list[str]]:
+    """A run's rows ``[num_rows, F]`` (float32) and the start texts of its windows."""
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(run.spill_path, "rb") as f:
+        f.seek(run.offset)
+        data = f.read(run.spill_bytes(num_features))
+    value_bytes = 4 * run.num_rows * num_features
+    values = np.frombuffer(data, "<f4", run.num_rows * num_features).reshape(
+        run.num_rows, num_features)
+    blob = data[value_bytes:value_bytes + run.text_bytes]
+    ends = np.frombuffer(data, "<i8", run.num_windows,
+                         value_bytes + run.text_bytes).tolist()
+    starts = [blob[a:b].decode() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    return values.astype(np.float32, copy=False), starts
+
+
+def _run_size(run: WindowRun) -> tuple[str, tuple[int, int]]:
+    return run.split, (1, run.num_bytes)
+
+
+def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    runs = nbytes = 0
+    for r, b in pairs:
+        runs += r
+        nbytes += b
+    return runs, nbytes
+
+
+def _plan_split(element: tuple[str, tuple[int, int]], target_shard_bytes: int,
+                num_shards: int | None) -> tuple[str, int]:
+    split, (num_runs, num_bytes) = element
+    # A run is written whole by one shard: at most one shard per run.
+    return split, sharding.plan_num_shards(num_runs, num_bytes, target_shard_bytes,
+                                           num_shards)
+
+
+class PlanRunShards(beam.PTransform):
+    """``WindowRun``s → ``(split, num_shards)``: ``--num_shards``, or the split's exact
+    serialized bytes over ``--target_shard_mb``; at most one shard per run."""
+
+    def __init__(self, *, target_shard_bytes: int, num_shards: int | None) -> None:
+        super().__init__()
+        sharding.plan_num_shards(1, 1, target_shard_bytes, num_shards)
+        self._target_shard_bytes = target_shard_bytes
+        self._num_shards = num_shards
+
+    def expand(self, runs: beam.PCollection) -> beam.PCollection:
+        return (
+            runs
+            | "RunSizes" >> beam.Map(_run_size)
+            | "SumRunSizes" >> beam.CombinePerKey(_sum_pairs)
+            | "PlanShardCounts" >> beam.Map(
+                _plan_split, target_shard_bytes=self._target_shard_bytes,
+                num_shards=self._num_shards)
+        )

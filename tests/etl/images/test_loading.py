@@ -1,0 +1,353 @@
+"""Unit tests of etl/images/loading.py: reading, header-only validation, TF error text."""
+
+from __future__ import annotations
+
+import io
+import zlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from etl.core import dead_letters
+from etl.images import codec, loading
+from tests.image_fixtures import KINDS, _encode, corrupt_mid_stream, exif_block, textured_jpeg
+
+# Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
+RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
+
+
+def _truncated_jpeg() -> bytes:
+    data = _encode("jpeg", 40, 40, (10, 20, 30))
+    return data[: len(data) // 2]
+
+
+# --- validate_image_bytes -------------------------------------------------------------
+
+def test_validate_image_bytes_empty():
+    assert loading.validate_image_bytes(b"") == (
+        "empty_file", "File is empty (0 bytes).")
+
+
+@pytest.mark.parametrize("data", [
+    b"this is not an image",
+    b"root:x:0:0:root:/root:/bin/bash\n",
+    bytes(range(256)),
+])
+def test_validate_image_bytes_unsupported_format_message_quotes_no_content(data):
+    # The same fixed text whatever the bytes: a dead letter never carries the file.
+    assert loading.validate_image_bytes(data) == (
+        "unsupported_format",
+        "No known image signature: not a JPEG, PNG, GIF, BMP or WebP file.")
+
+
+def test_validate_image_bytes_without_strict_decoding_does_not_decode(monkeypatch):
+    # Lenient: only the header is read; the transform's own decode (the only one)
+    # decides in the shard step.
+    monkeypatch.setattr(loading, "corrupt_data_problem", _no_decode)
+    lenient = loading.InputLimits(strict_decoding=False)
+    for data in (_truncated_jpeg(), corrupt_mid_stream(textured_jpeg(), seed=0),
+                 _encode("gif", 9, 11, (1, 2, 3))):
+        assert loading.validate_image_bytes(data, lenient) is None
+
+
+@pytest.mark.parametrize("kind", [kind for kind, *_ in KINDS])
+def test_validate_image_bytes_good_image_is_none(kind):
+    assert loading.validate_image_bytes(_encode(kind, 9, 11, (1, 2, 3))) is None
+
+
+def _no_decode(*args: object) -> None:
+    raise AssertionError("decoded an image that must be refused (or kept) before that")
+
+
+# --- strict decoding: damaged image data ----------------------------------------------
+
+def _pillow_jpeg(mode: str, **options: object) -> bytes:
+    pixels = np.asarray(Image.open(io.BytesIO(textured_jpeg())))
+    buf = io.BytesIO()
+    Image.fromarray(pixels).convert(mode).save(buf, "JPEG", **{"quality": 90, **options})
+    return buf.getvalue()
+
+
+# Valid JPEGs of every kind a strict check could trip on: none may be refused.
+VALID_JPEGS = {
+    "baseline": lambda: textured_jpeg(),
+    "progressive": lambda: textured_jpeg(progressive=True),
+    "restart-markers": lambda: textured_jpeg(restart_marker_blocks=4),
+    "restart-rows": lambda: textured_jpeg(restart_marker_rows=1),
+    "optimized-huffman": lambda: textured_jpeg(optimize=True),
+    "4:4:4": lambda: textured_jpeg(subsampling=0),
+    "4:2:2": lambda: textured_jpeg(subsampling=1),
+    "quality-100": lambda: textured_jpeg(quality=100),
+    "odd-size": lambda: textured_jpeg(37, 53),
+    "one-pixel": lambda: textured_jpeg(1, 1),
+    "grayscale": lambda: _pillow_jpeg("L"),
+    "cmyk": lambda: _pillow_jpeg("CMYK"),
+    "exif": lambda: textured_jpeg(exif=exif_block(6)),
+    "tensorflow": lambda: tf.io.encode_jpeg(np.asarray(Image.open(io.BytesIO(
+        textured_jpeg())))).numpy(),
+}
+
+
+
+@pytest.mark.parametrize("name", sorted(VALID_JPEGS))
+def test_strict_decoding_accepts_valid_jpegs(name):
+    data = VALID_JPEGS[name]()
+    tf.io.decode_image(data)  # TensorFlow reads it too: it is a valid file.
+    assert loading.validate_image_bytes(data) is None
+
+
+def test_strict_decoding_accepts_real_photos():
+    from sklearn.datasets import load_sample_images
+
+    for photo in load_sample_images().images:
+        for quality, progressive in ((75, False), (95, True)):
+            buf = io.BytesIO()
+            Image.fromarray(photo).save(buf, "JPEG", quality=quality, progressive=progressive)
+            assert loading.validate_image_bytes(buf.getvalue()) is None
+
+
+@pytest.mark.parametrize("name", ["baseline", "progressive", "restart-markers", "grayscale",
+                                  "cmyk"])
+def test_strict_decoding_rejects_mid_stream_damage_tensorflow_decodes(name):
+    data = corrupt_mid_stream(VALID_JPEGS[name](), seed=0)
+    # The silent kind of damage: TensorFlow decodes it, to broken pixels.
+    damaged = tf.io.decode_image(data, channels=3).numpy().astype(float)
+    intact = tf.io.decode_image(VALID_JPEGS[name](), channels=3).numpy().astype(float)
+    assert np.abs(damaged - intact).mean() > 1.0
+    reason, message = loading.validate_image_bytes(data)
+    assert reason == dead_letters.CORRUPT_IMAGE_DATA
+    assert message.startswith("libjpeg reports damaged JPEG data: Corrupt JPEG data: ")
+    lenient = loading.InputLimits(strict_decoding=False)
+    assert loading.validate_image_bytes(data, lenient) is None
+
+
+def test_strict_decoding_calls_a_truncated_jpeg_undecodable():
+    # The code TensorFlow's decode gives it, so strict or lenient, one reason.
+    data = textured_jpeg()
+    data = data[: len(data) * 2 // 3]
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(data)
+    assert loading.validate_image_bytes(data) == (
+        dead_letters.UNDECODABLE_IMAGE,
+        ("JPEG data ends before the image does (truncated): libjpeg: Premature end of JPEG "
+        "file"))
+
+
+def test_strict_decoding_leaves_jpeg_errors_to_the_transform():
+    # A header libjpeg cannot read is an error, not a warning: the transform's
+    # decode decides (undecodable_image there), as without the check.
+    assert loading.validate_image_bytes(_truncated_jpeg()) is None
+
+
+def _damaged(data: bytes, seed: int, start: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    at = int(rng.integers(start, len(data) - 80))
+    return data[:at] + rng.integers(0, 256, 64, dtype=np.uint8).tobytes() + data[at + 64:]
+
+
+def _photo_gif() -> bytes:
+    pixels = np.asarray(Image.open(io.BytesIO(textured_jpeg(120, 160))))
+    buf = io.BytesIO()
+    Image.fromarray(pixels).convert("P", palette=Image.Palette.ADAPTIVE).save(buf, "GIF")
+    return buf.getvalue()
+
+
+def test_strict_decoding_rejects_gif_damage_tensorflow_decodes():
+    # Pillow reports LZW damage that TensorFlow's GIF decoder passes over. Over 40
+    # seeded damages: every one Pillow reports is refused here, and some of those
+    # TensorFlow would have decoded (broken) without an error.
+    gif = _photo_gif()
+    assert loading.validate_image_bytes(gif) is None
+    silent_refused = 0
+    for seed in range(40):
+        data = _damaged(gif, seed, start=len(gif) // 4)
+        problem = loading.validate_image_bytes(data)
+        assert loading.validate_image_bytes(
+            data, loading.InputLimits(strict_decoding=False)) is None
+        if problem is None:
+            continue
+        reason, message = problem
+        assert reason == dead_letters.CORRUPT_IMAGE_DATA
+        assert message.startswith("Pillow reports damaged GIF data: ")
+        try:
+            codec.decode_rgb(tf.constant(data))
+            silent_refused += 1
+        except tf.errors.InvalidArgumentError:
+            pass
+    assert silent_refused > 0
+
+
+def test_tensorflow_refuses_damaged_png_itself():
+    # PNG carries CRCs and zlib checksums, and TensorFlow's decoder checks them: no
+    # extra check is needed (the transform rejects it as undecodable_image).
+    png = tf.io.encode_png(np.asarray(Image.open(io.BytesIO(textured_jpeg())))).numpy()
+    for seed in range(10):
+        data = _damaged(png, seed, start=len(png) // 4)
+        assert loading.validate_image_bytes(data) is None
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            codec.decode_rgb(tf.constant(data))
+
+
+def test_damage_tensorflow_cannot_always_see_in_webp_and_bmp():
+    # What no check here reports (documented): BMP carries no checksum, so damage
+    # past its header always decodes; libwebp (TensorFlow's and Pillow's WebP
+    # decoder alike) refuses some damage and decodes the rest.
+    pixels = np.asarray(Image.open(io.BytesIO(textured_jpeg())))
+
+    def refused(kind: str, **options: object) -> int:
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, kind, **options)
+        count = 0
+        for seed in range(20):
+            data = _damaged(buf.getvalue(), seed, start=len(buf.getvalue()) // 4)
+            assert loading.validate_image_bytes(data) is None
+            try:
+                codec.decode_rgb(tf.constant(data))
+            except tf.errors.InvalidArgumentError:
+                count += 1
+        return count
+
+    assert refused("BMP") == 0
+    webp = refused("WEBP", lossless=True) + refused("WEBP", quality=90)
+    assert 0 < webp < 40
+
+
+# --- tf_error_detail ------------------------------------------------------------------
+
+def test_tf_error_detail_strips_function_node():
+    message = ("{{function_node __wrapped__DecodeImage_device_/job:localhost/replica:0/"
+               "task:0/device:CPU:0}} jpeg::Uncompress failed. Invalid JPEG data.")
+    assert loading.tf_error_detail(message) == (
+        "jpeg::Uncompress failed. Invalid JPEG data.")
+
+
+def test_tf_error_detail_strips_node_brackets():
+    message = "Invalid PNG data. [[{{node DecodePng_17}}]] more"
+    assert loading.tf_error_detail(message) == "Invalid PNG data. more"
+
+
+def test_tf_error_detail_strips_op_suffix():
+    message = "Invalid PNG. Failed to initialize decoder. [Op:DecodeImage] name: foo_3"
+    assert loading.tf_error_detail(message) == (
+        "Invalid PNG. Failed to initialize decoder.")
+
+
+def test_tf_error_detail_strips_all_parts_and_collapses_whitespace():
+    message = ("{{function_node f_1}}  Bad\n data.\t[[{{node n_2}}]]  tail "
+               "[Op:DecodeImage] name: x")
+    assert loading.tf_error_detail(message) == "Bad data. tail"
+
+
+def test_tf_error_detail_truncates_to_300_characters():
+    assert loading.tf_error_detail("x" * 1000) == "x" * 300
+
+
+
+
+def _declaring(kind: str, width: int, height: int) -> bytes:
+    """A small file of ``kind`` whose header declares ``width x height`` pixels (the
+    size fields patched, by the formats' layouts: test data)."""
+    if kind == "png":
+        data = tf.io.encode_png(np.zeros((8, 8, 1), np.uint8)).numpy()
+        ihdr = b"IHDR" + width.to_bytes(4, "big") + height.to_bytes(4, "big") + data[24:29]
+        return data[:12] + ihdr + zlib.crc32(ihdr).to_bytes(4, "big") + data[33:]
+    if kind == "jpeg":
+        data = _encode("jpeg", 8, 8, (1, 2, 3))
+        sof = data.index(b"\xff\xc0")
+        return (data[:sof + 5] + height.to_bytes(2, "big") + width.to_bytes(2, "big")
+                + data[sof + 9:])
+    data = _encode("gif", 8, 8, (1, 2, 3))
+    return data[:6] + width.to_bytes(2, "little") + height.to_bytes(2, "little") + data[10:]
+
+
+@pytest.mark.parametrize("kind", ["png", "jpeg", "gif"])
+@pytest.mark.parametrize("side", [3000, 60000])
+def test_validate_image_bytes_refuses_a_decompression_bomb_before_decoding(
+        monkeypatch, kind, side):
+    # A few hundred bytes declaring 9 M or 3.6 G pixels: refused from the header,
+    # before the strict check's decode or any other.
+    data = _declaring(kind, side, side)
+    assert len(data) < 1000
+    monkeypatch.setattr(loading, "corrupt_data_problem", _no_decode)
+    reason, message = loading.validate_image_bytes(
+        data, loading.InputLimits(max_image_pixels=1_000_000))
+    assert reason == "image_too_large"
+    assert message.startswith(f"Header declares {side * side} pixels")
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "gif"])
+def test_strict_decoding_runs_for_images_within_the_limit(monkeypatch, kind):
+    # The bomb test's guard has teeth: under the limit, the strict check decodes.
+    monkeypatch.setattr(loading, "corrupt_data_problem", _no_decode)
+    with pytest.raises(AssertionError, match="decoded an image"):
+        loading.validate_image_bytes(_encode(kind, 9, 11, (1, 2, 3)))
+
+
+def test_validate_image_bytes_file_too_large():
+    data = b"\x89PNG\r\n\x1a\n" + bytes(2000)
+    reason, _ = loading.validate_image_bytes(
+        data, loading.InputLimits(max_file_bytes=1000))
+    assert reason == "file_too_large"
+
+
+# --- read_bytes -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 10_000])
+def test_read_bytes_returns_the_whole_file_across_chunks(tmp_path, size):
+    data = np.random.default_rng(size).integers(0, 256, size, np.uint8).tobytes()
+    (tmp_path / "f").write_bytes(data)
+    assert loading.read_bytes(str(tmp_path / "f"), 1_000_000, chunk_bytes=4096) == data
+    assert loading.read_bytes(str(tmp_path / "f")) == data
+
+
+@pytest.mark.parametrize("limit", [4095, 4096, 5000, 9_999])
+def test_read_bytes_stops_one_byte_past_the_limit(tmp_path, limit):
+    data = np.random.default_rng(0).integers(0, 256, 10_000, np.uint8).tobytes()
+    (tmp_path / "f").write_bytes(data)
+    assert loading.read_bytes(str(tmp_path / "f"), limit, chunk_bytes=4096) == (
+        data[:limit + 1])
+
+
+def test_read_bytes_file_exactly_at_the_limit_is_read_whole(tmp_path):
+    (tmp_path / "f").write_bytes(b"x" * 5000)
+    data = loading.read_bytes(str(tmp_path / "f"), 5000, chunk_bytes=4096)
+    assert data == b"x" * 5000
+    assert loading.validate_image_bytes(
+        data, loading.InputLimits(max_file_bytes=5000))[0] != "file_too_large"
+
+
+def test_read_bytes_never_asks_for_more_than_a_chunk(tmp_path, monkeypatch):
+    # f.read(n) allocates n bytes up front: asking for --max_file_mb at once cost a
+    # 64 MiB allocation per image.
+    (tmp_path / "f").write_bytes(b"y" * 3000)
+    requested = []
+    real_open = loading.FileSystems.open
+
+    class Recording:
+        def __init__(self, f):
+            self._f = f
+
+        def read(self, n=-1):
+            requested.append(n)
+            return self._f.read(n)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._f.close()
+
+    monkeypatch.setattr(loading.FileSystems, "open",
+                        lambda *a, **k: Recording(real_open(*a, **k)))
+    assert loading.read_bytes(str(tmp_path / "f"), 64 << 20) == b"y" * 3000
+    assert requested and max(requested) == loading.READ_CHUNK_BYTES
+
+
+def test_read_bytes_refuses_a_non_positive_chunk(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        loading.read_bytes(str(tmp_path / "f"), 10, chunk_bytes=0)
+
+

@@ -1,0 +1,161 @@
+"""Unit tests of etl/images/shards.py: loading, batch isolation, in-order shard outcomes."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
+from etl.images import codec
+from etl.images import loading as image_loading
+from etl.images.shards import (
+    Loaded,
+    default_gzip_level,
+    load_record,
+    process_shard,
+    transform_batch,
+)
+from etl.images.sources import ImageRecord
+from tests.image_fixtures import _encode
+
+LIMITS = image_loading.InputLimits()
+
+
+@tf.function
+def _preprocess_batch(images: tf.Tensor) -> tf.Tensor:
+    # The graph form the exported transform_fn runs: one failing image fails the call.
+    return tf.map_fn(lambda b: codec.preprocess(b, 4, codec.PNG, 95), images,
+                     fn_output_signature=tf.TensorSpec([], tf.string))
+
+
+class CountingTransform:
+    """A stand-in transform_fn: the job's image ops, plus the key; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, batch):
+        self.calls += 1
+        images = _preprocess_batch(tf.constant([item.data for item in batch]))
+        return {"image": images.numpy(),
+                "key": np.array([item.record.key.encode() for item in batch], dtype=object)}
+
+
+def _record(key: str, uri: str = "") -> ImageRecord:
+    return ImageRecord(key=key, uri=uri or f"/in/{key}", label="cat", split="train")
+
+
+def _good(i: int) -> bytes:
+    return _encode("png", 5, 7, (i, 2 * i, 3 * i))
+
+
+def _truncated_jpeg() -> bytes:
+    rng = np.random.default_rng(0)
+    data = tf.io.encode_jpeg(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).numpy()
+    return data[: len(data) // 2]
+
+
+def _truncated_png() -> bytes:
+    rng = np.random.default_rng(1)
+    data = tf.io.encode_png(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).numpy()
+    return data[: len(data) // 2]
+
+
+def test_load_record_reads_and_checks(tmp_path):
+    (tmp_path / "good.png").write_bytes(_good(1))
+    (tmp_path / "empty.png").write_bytes(b"")
+    (tmp_path / "cut.jpg").write_bytes(_truncated_jpeg())
+    loaded = load_record(_record("good", str(tmp_path / "good.png")), LIMITS)
+    assert loaded == Loaded(_record("good", str(tmp_path / "good.png")), _good(1))
+    empty = load_record(_record("empty", str(tmp_path / "empty.png")), LIMITS)
+    assert (empty.key, empty.reason) == ("empty", dead_letters.EMPTY_FILE)
+    missing = load_record(_record("gone", str(tmp_path / "gone.png")), LIMITS)
+    assert missing.reason == dead_letters.UNREADABLE_FILE
+    assert missing.message.startswith("Cannot read file:")
+    # A truncated JPEG has an intact header: the strict check's reduced-scale decode
+    # finds it ends early (the code TensorFlow's decode would give it); without the
+    # check, the transform decides.
+    cut = load_record(_record("cut", str(tmp_path / "cut.jpg")), LIMITS)
+    assert cut.reason == dead_letters.UNDECODABLE_IMAGE
+    assert cut.message == ("JPEG data ends before the image does (truncated): libjpeg: "
+                           "Premature end of JPEG file")
+    lenient = image_loading.InputLimits(strict_decoding=False)
+    assert isinstance(load_record(_record("cut", str(tmp_path / "cut.jpg")), lenient), Loaded)
+
+
+def test_transform_batch_isolates_undecodable_images():
+    transform = CountingTransform()
+    batch = [Loaded(_record("a"), _good(1)), Loaded(_record("cut.jpg"), _truncated_jpeg()),
+             Loaded(_record("b"), _good(2)), Loaded(_record("cut.png"), _truncated_png()),
+             Loaded(_record("bmp"), b"BMW is a car, not a bitmap")]
+    outcomes = transform_batch(transform, batch)
+    assert [o.key if isinstance(o, Rejection) else o[0].key for o in outcomes] == [
+        "a", "cut.jpg", "b", "cut.png", "bmp"]
+    rejected = {o.key: o for o in outcomes if isinstance(o, Rejection)}
+    assert {k: r.reason for k, r in rejected.items()} == {
+        k: dead_letters.UNDECODABLE_IMAGE for k in ("cut.jpg", "cut.png", "bmp")}
+    assert rejected["cut.jpg"].message.startswith("TensorFlow cannot decode this JPEG file: ")
+    assert rejected["cut.png"].message.startswith("TensorFlow cannot decode this PNG file: ")
+    assert rejected["bmp"].message.startswith("TensorFlow cannot decode this BMP file: ")
+    for rejection in rejected.values():
+        # No run-specific node or op names leak into the dead letter.
+        assert "{{" not in rejection.message and "[Op:" not in rejection.message
+    # The good images come out exactly as from a clean batch: one failing call, then
+    # one call per image.
+    clean = transform_batch(CountingTransform(), [batch[0], batch[2]])
+    assert [o[1] for o in outcomes if not isinstance(o, Rejection)] == [o[1] for o in clean]
+    assert transform.calls == 1 + len(batch)
+
+
+def _shard_inputs(tmp_path) -> list[ImageRecord]:
+    records = []
+    for i in range(23):
+        path = tmp_path / f"{i:02d}.png"
+        if i % 5 == 3:
+            path.write_bytes(_truncated_png())      # fails in the transform
+        elif i % 7 == 6:
+            path.write_bytes(b"not an image")       # fails the header check
+        elif i != 19:                               # 19: missing file
+            path.write_bytes(_good(i))
+        records.append(_record(f"cat/{i:02d}.png", str(path)))
+    return records
+
+
+def _outcome_key(outcome) -> tuple[str, str]:
+    if isinstance(outcome, Rejection):
+        return outcome.key, outcome.reason
+    return outcome[0].key, outcome[1].hex()
+
+
+@pytest.mark.parametrize("read_threads,transform_threads,batch_rows", [
+    (1, 1, 1), (4, 3, 3), (2, 2, 50)])
+def test_process_shard_outcomes_keep_input_order_whatever_the_concurrency(
+        tmp_path, read_threads, transform_threads, batch_rows):
+    records = _shard_inputs(tmp_path)
+    with concurrent.futures.ThreadPoolExecutor(read_threads) as read_pool, \
+            concurrent.futures.ThreadPoolExecutor(transform_threads) as transform_pool:
+        outcomes = list(process_shard(records, CountingTransform(), LIMITS, read_pool,
+                                      transform_pool, transform_threads=transform_threads,
+                                      batch_rows=batch_rows))
+    assert [_outcome_key(o)[0] for o in outcomes] == [r.key for r in records]
+    reasons = {k: v for k, v in map(_outcome_key, outcomes) if v in dead_letters.REASONS}
+    assert reasons == {
+        **{f"cat/{i:02d}.png": dead_letters.UNDECODABLE_IMAGE for i in (3, 8, 13, 18)},
+        **{f"cat/{i:02d}.png": dead_letters.UNSUPPORTED_FORMAT for i in (6, 20)},
+        "cat/19.png": dead_letters.UNREADABLE_FILE,
+    }
+    # Independent of the concurrency: compare with the sequential reference.
+    with concurrent.futures.ThreadPoolExecutor(1) as one, \
+            concurrent.futures.ThreadPoolExecutor(1) as other:
+        reference = list(process_shard(records, CountingTransform(), LIMITS, one, other,
+                                       transform_threads=1, batch_rows=1))
+    assert list(map(_outcome_key, outcomes)) == list(map(_outcome_key, reference))
+
+
+def test_default_gzip_level_refuses_an_unknown_format():
+    with pytest.raises(ValueError, match="Unknown image format 'webp'"):
+        default_gzip_level("webp", 224)
