@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import posixpath
 from collections.abc import Mapping
 from typing import Any
@@ -64,11 +65,37 @@ class DatasetInfo:
                 for shard in self._split(split)["shards"]]
 
     def _split(self, split: str) -> Mapping[str, Any]:
-        try:
-            return self.manifest["splits"][split]
-        except KeyError:
-            raise ValueError(f"Unknown split {split!r}; {self.data_dir!r} has "
-                             f"{sorted(self.manifest['splits'])}.") from None
+        check_splits(self.manifest, self.data_dir, [split])
+        return self.manifest["splits"][split]
+
+
+def _closest_split(name: str, splits: list[str]) -> str | None:
+    """The split ``name`` most likely means: one whose name starts with it or that it
+    starts with (``val``, ``valid`` → ``validation``; ``training`` → ``train``, as the
+    job reads such split folders), else the closest spelling."""
+    lowered = name.strip().lower()
+    for split in splits:
+        if lowered and (split.startswith(lowered) or lowered.startswith(split)):
+            return split
+    close = difflib.get_close_matches(lowered, splits, n=1)
+    return close[0] if close else None
+
+
+def check_splits(manifest: Mapping[str, Any], data_dir: str, splits: list[str]) -> None:
+    """Checks that the dataset has every split in ``splits``.
+
+    Raises:
+        ValueError: naming the first unknown split, the dataset's splits and the
+            split it most likely means.
+    """
+    known = list(manifest["splits"])
+    for split in splits:
+        if split in manifest["splits"]:
+            continue
+        closest = _closest_split(split, known)
+        hint = f" Did you mean {closest!r}?" if closest else ""
+        raise ValueError(f"Unknown split {split!r}: {data_dir!r} has splits "
+                         f"{', '.join(map(repr, known))}.{hint}")
 
 
 def _kind_of(manifest: Mapping[str, Any], data_dir: str) -> str:
@@ -116,12 +143,14 @@ def open_dataset(data_dir: str, *, splits: list[str] | None = None,
         FileNotFoundError: no manifest (the job has not finished).
         DatasetError: a shard is missing, has the wrong size or (``verify``) hash,
             or the format version is newer than this reader.
+        ValueError: ``splits`` names a split the dataset does not have.
     """
     manifest = contract.load_manifest(data_dir)
     version = manifest.get("format_version")
     if version != contract.FORMAT_VERSION:
         raise DatasetError(f"{data_dir!r} has format_version {version!r}; this reader "
                            f"reads version {contract.FORMAT_VERSION}.")
-    check_shards(manifest, data_dir, list(manifest["splits"]) if splits is None else splits,
-                 verify)
+    splits = list(manifest["splits"]) if splits is None else splits
+    check_splits(manifest, data_dir, splits)
+    check_shards(manifest, data_dir, splits, verify)
     return DatasetInfo(data_dir=data_dir, manifest=manifest, kind=_kind_of(manifest, data_dir))

@@ -98,7 +98,8 @@ def make_dataset(
     Raises:
         FileNotFoundError: no manifest (the job did not finish).
         reader.DatasetError: a shard is missing, truncated, or fails ``verify``.
-        ValueError: invalid arguments or an empty split.
+        ValueError: invalid arguments, a split the dataset does not have (the
+            message lists those it has) or an empty split.
     """
     config = read_config or ReadConfig()
     info = open_dataset(data_dir, splits=[split], verify=config.verify)
@@ -203,8 +204,8 @@ def _symbolic_checkpoint_blockers(plan: _Plan) -> list[str]:
     if plan.deterministic is False:
         blockers.append("deterministic=False")
     if plan.num_epochs != 1:
-        # tf.data 2.21 saves a repeated stream symbolically but can hang restoring it
-        # (measured: the first element after the restore never comes).
+        # tf.data 2.21 saves a repeated stream symbolically but can hang restoring it:
+        # the first element after the restore never comes.
         blockers.append(f"num_epochs={plan.num_epochs}")
     if plan.config.data_service is not None:
         blockers.append("data_service")
