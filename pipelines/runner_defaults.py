@@ -11,6 +11,8 @@ from apache_beam import Pipeline
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineState
 
+from pipelines import flags
+
 # Beam's DirectRunner first tries to download and start the Prism runner, which stalls
 # or fails without internet access. Its batch engine, the FnApiRunner, runs in-process
 # and honours --direct_num_workers and --direct_running_mode, so it is our default.
@@ -37,8 +39,12 @@ def pipeline_options(argv: Sequence[str] | None,
     """Beam options from ``argv`` with our default runner when ``--runner`` is absent.
 
     Parsing through the job's own ``options_class`` makes ``--help`` list its flags.
+
+    Raises:
+        ValueError: for an argument neither ``options_class`` nor Beam knows.
     """
     options = options_class(list(argv or []))
+    flags.check_known_flags(list(argv or []), options_class)
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = DEFAULT_RUNNER
