@@ -18,6 +18,8 @@ from etl.core.output_dir import prepare_output_dir
 from pipelines import runner_defaults, summary
 from reader.contract import load_manifest
 
+_MIB = 1024 * 1024
+
 
 class DatasetOptions(PipelineOptions):
     """Flags every job shares: input, output and sharding.
@@ -25,25 +27,24 @@ class DatasetOptions(PipelineOptions):
     Defined once: Beam builds one parser from every PipelineOptions subclass loaded
     in the process, so two jobs declaring the same flag would collide. A job's options
     class derives from this one *and* directly from ``PipelineOptions``
-    (``class ImagesOptions(DatasetOptions, PipelineOptions)``): Beam gathers the flags
-    it knows from PipelineOptions' direct subclasses only, and warned "Unparseable
-    argument" for every job-specific flag otherwise.
+    (``class ImagesOptions(DatasetOptions, PipelineOptions)``): Beam parses the flags
+    of PipelineOptions' direct subclasses only.
     """
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
         parser.add_argument(
-            "--input", default=None,
+            "--input",
             help="pipelines.images: an image folder (<root>/<class>/<image> or "
                  "<root>/<split>/<class>/<image>) or a .csv/.jsonl manifest with columns "
                  "path,label[,split] (paths relative to it). pipelines.timeseries: a "
                  ".csv/.jsonl/.parquet file, or glob, of long-format rows.")
         parser.add_argument(
-            "--output_dir", default=None,
+            "--output_dir",
             help="Where shards, transform_fn/, transformed_metadata/, errors/ and "
                  "manifest.json are written (local path or gs://...).")
         parser.add_argument(
-            "--name", default=None,
+            "--name",
             help="Dataset name, the shard file prefix: <name>-<split>-SSSSS-of-NNNNN. "
                  "Default: the job's name (images, timeseries).")
         parser.add_argument(
@@ -52,16 +53,15 @@ class DatasetOptions(PipelineOptions):
                  "folders or a split column win). Time series: of each series' rows in "
                  "time order (--split_by=time) or of series (--split_by=series).")
         parser.add_argument(
-            "--num_shards", type=int, default=None,
+            "--num_shards", type=int,
             help="Shards per split (capped at the split's record count). Default: from "
                  "--target_shard_mb.")
+        add_mib_argument(
+            parser, "--target_shard_mb", sharding.DEFAULT_TARGET_SHARD_BYTES,
+            "Target shard size in MiB of serialized examples (before GZIP), used when "
+            "--num_shards is not given.")
         parser.add_argument(
-            "--target_shard_mb", type=float,
-            default=sharding.DEFAULT_TARGET_SHARD_BYTES / (1024 * 1024),
-            help="Target shard size in MiB of serialized examples (before GZIP), used "
-                 "when --num_shards is not given.")
-        parser.add_argument(
-            "--gzip_level", type=int, default=None,
+            "--gzip_level", type=int,
             help="zlib level 0-9 of the GZIP shard files; 0 keeps the GZIP container "
                  "and stores the records. Default: 0 for JPEG images of 192 px or more "
                  "and PNG of 64 px or more, already compressed (deflate shrinks a 224 "
@@ -77,9 +77,20 @@ class DatasetOptions(PipelineOptions):
             "--overwrite", action="store_true",
             help="Replace a finished dataset already in --output_dir (refused otherwise).")
         parser.add_argument(
-            "--tft_temp_dir", default=None,
+            "--tft_temp_dir",
             help="tf.Transform scratch directory (must be shared storage on a "
                  "distributed runner). Default: <output_dir>/tmp.")
+
+
+def add_mib_argument(parser: Any, flag: str, default_bytes: int, help_text: str) -> None:
+    """Adds a size flag given in MiB whose default is a byte count; read it back in
+    bytes with ``mib_to_bytes``."""
+    parser.add_argument(flag, type=float, default=default_bytes / _MIB, help=help_text)
+
+
+def mib_to_bytes(mib: float) -> int:
+    """A size flag's MiB as whole bytes."""
+    return int(mib * _MIB)
 
 
 def require(options: Any, *flags: str) -> None:
@@ -116,7 +127,7 @@ class OutputSettings:
         if not 0 <= options.max_error_fraction <= 1:
             raise ValueError(f"--max_error_fraction must be in [0, 1], got "
                              f"{options.max_error_fraction}.")
-        target_shard_bytes = int(options.target_shard_mb * 1024 * 1024)
+        target_shard_bytes = mib_to_bytes(options.target_shard_mb)
         sharding.plan_num_shards(1, 1, target_shard_bytes, options.num_shards)
         return cls(
             output_dir=options.output_dir,
@@ -144,17 +155,23 @@ class OutputSettings:
 
 def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
             make_job: Callable[[Any], Any],
-            build_pipeline: Callable[[beam.Pipeline, Any], None]) -> dict[str, Any]:
+            build_pipeline: Callable[[beam.Pipeline, Any], None],
+            adjust_options: Callable[[PipelineOptions], None] | None = None
+            ) -> dict[str, Any]:
     """Validates, prepares the output dir, runs, cleans up, prints the summary.
 
-    ``make_job(options)`` validates everything (nothing is written before it
-    returns); the job it returns must have an ``output`` ``OutputSettings``.
+    ``make_job(options)`` validates everything and changes nothing (nothing is
+    written before it returns); the job it returns must have an ``output``
+    ``OutputSettings``. ``adjust_options(options)``, if given, then changes the
+    options the runner sees.
 
     Returns:
         The manifest the job published.
     """
     options = runner_defaults.pipeline_options(argv, options_class)
     job = make_job(options.view_as(options_class))
+    if adjust_options is not None:
+        adjust_options(options)
     if options.view_as(TestOptions).dry_run:
         # DataflowRunner builds, validates and stages the job locally; nothing is
         # submitted and the output directory is not touched.

@@ -22,11 +22,12 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import accounting, dead_letters, splits
+from etl.core import dead_letters, splits
 from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import REJECTED
+from etl.core.inputs import InputsEntry
 from etl.core.publish import ManifestSpec, PublishDataset
-from etl.images import codec, loading
+from etl.images import accounting, codec, loading
 from etl.images import preprocessing as image_preprocessing
 from etl.images.shard_plan import PlanImageShards
 from etl.images.shards import TransformAndWriteImageShard, default_gzip_level
@@ -72,7 +73,7 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
                  "JPEGs (libjpeg's 'Corrupt JPEG data' warnings) and GIFs are rejected "
                  "as corrupt_image_data.")
         parser.add_argument(
-            "--alpha_background", default=None,
+            "--alpha_background",
             help="R,G,B (0-255 each, e.g. 255,255,255): composite images with an alpha "
                  "channel on this colour. Default: drop the alpha channel, as Pillow's "
                  "convert('RGB') and tf.io.decode_image(channels=3) do (transparent "
@@ -81,13 +82,12 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
             "--max_image_pixels", type=int, default=loading.DEFAULT_MAX_IMAGE_PIXELS,
             help="Reject images whose header declares more pixels (decompression bombs "
                  "are refused before decoding). Default %(default)s.")
+        common.add_mib_argument(
+            parser, "--max_file_mb", loading.DEFAULT_MAX_FILE_BYTES,
+            "Reject input files larger than this (read at most this much). Default "
+            "%(default)s.")
         parser.add_argument(
-            "--max_file_mb", type=float,
-            default=loading.DEFAULT_MAX_FILE_BYTES / (1024 * 1024),
-            help="Reject input files larger than this (read at most this much). "
-                 "Default %(default)s.")
-        parser.add_argument(
-            "--label_vocabulary", default=None,
+            "--label_vocabulary",
             help="Optional text file, one label per line: images with any other label "
                  "are rejected (unknown_label).")
         parser.add_argument(
@@ -146,7 +146,7 @@ class ImageJob:
                 alpha_background=_parse_rgb(options.alpha_background)),
             output=output,
             limits=loading.InputLimits(
-                max_file_bytes=int(options.max_file_mb * 1024 * 1024),
+                max_file_bytes=common.mib_to_bytes(options.max_file_mb),
                 max_image_pixels=options.max_image_pixels,
                 strict_decoding=not options.lenient_decoding),
             allowed_labels=_read_vocabulary(options.label_vocabulary),
@@ -188,10 +188,6 @@ def _read_vocabulary(path: str | None) -> frozenset[str] | None:
     return labels
 
 
-def _inputs_entry(count: int) -> dict[str, int]:
-    return {"inputs": count}
-
-
 def _train_labels(record: ImageRecord) -> Iterator[dict[str, str]]:
     # Exactly the analyzers' input columns (checked in build_pipeline).
     if record.split == contract.TRAIN:
@@ -201,6 +197,23 @@ def _train_labels(record: ImageRecord) -> Iterator[dict[str, str]]:
 def _decide_split(record: ImageRecord, fractions: splits.SplitFractions,
                   allowed_labels: frozenset[str] | None) -> Iterator[Any]:
     return dead_letters.route(assign_split(record, fractions, allowed_labels))
+
+
+def _analyze_labels(job: ImageJob) -> AnalyzeAndWriteTransformFn:
+    """The analysis of the train labels; it must read no image bytes.
+
+    Raises:
+        AssertionError: if the preprocessing's analyzers would read image bytes.
+    """
+    preprocessing_fn = functools.partial(image_preprocessing.preprocessing_fn,
+                                         config=job.preprocessing)
+    analyze = AnalyzeAndWriteTransformFn(preprocessing_fn, image_preprocessing.RAW_FEATURE_SPEC,
+                                         job.output.output_dir, job.output.tft_temp_dir)
+    if analyze.analyze_columns != [contract.RAW_LABEL_KEY]:
+        raise AssertionError(
+            f"The image analyzers must read only {contract.RAW_LABEL_KEY!r} (image bytes "
+            f"never enter the analysis); they read {analyze.analyze_columns}.")
+    return analyze
 
 
 def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
@@ -216,15 +229,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         AssertionError: if the preprocessing's analyzers would read image bytes.
     """
     output_dir = job.output.output_dir
-    preprocessing_fn = functools.partial(image_preprocessing.preprocessing_fn,
-                                         config=job.preprocessing)
-    analyze = AnalyzeAndWriteTransformFn(preprocessing_fn, image_preprocessing.RAW_FEATURE_SPEC,
-                                         output_dir, job.output.tft_temp_dir)
-    if analyze.analyze_columns != [contract.RAW_LABEL_KEY]:
-        raise AssertionError(
-            f"The image analyzers must read only {contract.RAW_LABEL_KEY!r} (image bytes "
-            f"never enter the analysis); they read {analyze.analyze_columns}.")
-
+    analyze = _analyze_labels(job)
     records, listing_rejected = pipeline | "ReadImageRecords" >> ReadImageRecords(
         job.input, job.allow_outside_root)
     # Every listed input is a record or a listing rejection: that count is the inputs.
@@ -232,19 +237,19 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         (records, listing_rejected)
         | "FlattenListed" >> beam.Flatten()
         | "CountInputs" >> beam.combiners.Count.Globally()
-        | "InputsEntry" >> beam.Map(_inputs_entry)
+        | "InputsEntry" >> InputsEntry()
     )
     # ImageRecord with its split set, from here to its shard.
     decided = records | "AssignSplits" >> beam.FlatMap(
         _decide_split, fractions=job.output.fractions,
         allowed_labels=job.allowed_labels).with_outputs(REJECTED, main="records")
     split_records = decided.records
-
     transform_written = (
         split_records
         | "TrainLabels" >> beam.FlatMap(_train_labels)
         | "AnalyzeLabels" >> analyze
     )
+
     _ = split_records | "Publish" >> PublishDataset(
         output_dir, job.output.name,
         plan=PlanImageShards(job.preprocessing, job.limits,

@@ -16,17 +16,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import posixpath
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import accounting, dead_letters
+from etl.core import dead_letters
 from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import Rejection
+from etl.core.inputs import InputsEntry
 from etl.core.publish import ManifestSpec, PublishDataset
+from etl.timeseries import accounting, summary
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries import series as ts_series
 from etl.timeseries.buckets import (
@@ -62,27 +64,27 @@ class TimeSeriesOptions(common.DatasetOptions, PipelineOptions):
         # Beam already owns --labels (Dataflow job labels, key=value); a --labels value
         # naming a .csv/.jsonl file is taken as ours (see labels_path), and
         # --series_labels is the unambiguous spelling.
-        parser.add_argument("--series_labels", default=None,
+        parser.add_argument("--series_labels",
                             help="Optional .csv/.jsonl mapping series id → label (also "
                                  "accepted as --labels=<file>): classify windows by their "
                                  "series' label instead of forecasting.")
         parser.add_argument("--label_column", default="label",
                             help="Label column of the --labels file (its series column "
                                  "is --series_id_column).")
-        parser.add_argument("--window_size", type=int, default=None,
+        parser.add_argument("--window_size", type=int,
                             help="Rows per window (required).")
         parser.add_argument("--shift", type=int, default=1,
                             help="Rows between the starts of consecutive windows.")
         parser.add_argument("--stride", type=int, default=1,
                             help="Rows between consecutive elements of a window.")
-        parser.add_argument("--horizon", type=int, default=None,
+        parser.add_argument("--horizon", type=int,
                             help="Target rows after the window (same stride). Default 1; "
                                  "must be 0 with --labels.")
-        parser.add_argument("--split_by", default=None, choices=ts_series.SPLIT_MODES,
+        parser.add_argument("--split_by", choices=ts_series.SPLIT_MODES,
                             help="time (default without --labels): by time within each "
                                  "series; series (default with --labels): whole series "
                                  "by a hash of the id.")
-        parser.add_argument("--split_times", default=None,
+        parser.add_argument("--split_times",
                             help="With --split_by=time: 'T1,T2' global cut-offs (train < "
                                  "T1 <= validation < T2 <= test) instead of fractions.")
         parser.add_argument("--duplicates", default="mean",
@@ -101,23 +103,30 @@ class TimeSeriesOptions(common.DatasetOptions, PipelineOptions):
                                  "(needs --split_by=time).")
 
 
+def _is_labels_file(value: str) -> bool:
+    return value.lower().endswith(_LABEL_FILE_SUFFIXES)
+
+
 def labels_path(options: PipelineOptions) -> str | None:
     """The series-labels file from ``--series_labels`` or ``--labels=<file>``.
-
-    A ``--labels`` value ending in .csv/.jsonl/.json is removed from Beam's Dataflow
-    job labels (which must be ``key=value``); other ``--labels`` values stay there.
 
     Raises:
         ValueError: if two different labels files are named.
     """
-    cloud = options.view_as(GoogleCloudOptions)
-    files = [v for v in (cloud.labels or []) if v.lower().endswith(_LABEL_FILE_SUFFIXES)]
-    if files:
-        cloud.labels = [v for v in cloud.labels if v not in files] or None
-    named = set(files) | ({options.view_as(TimeSeriesOptions).series_labels} - {None})
+    job_labels = options.view_as(GoogleCloudOptions).labels or []
+    named = ({v for v in job_labels if _is_labels_file(v)}
+             | ({options.view_as(TimeSeriesOptions).series_labels} - {None}))
     if len(named) > 1:
         raise ValueError(f"Several labels files named: {sorted(named)}.")
     return named.pop() if named else None
+
+
+def remove_labels_files_from_job_labels(options: PipelineOptions) -> None:
+    """Takes ``--labels`` values that name a labels file out of Beam's Dataflow job
+    labels (which must be ``key=value``); other ``--labels`` values stay there."""
+    cloud = options.view_as(GoogleCloudOptions)
+    if any(_is_labels_file(v) for v in cloud.labels or []):
+        cloud.labels = [v for v in cloud.labels if not _is_labels_file(v)] or None
 
 
 def _parse_max_gap(text: str) -> float | str:
@@ -212,23 +221,10 @@ class TimeSeriesJob:
     def describe(self) -> dict[str, Any]:
         """The manifest's "preprocessing" entry."""
         return {
-            "windowing": dataclasses.asdict(self.windowing),
-            "value_columns": list(self.columns.values),
-            "timestamp_column": self.columns.timestamp,
-            "series_id_column": self.columns.series_id,
-            "layout": "window: float32 [window_size, num_features], row-major (time "
-                      "first); target: float32 [horizon, num_features] or label id",
-            "cleaning": dataclasses.asdict(self.cleaning),
-            "split_by": self.time_split.mode,
-            "split_fractions": self.output.fractions.as_dict(),
-            "split_times": (list(self.time_split.cutoffs)
-                            if self.time_split.cutoffs else None),
-            "normalize": "per_series" if self.preprocessing.per_series else "global",
-            "normalizer": "z-score per value column: exact mean and population std of "
-                          "every clean train row, once; std 0 -> 1",
+            **summary.describe_preprocessing(self.columns, self.windowing, self.cleaning,
+                                             self.time_split, self.preprocessing.per_series),
             **self.output.describe(),
         }
-
 
     @property
     def settings(self) -> SeriesSettings:
@@ -239,52 +235,18 @@ class TimeSeriesJob:
                                 self.preprocessing.num_features, self.classification),
             spill_dir=posixpath.join(self.output.tft_temp_dir, "series"))
 
-    def empty_split_reasons(self, counts: dict[str, int], longest: dict[str, int]
-                            ) -> dict[str, str]:
-        """Why each split without a window has none, in words."""
-        reasons = {}
-        span = self.windowing.span
-        for split in contract.SPLITS:
-            if counts.get(f"windows_{split}", 0):
-                continue
-            if split in longest:
-                reasons[split] = (
-                    f"its longest piece of a series has {longest[split]} rows, fewer than "
-                    f"the {span} a window and its target span (window_size "
-                    f"{self.windowing.window_size}, stride {self.windowing.stride}, "
-                    f"horizon {self.windowing.horizon}); give the split more rows or "
-                    f"use smaller windows")
-            elif self.time_split.mode == "series":
-                reasons[split] = ("no series was assigned to it (--split_by=series: each "
-                                  "series goes whole to the split its id hashes to)")
-            elif self.time_split.cutoffs is not None:
-                reasons[split] = "no clean row has a timestamp in its --split_times range"
-            elif self.output.fractions.as_dict()[split] == 0:
-                reasons[split] = "--split_fractions gives it no rows"
-            else:
-                reasons[split] = ("no series has clean rows there (each series' rows are "
-                                  "split by --split_fractions in time order)")
-        return reasons
+    @property
+    def summary(self) -> summary.WindowSummary:
+        """What the manifest's "timeseries" entry reports next to the counts."""
+        return summary.WindowSummary(self.columns.values, self.windowing, self.time_split)
 
 
-def _timeseries_entry(counts: dict[str, int], job: TimeSeriesJob, parse_rejected: int,
-                      longest: dict[str, int]) -> dict[str, Any]:
-    return {"timeseries": {
-        "value_columns": list(job.columns.values),
-        "num_features": job.preprocessing.num_features,
-        **dataclasses.asdict(job.windowing),
-        "counts": dict(sorted(counts.items())),
-        "parse_rejected": parse_rejected,
-        "empty_splits": job.empty_split_reasons(counts, longest),
-    }}
-
-
-def _inputs_entry(count: int) -> dict[str, int]:
-    return {"inputs": count}
-
-
-def _sum(values: Iterable[int]) -> int:
-    return sum(values)
+def _analyze(job: TimeSeriesJob) -> AnalyzeAndWriteTransformFn:
+    config = job.preprocessing
+    return AnalyzeAndWriteTransformFn(
+        functools.partial(ts_preprocessing.preprocessing_fn, config=config),
+        config.raw_feature_spec(), job.output.output_dir, job.output.tft_temp_dir,
+        serving_feature_spec=config.serving_feature_spec())
 
 
 def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
@@ -297,14 +259,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
     ``transform_fn`` and written inside one step, in the publishing tail both jobs
     end with (``etl/core/publish.py``).
     """
-    output_dir = job.output.output_dir
-    config = job.preprocessing
-    analyze = AnalyzeAndWriteTransformFn(
-        functools.partial(ts_preprocessing.preprocessing_fn, config=config),
-        config.raw_feature_spec(), output_dir, job.output.tft_temp_dir,
-        serving_feature_spec=config.serving_feature_spec())
-    plan = job.input_plan
-
+    output_dir, plan = job.output.output_dir, job.input_plan
     read = pipeline | "ReadSeriesChunks" >> ReadSeriesChunks(
         plan, job.columns, posixpath.join(job.output.tft_temp_dir, "rows"))
     labels = beam.pvalue.AsDict(pipeline | "LabelsBySeries" >> beam.Create(job.labels))
@@ -317,49 +272,34 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
             labels=labels).with_outputs(dead_letters.REJECTED, STATS, LONGEST, ANALYSIS,
                                         main="runs")
     )
-    transform_written = processed[ANALYSIS] | "AnalyzeTrainSeries" >> analyze
-
+    transform_written = processed[ANALYSIS] | "AnalyzeTrainSeries" >> _analyze(job)
     parse_rejected = read[dead_letters.REJECTED] | "CountParseRejections" >> (
         beam.combiners.Count.Globally())
     # Input rows: every parsed row plus every line rejected while parsing.
-    inputs = (
-        (read[ROW_COUNTS], parse_rejected)
-        | "FlattenInputCounts" >> beam.Flatten()
-        | "CountInputRows" >> beam.CombineGlobally(_sum)
-        | "InputsEntry" >> beam.Map(_inputs_entry)
-    )
-    longest = (
-        processed[LONGEST]
-        | "LongestPiece" >> beam.CombinePerKey(max)
-        | "LongestToDict" >> beam.combiners.ToDict()
-    )
-    counts = (
-        processed[STATS]
-        | "SumStats" >> beam.CombinePerKey(sum)
-        | "StatsToDict" >> beam.combiners.ToDict()
-        | "TimeSeriesEntry" >> beam.Map(
-            _timeseries_entry, job=job,
-            parse_rejected=beam.pvalue.AsSingleton(parse_rejected),
-            longest=beam.pvalue.AsSingleton(longest))
-    )
+    inputs = ((read[ROW_COUNTS], parse_rejected) | "FlattenInputCounts" >> beam.Flatten()
+              | "InputsEntry" >> InputsEntry())
+    timeseries_entry = (processed[STATS], processed[LONGEST]) | "SummariseWindows" >> (
+        summary.SummariseWindows(job.summary, parse_rejected))
+
+    # WindowRun: consecutive windows of a piece of a series, kept whole in one shard.
     _ = processed.runs | "Publish" >> PublishDataset(
         output_dir, job.output.name,
         plan=PlanRunShards(target_shard_bytes=job.output.target_shard_bytes,
                            num_shards=job.output.num_shards),
         write_shard=TransformAndWriteWindowShard(
-            output_dir, job.output.name, job.output.gzip_level, config, job.windowing,
-            shared.Shared()),
+            output_dir, job.output.name, job.output.gzip_level, job.preprocessing,
+            job.windowing, shared.Shared()),
         write_label="WindowTransformAndWrite",
         rejected=[read[dead_letters.REJECTED], processed[dead_letters.REJECTED],
                   pipeline | "LabelFileRejections" >> beam.Create(job.label_rejections)],
-        transform_written=transform_written, extras=[counts, inputs],
+        transform_written=transform_written, extras=[timeseries_entry, inputs],
         manifest=ManifestSpec(
             kind=contract.TIMESERIES, task=CLASSIFICATION if job.classification else FORECAST,
             preprocessing=job.describe(),
             check=functools.partial(accounting.check_timeseries,
                                     max_error_fraction=job.output.max_error_fraction),
             describe_transform=functools.partial(ts_preprocessing.describe_normalisation,
-                                                 config=config)))
+                                                 config=job.preprocessing)))
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -369,7 +309,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ValueError: for invalid options or inputs, before anything runs.
     """
     return common.run_job(argv, TimeSeriesOptions, TimeSeriesJob.from_options,
-                          build_pipeline)
+                          build_pipeline, adjust_options=remove_labels_files_from_job_labels)
 
 
 if __name__ == "__main__":

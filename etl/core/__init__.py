@@ -5,8 +5,9 @@
 3. ``dead_letters``: rejected inputs, their reason codes and the errors/ file.
 4. ``analysis``: tf.Transform fit on train, ``transform_fn`` written.
 5. ``examples``: a transformed instance → a deterministic ``tf.train.Example``.
-6. ``sharding``: shard plans and GZIP TFRecord shard files.
-7. ``accounting``: counts reconciled, the error-fraction threshold.
-8. ``manifest``, ``publish``: the tail every job ends with, the manifest written last.
-9. ``output_dir``, ``atomic_files``, ``fault_injection``: files and test pause points.
+6. ``shard_plan``, ``sharding``: shard counts, shard assignment, GZIP TFRecord shard files.
+7. ``shard_step``: the frame of every job's shard step, and the ``transform_fn`` loader.
+8. ``accounting``: the pieces of a job's check: errors, reconciliation, error fraction.
+9. ``manifest``, ``publish``: the tail every job ends with, the manifest written last.
+10. ``output_dir``, ``atomic_files``, ``fault_injection``: files and test pause points.
 """

@@ -165,21 +165,7 @@ def write_transform_output(transform_fn: Any, serving_feature_spec: Mapping[str,
     return (written, raw_written) | "TransformOutputWritten" >> beam.Flatten()
 
 
-class _TransformStage(beam.PTransform):
-    """What every tf.Transform stage is built from: the preprocessing, the raw spec,
-    where the transform output goes and tf.Transform's scratch directory."""
-
-    def __init__(self, preprocessing_fn: Callable[[dict], dict],
-                 raw_feature_spec: Mapping[str, Any], output_dir: str,
-                 temp_dir: str) -> None:
-        super().__init__()
-        self._preprocessing_fn = preprocessing_fn
-        self._raw_feature_spec = dict(raw_feature_spec)
-        self._output_dir = output_dir
-        self._temp_dir = temp_dir
-
-
-class AnalyzeAndWriteTransformFn(_TransformStage):
+class AnalyzeAndWriteTransformFn(beam.PTransform):
     """Fits ``preprocessing_fn``'s analyzers on instances holding only their input
     columns, and writes ``transform_fn/`` and ``transformed_metadata/``.
 
@@ -202,7 +188,11 @@ class AnalyzeAndWriteTransformFn(_TransformStage):
                  raw_feature_spec: Mapping[str, Any], output_dir: str,
                  temp_dir: str, serving_feature_spec: Mapping[str, Any] | None = None
                  ) -> None:
-        super().__init__(preprocessing_fn, raw_feature_spec, output_dir, temp_dir)
+        super().__init__()
+        self._preprocessing_fn = preprocessing_fn
+        self._raw_feature_spec = dict(raw_feature_spec)
+        self._output_dir = output_dir
+        self._temp_dir = temp_dir
         self.analyze_columns = analyze_input_columns(preprocessing_fn, raw_feature_spec)
         self._serving_feature_spec = dict(serving_feature_spec or raw_feature_spec)
 

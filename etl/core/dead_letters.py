@@ -14,6 +14,10 @@ from etl.core import hashing
 from etl.core.atomic_files import atomic_path, write_text_atomically
 from reader import contract
 
+METRICS_NAMESPACE = "etl"
+# Tag of the dead-letter output of every DoFn that can reject an input.
+REJECTED = "rejected"
+
 # Stable reason codes. They appear in errors/rejected.jsonl, the manifest and the
 # Beam counters, so they are part of the contract: add new ones, never rename.
 UNREADABLE_FILE = "unreadable_file"
@@ -58,10 +62,6 @@ REASONS: tuple[str, ...] = (
 # Examples of each reason kept in the manifest and in error messages.
 EXAMPLES_PER_REASON = 3
 
-METRICS_NAMESPACE = "etl"
-# Tag of the dead-letter output of every DoFn that can reject an input.
-REJECTED = "rejected"
-
 
 @dataclasses.dataclass(frozen=True)
 class Rejection:
@@ -95,7 +95,7 @@ def route(result: Any) -> Iterator[Any]:
         yield result
 
 
-# Rejections one worker sorts and writes at a time (~0.5 KB each). Up to this many,
+# Rejections one worker sorts and writes at a time. Up to this many,
 # errors/rejected.jsonl is one part: every line sorted by key.
 REJECTIONS_PER_PART = 100_000
 _PARTS_DIRNAME = "rejected.parts"
@@ -204,18 +204,25 @@ class WriteRejections(beam.PTransform):
         self._per_part = per_part
 
     def expand(self, rejections: beam.PCollection) -> beam.PCollection:
+        # {"count", "by_reason", "examples"}
         summary = rejections | "SummarizeRejections" >> beam.CombineGlobally(
             SummarizeRejections())
+        # the number of parts
         parts = summary | "PlanRejectionParts" >> beam.Map(
             lambda s, per_part: num_parts(s["count"], per_part), per_part=self._per_part)
         written = (
             rejections
+            # (part, Rejection)
             | "AssignRejectionParts" >> beam.Map(
                 lambda r, n: (part_of(r, n), r), n=beam.pvalue.AsSingleton(parts))
+            # (part, [Rejection])
             | "GroupRejectionParts" >> beam.GroupByKey()
+            # (part, path of the part's file)
             | "WriteRejectionParts" >> beam.Map(_write_part, parts_dir=self._parts_dir)
+            # [(part, path)]
             | "GatherPartPaths" >> beam.combiners.ToList()
         )
+        # the summary, once errors/rejected.jsonl is written
         return written | "ConcatenateRejectionParts" >> beam.Map(
             _concatenate_parts, path=self._path, parts_dir=self._parts_dir,
             summary=beam.pvalue.AsSingleton(summary))

@@ -18,7 +18,6 @@ SHARD_WRITING = "shard_writing"
 SHARD_WRITTEN = "shard_written"
 # After every shard has its final name, just before manifest.json is written.
 MANIFEST_WRITING = "manifest_writing"
-POINTS = (SHARD_WRITING, SHARD_WRITTEN, MANIFEST_WRITING)
 
 
 def pause_point(name: str) -> None:

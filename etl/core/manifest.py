@@ -8,6 +8,8 @@ treat a directory without it as unfinished.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import platform
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,10 +18,18 @@ from typing import Any
 import apache_beam as beam
 
 from etl.core import accounting, fault_injection
-from etl.core.accounting import EmptyTrainSplitError
 from etl.core.atomic_files import write_text_atomically
+from etl.core.sharding import ShardEntry
 from reader import contract
 from reader.contract import CLASSIFICATION
+
+# Called with the written tft.TFTransformOutput; returns extra manifest entries.
+TransformDescriber = Callable[[Any], Mapping[str, Any]]
+# Called with the finished manifest dict; raises to stop it from being published.
+ManifestCheck = Callable[[Mapping[str, Any]], None]
+
+# Why a dataset's train split can be empty, when the job's own check does not say.
+EMPTY_TRAIN = "no example was written to it, so tf.Transform's analyzers had nothing to fit on"
 
 
 def library_versions() -> dict[str, str]:
@@ -35,81 +45,96 @@ def library_versions() -> dict[str, str]:
     }
 
 
-def build_manifest(
-    *,
-    name: str,
-    kind: str,
-    task: str,
-    shards: Iterable[Mapping[str, Any]],
-    label_counts: Iterable[tuple[tuple[str, str], int]],
-    rejected: Mapping[str, Any],
-    features: Mapping[str, Any],
-    label_vocab: list[str],
-    preprocessing: Mapping[str, Any],
-    versions: Mapping[str, str],
-    extra: Mapping[str, Any] | None = None,
-    require_train: bool = True,
-) -> dict[str, Any]:
-    """Assembles the manifest dict (see docs/FORMAT.md for every field).
+@dataclasses.dataclass(frozen=True)
+class ManifestSpec:
+    """What the manifest says about the job, besides what the tail measures.
 
     ``kind`` says what an example holds (``"images"``, ``"timeseries"``), ``task``
-    what its target is (``"classification"``, ``"forecast"``); ``extra`` adds
-    kind-specific top-level entries (e.g. ``"timeseries"``).
+    what its target is (``"classification"``: a label vocabulary exists, or
+    ``"forecast"``); ``preprocessing`` is every preprocessing parameter, recorded
+    verbatim. ``check`` (a module-level function of the finished manifest dict)
+    raises an ``accounting.WithheldError`` to withhold it; without one, only an
+    empty train split does. ``describe_transform`` (a module-level function of the
+    written ``TFTransformOutput``) returns extra top-level entries.
+    """
 
-    Every split of ``contract.SPLITS`` is present, with ``num_records`` 0 and no
-    shards when it is empty; shards are listed in index order.
+    kind: str
+    task: str
+    preprocessing: Mapping[str, Any]
+    check: ManifestCheck | None = None
+    describe_transform: TransformDescriber | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestContent:
+    """What ``manifest.json`` holds (docs/FORMAT.md for every field).
+
+    ``extra`` adds kind-specific top-level entries (e.g. ``"timeseries"``).
+    """
+
+    name: str
+    kind: str
+    task: str
+    shards: Iterable[ShardEntry]
+    label_counts: Iterable[tuple[tuple[str, str], int]]
+    rejected: Mapping[str, Any]
+    features: Mapping[str, Any]
+    label_vocab: Sequence[str]
+    preprocessing: Mapping[str, Any]
+    versions: Mapping[str, str]
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest as written: every split of ``contract.SPLITS`` is present,
+        with ``num_records`` 0 and no shards when it is empty; shards are listed in
+        index order.
+
+        Raises:
+            ValueError: if an extra entry has the name of a standard one.
+        """
+        shards = list(self.shards)
+        split_entries: dict[str, dict[str, Any]] = {}
+        for split in contract.SPLITS:
+            entries = sorted((s for s in shards if s.split == split), key=lambda s: s.index)
+            split_entries[split] = {
+                "num_records": sum(s.num_records for s in entries),
+                "num_bytes": sum(s.num_bytes for s in entries),
+                "shards": [s.file_fields() for s in entries],
+            }
+        counts: dict[str, dict[str, int]] = {split: {} for split in contract.SPLITS}
+        for (split, label), count in self.label_counts:
+            counts[split][label] = counts[split].get(label, 0) + count
+        manifest = {
+            "format_version": contract.FORMAT_VERSION,
+            "name": self.name,
+            "kind": self.kind,
+            "task": self.task,
+            "splits": split_entries,
+            "features": dict(self.features),
+            "label_vocab": list(self.label_vocab),
+            "label_counts": {split: dict(sorted(c.items())) for split, c in counts.items()},
+            "preprocessing": dict(self.preprocessing),
+            "transform_output": {
+                "transform_fn": contract.TRANSFORM_FN_DIRNAME,
+                "transformed_metadata": contract.TRANSFORMED_METADATA_DIRNAME,
+            },
+            "versions": dict(self.versions),
+            "rejected": dict(self.rejected),
+        }
+        clashes = sorted(set(self.extra) & set(manifest))
+        if clashes:
+            raise ValueError(f"Extra manifest entries {clashes} would overwrite standard "
+                             f"ones.")
+        return {**manifest, **self.extra}
+
+
+def require_train(manifest: Mapping[str, Any]) -> None:
+    """The check of a job that gives none: the train split holds a record.
 
     Raises:
-        EmptyTrainSplitError: if no record landed in the train split (unless
-            ``require_train`` is False: a job's check then says why, in its terms).
+        accounting.EmptyTrainSplitError: if it holds none.
     """
-    shards = list(shards)
-    if require_train and not any(s["split"] == contract.TRAIN for s in shards):
-        raise EmptyTrainSplitError(
-            f"The train split is empty: {accounting.IMAGES_EMPTY_TRAIN}. No manifest "
-            f"was published.")
-    split_entries: dict[str, dict[str, Any]] = {}
-    for split in contract.SPLITS:
-        entries = sorted((s for s in shards if s["split"] == split),
-                         key=lambda s: s["index"])
-        split_entries[split] = {
-            "num_records": sum(s["num_records"] for s in entries),
-            "num_bytes": sum(s["num_bytes"] for s in entries),
-            "shards": [
-                {k: s[k] for k in ("path", "num_records", "num_bytes", "sha256")}
-                for s in entries
-            ],
-        }
-    counts: dict[str, dict[str, int]] = {split: {} for split in contract.SPLITS}
-    for (split, label), count in label_counts:
-        counts[split][label] = counts[split].get(label, 0) + count
-    manifest = {
-        "format_version": contract.FORMAT_VERSION,
-        "name": name,
-        "kind": kind,
-        "task": task,
-        "splits": split_entries,
-        "features": dict(features),
-        "label_vocab": list(label_vocab),
-        "label_counts": {split: dict(sorted(c.items())) for split, c in counts.items()},
-        "preprocessing": dict(preprocessing),
-        "transform_output": {
-            "transform_fn": contract.TRANSFORM_FN_DIRNAME,
-            "transformed_metadata": contract.TRANSFORMED_METADATA_DIRNAME,
-        },
-        "versions": dict(versions),
-        "rejected": dict(rejected),
-    }
-    clashes = sorted(set(extra or {}) & set(manifest))
-    if clashes:
-        raise ValueError(f"Extra manifest entries {clashes} would overwrite standard ones.")
-    return {**manifest, **(extra or {})}
-
-
-# Called with the written tft.TFTransformOutput; returns extra manifest entries.
-TransformDescriber = Callable[[Any], Mapping[str, Any]]
-# Called with the finished manifest dict; raises to stop it from being published.
-ManifestCheck = Callable[[Mapping[str, Any]], None]
+    accounting.check_train_split(manifest, EMPTY_TRAIN)
 
 
 def _read_transform_output(output_dir: str, task: str) -> tuple[dict[str, Any], list[str],
@@ -126,32 +151,34 @@ def _read_transform_output(output_dir: str, task: str) -> tuple[dict[str, Any], 
     return features, vocab, transform_output
 
 
-def _write_manifest(unused: None, *, output_dir: str, name: str, kind: str, task: str,
-                    preprocessing: Mapping[str, Any], shards: list[dict[str, Any]],
-                    label_counts: list[tuple[tuple[str, str], int]],
-                    rejected: dict[str, Any], transform_written: list[Any],
-                    extras: list[Mapping[str, Any]],
-                    describe_transform: TransformDescriber | None,
-                    check: ManifestCheck | None) -> str:
-    del unused, transform_written  # Only ordering: the transform output is final.
-    features, vocab, transform_output = _read_transform_output(output_dir, task)
-    extra: dict[str, Any] = {}
+def _merge_extras(extras: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
     for entry in sorted(extras, key=lambda e: sorted(e)):
-        clashes = sorted(set(entry) & set(extra))
+        clashes = sorted(set(entry) & set(merged))
         if clashes:
             raise ValueError(f"Two extra manifest entries named {clashes}.")
-        extra.update(entry)
-    if describe_transform is not None:
-        extra.update(describe_transform(transform_output))
+        merged.update(entry)
+    return merged
+
+
+def _write_manifest(unused: None, *, output_dir: str, name: str, spec: ManifestSpec,
+                    shards: list[ShardEntry],
+                    label_counts: list[tuple[tuple[str, str], int]],
+                    rejected: dict[str, Any], transform_written: list[Any],
+                    extras: list[Mapping[str, Any]]) -> str:
+    del unused, transform_written  # Only ordering: the transform output is final.
+    features, vocab, transform_output = _read_transform_output(output_dir, spec.task)
+    extra = _merge_extras(extras)
+    if spec.describe_transform is not None:
+        extra.update(spec.describe_transform(transform_output))
     try:
-        manifest = build_manifest(
-            name=name, kind=kind, task=task, shards=shards, label_counts=label_counts,
-            rejected=rejected, features=features, label_vocab=vocab,
-            preprocessing=preprocessing, versions=library_versions(), extra=extra,
-            require_train=check is None)
-        if check is not None:
-            # Raises to withhold the manifest (accounting, error rate, empty train).
-            check(manifest)
+        manifest = ManifestContent(
+            name=name, kind=spec.kind, task=spec.task, shards=shards,
+            label_counts=label_counts, rejected=rejected, features=features,
+            label_vocab=vocab, preprocessing=spec.preprocessing,
+            versions=library_versions(), extra=extra).to_dict()
+        # Raises to withhold the manifest (accounting, error rate, empty train).
+        (spec.check or require_train)(manifest)
     except accounting.WithheldError as e:
         accounting.write_failure(output_dir, e)
         raise
@@ -162,50 +189,28 @@ def _write_manifest(unused: None, *, output_dir: str, name: str, kind: str, task
 
 
 class WriteManifest(beam.PTransform):
-    """Writes ``manifest.json`` once every input PCollection is complete.
+    """``(shards, label_counts, rejected)`` → the path of ``manifest.json``, written
+    once every input is complete.
 
-    Args:
-        output_dir: the dataset directory.
-        name: dataset name (the shard file prefix).
-        preprocessing: every preprocessing parameter, recorded verbatim.
-        kind: what an example holds (``"images"``, ``"timeseries"``).
-        task: ``"classification"`` (a label vocabulary exists) or ``"forecast"``.
-        shards: PCollection of shard entries from ``FinalizeShards``.
-        label_counts: PCollection of ``((split, label_name), count)``.
-        rejected: single-element PCollection from ``WriteRejections``.
-        transform_written: PCollection produced by ``tft_beam.WriteTransformFn``.
-        extras: single-element PCollections of extra top-level entries (dicts).
-        describe_transform: optional module-level function of the written
-            ``TFTransformOutput`` returning more extra entries.
-        check: optional module-level function of the finished manifest that raises
-            to withhold it (see ``etl/core/accounting.py``).
-
-    Returns:
-        A single-element PCollection holding the manifest's path.
+    The input holds the ``ShardEntry``s of ``FinalizeShards``, the
+    ``((split, label_name), count)`` pairs, and the single summary of
+    ``WriteRejections``. ``transform_written`` is what ``tft_beam.WriteTransformFn``
+    returns; ``extras`` are single-element PCollections of extra top-level entries
+    (dicts).
     """
 
-    def __init__(self, output_dir: str, name: str, preprocessing: Mapping[str, Any], *,
-                 kind: str, task: str,
-                 shards: beam.PCollection, label_counts: beam.PCollection,
-                 rejected: beam.PCollection, transform_written: beam.PCollection,
-                 extras: Sequence[beam.PCollection] = (),
-                 describe_transform: TransformDescriber | None = None,
-                 check: ManifestCheck | None = None) -> None:
+    def __init__(self, output_dir: str, name: str, spec: ManifestSpec, *,
+                 transform_written: beam.PCollection,
+                 extras: Sequence[beam.PCollection] = ()) -> None:
         super().__init__()
-        self._output_dir = output_dir
-        self._name = name
-        self._kind = kind
-        self._task = task
-        self._extras = tuple(extras)
-        self._describe_transform = describe_transform
-        self._check = check
-        self._preprocessing = dict(preprocessing)
-        self._shards = shards
-        self._label_counts = label_counts
-        self._rejected = rejected
+        self._write = functools.partial(_write_manifest, output_dir=output_dir, name=name,
+                                        spec=spec)
         self._transform_written = transform_written
+        self._extras = tuple(extras)
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+    def expand(self, measured: tuple[beam.PCollection, beam.PCollection, beam.PCollection]
+               ) -> beam.PCollection:
+        shards, label_counts, rejected = measured
         extras: Any = []
         if self._extras:
             extras = beam.pvalue.AsSingleton(
@@ -213,20 +218,12 @@ class WriteManifest(beam.PTransform):
                 | "FlattenExtras" >> beam.Flatten()
                 | "GatherExtras" >> beam.combiners.ToList())
         return (
-            pbegin
+            shards.pipeline
             | "StartManifest" >> beam.Create([None])
             | "WriteManifestFile" >> beam.Map(
-                _write_manifest,
-                output_dir=self._output_dir,
-                name=self._name,
-                kind=self._kind,
-                task=self._task,
-                extras=extras,
-                describe_transform=self._describe_transform,
-                check=self._check,
-                preprocessing=self._preprocessing,
-                shards=beam.pvalue.AsList(self._shards),
-                label_counts=beam.pvalue.AsList(self._label_counts),
-                rejected=beam.pvalue.AsSingleton(self._rejected),
-                transform_written=beam.pvalue.AsList(self._transform_written))
+                self._write, shards=beam.pvalue.AsList(shards),
+                label_counts=beam.pvalue.AsList(label_counts),
+                rejected=beam.pvalue.AsSingleton(rejected),
+                transform_written=beam.pvalue.AsList(self._transform_written),
+                extras=extras)
         )

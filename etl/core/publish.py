@@ -12,30 +12,19 @@ Only units, plans and results cross its stage boundaries.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import apache_beam as beam
 
 from etl.core import dead_letters, sharding
-from etl.core.manifest import ManifestCheck, TransformDescriber, WriteManifest
+from etl.core.manifest import ManifestSpec, WriteManifest
+
+__all__ = ["ManifestSpec", "PublishDataset"]
 
 
-@dataclasses.dataclass(frozen=True)
-class ManifestSpec:
-    """What the manifest says about the job, besides what the tail measures."""
-
-    kind: str
-    task: str
-    preprocessing: Mapping[str, Any]
-    check: ManifestCheck | None = None
-    describe_transform: TransformDescriber | None = None
-
-
-def _label_counts(result: dict[str, Any]) -> Iterator[tuple[tuple[str, str], int]]:
-    for label, count in result.get("label_counts", ()):
-        yield (result["split"], label), count
+def _label_counts(result: sharding.ShardResult) -> Iterator[tuple[tuple[str, str], int]]:
+    for label, count in result.label_counts:
+        yield (result.split, label), count
 
 
 class PublishDataset(beam.PTransform):
@@ -45,9 +34,10 @@ class PublishDataset(beam.PTransform):
     Args:
         output_dir: the dataset directory.
         name: dataset name, the shard file prefix.
-        plan: PTransform from the units to ``(split, num_shards)``.
-        write_shard: the job's fused shard writer (see the module docstring); called
-            with side inputs ``num_shards`` (dict) and ``transform_written``.
+        plan: PTransform from the units to ``(split, num_shards)``
+            (``etl.core.shard_plan.PlanShards``).
+        write_shard: the job's fused shard writer (an ``etl.core.shard_step.ShardStep``);
+            called with side inputs ``num_shards`` (dict) and ``transform_written``.
         write_label: the writer step's label.
         rejected: the job's earlier ``Rejection`` PCollections.
         transform_written: what ``WriteTransformFn`` returns; the writer and the
@@ -64,37 +54,34 @@ class PublishDataset(beam.PTransform):
                  rejected: Sequence[beam.PCollection], transform_written: beam.PCollection,
                  extras: Sequence[beam.PCollection], manifest: ManifestSpec) -> None:
         super().__init__()
-        self._output_dir = output_dir
-        self._name = name
         self._plan = plan
-        self._write_shard = write_shard
-        self._write_label = write_label
+        self._write_shards = sharding.WriteShardGroups(
+            output_dir, name, write_shard=write_shard, write_label=write_label,
+            side_inputs={"transform_written": beam.pvalue.AsList(transform_written)})
         self._rejected = tuple(rejected)
-        self._transform_written = transform_written
-        self._extras = tuple(extras)
-        self._manifest = manifest
+        self._write_rejections = dead_letters.WriteRejections(output_dir)
+        self._write_manifest = WriteManifest(output_dir, name, manifest,
+                                             transform_written=transform_written,
+                                             extras=extras)
 
     def expand(self, units: beam.PCollection) -> beam.PCollection:
-        # (split, num_shards) for every split with units.
+        # (split, num_shards), for every split with units
         num_shards = units | "PlanShards" >> self._plan
-        shards, results, write_rejected = units | "WriteShards" >> sharding.WriteShardGroups(
-            self._output_dir, self._name, num_shards=num_shards,
-            write_shard=self._write_shard, write_label=self._write_label,
-            side_inputs={"transform_written": beam.pvalue.AsList(self._transform_written)})
+        # ShardEntry; ShardResult; Rejection
+        shards, results, write_rejected = (
+            (units, num_shards) | "WriteShards" >> self._write_shards)
+        # ((split, label_name), count)
         label_counts = (
             results
             | "LabelCounts" >> beam.FlatMap(_label_counts)
             | "SumLabelCounts" >> beam.CombinePerKey(sum)
         )
+        # {"count", "by_reason", "examples"}
         rejected_summary = (
             (*self._rejected, write_rejected)
             | "FlattenRejections" >> beam.Flatten()
-            | "WriteRejections" >> dead_letters.WriteRejections(self._output_dir)
+            | "WriteRejections" >> self._write_rejections
         )
-        spec = self._manifest
-        return units.pipeline | "WriteManifest" >> WriteManifest(
-            self._output_dir, self._name, spec.preprocessing, kind=spec.kind,
-            task=spec.task, shards=shards, label_counts=label_counts,
-            rejected=rejected_summary, transform_written=self._transform_written,
-            extras=self._extras, check=spec.check,
-            describe_transform=spec.describe_transform)
+        # the manifest's path
+        return ((shards, label_counts, rejected_summary)
+                | "WriteManifest" >> self._write_manifest)

@@ -16,31 +16,23 @@ random, so reruns give different files. Here everything derives from the key:
    no record (all rejected, or no key hashed there) and renames the rest to their
    contiguous final names ``-SSSSS-of-NNNNN``, so no file is ever empty.
 
-Files are GZIP (zlib) streams at ``gzip_level`` 0-9: records framed by Apache Beam's
-TFRecord coder (length, masked CRC32C, data, masked CRC32C; the format
-``tf.io.TFRecordWriter`` writes and tf.data reads), deflated by Python's ``gzip`` a
-``DEFLATE_CHUNK_BYTES`` chunk at a time. Not ``tf.io.TFRecordWriter`` itself: it
-releases the GIL for every record, and each time must wait up to Python's switch
-interval to take it back from the shard step's other threads (2,000 records of 20 KB:
-0.64 s alone, 7.0 s beside one busy Python thread; framed here and deflated per MiB,
-0.67 s and 1.8 s). zlib's own level 6 (``DEFAULT_GZIP_LEVEL``) shrinks raw photo
-pixels ~30 % and time-series windows ~20 % (in hash order, the overlapping windows of
-a series lie far apart in a shard, beyond deflate's 32 KiB reach), but photo-sized
-JPEG/PNG records only by ~4 % or less, at ~0.4 ms of one core per 19 KB JPEG record;
-level 0 keeps the GZIP container (every reader unchanged) and stores the records,
-~8x faster to write, and is the image job's default for them
-(``etl.images.shards.default_gzip_level``).
+Files are GZIP (zlib) streams at ``gzip_level`` 0-9 of TFRecord-framed records
+(:func:`write_tfrecord`), deflated by Python's ``gzip`` a ``DEFLATE_CHUNK_BYTES``
+chunk at a time. Level 0 keeps the GZIP container (every reader reads it unchanged)
+and stores the records; it is the image job's default for encoded images, which
+deflate barely shrinks (``etl.images.shards.default_gzip_level``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import gzip
 import io
 import math
 import posixpath
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, BinaryIO
 
 import apache_beam as beam
 from apache_beam.io.tfrecordio import _TFRecordUtil
@@ -106,6 +98,17 @@ def shard_sort_key(key: str) -> tuple[int, str]:
     return order_in_shard(key), key
 
 
+def write_tfrecord(out: BinaryIO, record: bytes) -> None:
+    """Appends ``record`` to ``out`` in TFRecord framing (length, masked CRC32C, data,
+    masked CRC32C: what ``tf.io.TFRecordWriter`` writes and tf.data reads).
+
+    Framed with Beam's private ``_TFRecordUtil`` (Beam's own TFRecord sink uses it),
+    not ``tf.io.TFRecordWriter``: that releases the GIL for every record and must
+    win it back from the shard step's other threads each time, while framing here
+    lets the file's deflate release the GIL once per chunk."""
+    _TFRecordUtil.write_record(out, record)
+
+
 def pending_relpath(name: str, split: str, shard: int) -> str:
     """Where a written shard waits for its final index (relative to the output dir)."""
     return f"{split}/{name}-{split}-pending-{shard:05d}{contract.SHARD_SUFFIX}"
@@ -141,7 +144,7 @@ class ShardWriter:
         return self
 
     def write(self, serialized: bytes) -> None:
-        _TFRecordUtil.write_record(self._records, serialized)
+        write_tfrecord(self._records, serialized)
         self.num_records += 1
         if self.num_records == 1:
             fault_injection.pause_point(fault_injection.SHARD_WRITING)
@@ -204,54 +207,83 @@ class BlockWriter:
             concurrent.futures.wait([self._in_flight])
 
 
-def shard_result(split: str, shard: int, relpath: str | None, writer: ShardWriter,
-                 **extra: Any) -> dict[str, Any]:
-    """The small record a shard writer hands to ``FinalizeShards``."""
-    return {"split": split, "shard": shard, "path": relpath if writer.num_records else None,
-            "num_records": writer.num_records, "num_bytes": writer.num_bytes,
-            "sha256": writer.sha256, **extra}
+@dataclasses.dataclass(frozen=True)
+class ShardResult:
+    """What a shard step hands ``FinalizeShards``: its pending file (``path`` None
+    when no record was written) and the labels of its records."""
+
+    split: str
+    shard: int
+    path: str | None
+    num_records: int
+    num_bytes: int
+    sha256: str | None
+    label_counts: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def of(cls, split: str, shard: int, relpath: str, writer: ShardWriter,
+           label_counts: Iterable[tuple[str, int]] = ()) -> ShardResult:
+        """The result of ``writer``'s finished shard, written at ``relpath``."""
+        return cls(split, shard, relpath if writer.num_records else None,
+                   writer.num_records, writer.num_bytes, writer.sha256,
+                   tuple(sorted(label_counts)))
 
 
-def finalize_shards(results: Iterable[Mapping[str, Any]], output_dir: str, name: str
-                    ) -> list[dict[str, Any]]:
+@dataclasses.dataclass(frozen=True)
+class ShardEntry:
+    """A final shard file, as the manifest lists it."""
+
+    split: str
+    index: int
+    path: str
+    num_records: int
+    num_bytes: int
+    sha256: str
+
+    def file_fields(self) -> dict[str, Any]:
+        """The fields the manifest's split entry lists for the file, in its order."""
+        return {"path": self.path, "num_records": self.num_records,
+                "num_bytes": self.num_bytes, "sha256": self.sha256}
+
+
+def finalize_shards(results: Iterable[ShardResult], output_dir: str, name: str
+                    ) -> list[ShardEntry]:
     """Renames every non-empty pending shard to its contiguous final name.
 
     Per split, the non-empty shards keep the order of their provisional ids and are
     numbered ``0 .. n-1`` of ``n``; empty ones have no file and are dropped.
 
     Returns:
-        Manifest shard entries ``{"split", "index", "path", "num_records",
-        "num_bytes", "sha256"}`` in (split, index) order.
+        The final shards in (split, index) order.
 
     Raises:
         ValueError: if two results claim the same (split, shard).
     """
     import tensorflow as tf
 
-    by_split: dict[str, list[Mapping[str, Any]]] = {}
+    by_split: dict[str, list[ShardResult]] = {}
     seen: set[tuple[str, int]] = set()
     for result in results:
-        ident = (result["split"], result["shard"])
+        ident = (result.split, result.shard)
         if ident in seen:
             raise ValueError(f"Shard {ident} was written twice.")
         seen.add(ident)
-        if result["num_records"]:
-            by_split.setdefault(result["split"], []).append(result)
+        if result.num_records:
+            by_split.setdefault(result.split, []).append(result)
     entries = []
     for split in contract.SPLITS:
-        written = sorted(by_split.get(split, []), key=lambda r: r["shard"])
+        written = sorted(by_split.get(split, []), key=lambda r: r.shard)
         for index, result in enumerate(written):
             relpath = contract.shard_relpath(name, split, index, len(written))
-            tf.io.gfile.rename(posixpath.join(output_dir, result["path"]),
+            tf.io.gfile.rename(posixpath.join(output_dir, result.path),
                                posixpath.join(output_dir, relpath), overwrite=True)
-            entries.append({"split": split, "index": index, "path": relpath,
-                            "num_records": result["num_records"],
-                            "num_bytes": result["num_bytes"], "sha256": result["sha256"]})
+            entries.append(ShardEntry(split, index, relpath, result.num_records,
+                                      result.num_bytes, result.sha256))
     return entries
 
 
 class FinalizeShards(beam.PTransform):
-    """Shard results (small dicts from a shard writer) → final manifest shard entries.
+    """``ShardResult``s → the final ``ShardEntry``s.
 
     Runs once, on one worker, after every shard is written: the files are only
     renamed, never read or copied.
@@ -265,53 +297,57 @@ class FinalizeShards(beam.PTransform):
     def expand(self, results: beam.PCollection) -> beam.PCollection:
         return (
             results
+            # [ShardResult]
             | "GatherShardResults" >> beam.combiners.ToList()
+            # ShardEntry, one per non-empty shard
             | "RenameShards" >> beam.FlatMap(finalize_shards, output_dir=self._output_dir,
                                              name=self._name)
         )
 
 
 def _shard_key(unit: Any, num_shards: dict[str, int]) -> tuple[tuple[str, int], Any]:
-    # ((split, provisional shard), unit)
     return (unit.split, shard_of(unit.key, num_shards[unit.split])), unit
 
 
 class WriteShardGroups(beam.PTransform):
-    """Small units (anything with a ``split`` and a ``key``) → final shard files.
+    """``(units, num_shards)`` → final shard files; units are anything with a
+    ``split`` and a ``key``, ``num_shards`` holds ``(split, num_shards)``.
 
     Each unit goes to provisional shard ``shard_of(key, num_shards[split])``; the
     units of a shard are grouped and handed to ``write_shard``, a job's DoFn from
     ``((split, shard), [unit])`` to that shard's pending file, which emits one
-    ``shard_result`` and tagged ``Rejection``s (it also gets ``num_shards`` and any
+    ``ShardResult`` and tagged ``Rejection``s (it also gets ``num_shards`` and any
     ``side_inputs`` as keyword side inputs). ``FinalizeShards`` then gives the
     written shards their final names.
 
     Returns:
-        ``(entries, results, rejected)``: manifest shard entries, the writer's shard
-        results, and its rejections.
+        ``(entries, results, rejected)``: the final ``ShardEntry``s, the writer's
+        ``ShardResult``s, and its rejections.
     """
 
-    def __init__(self, output_dir: str, name: str, *, num_shards: beam.PCollection,
-                 write_shard: beam.DoFn, write_label: str = "WriteShard",
+    def __init__(self, output_dir: str, name: str, *, write_shard: beam.DoFn,
+                 write_label: str = "WriteShard",
                  side_inputs: dict[str, Any] | None = None) -> None:
         super().__init__()
-        self._output_dir = output_dir
-        self._name = name
-        self._num_shards = num_shards
-        self._write_shard = write_shard
         self._write_label = write_label
+        self._write_shard = write_shard
         self._side_inputs = dict(side_inputs or {})
+        self._finalize = FinalizeShards(output_dir, name)
 
-    def expand(self, units: beam.PCollection) -> tuple[beam.PCollection, ...]:
-        num_shards = beam.pvalue.AsDict(self._num_shards)
+    def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]
+               ) -> tuple[beam.PCollection, ...]:
+        units, planned = inputs
+        num_shards = beam.pvalue.AsDict(planned)
         written = (
             units
+            # ((split, provisional shard), unit)
             | "AssignShards" >> beam.Map(_shard_key, num_shards=num_shards)
+            # ((split, provisional shard), [unit])
             | "GroupByShard" >> beam.GroupByKey()
+            # ShardResult, and Rejections tagged REJECTED
             | self._write_label >> beam.ParDo(
                 self._write_shard, num_shards=num_shards, **self._side_inputs,
             ).with_outputs(dead_letters.REJECTED, main="results")
         )
-        entries = written.results | "FinalizeShards" >> FinalizeShards(self._output_dir,
-                                                                       self._name)
+        entries = written.results | "FinalizeShards" >> self._finalize
         return entries, written.results, written[dead_letters.REJECTED]

@@ -237,7 +237,7 @@ def finish(image: tf.Tensor, image_bytes: tf.Tensor, size: int, image_format: st
     :func:`source_geometry`), turn upright by the EXIF orientation read from
     ``image_bytes`` (the file's bytes, or at least its first ``exif.EXIF_SCAN_BYTES``)
     unless ``apply_exif_orientation`` is False, centre-crop, encode. The image job
-    runs this on pixels it decoded itself (``etl.images.shards.FinishImages``), so each
+    runs this on pixels it decoded itself (``etl.images.batches.FinishImages``), so each
     JPEG is decoded once; :func:`preprocess`, in the exported ``transform_fn``, is
     the decode followed by this.
     """

@@ -46,9 +46,9 @@ def read_bytes(uri: str, max_bytes: int | None = None,
 
     Reads at most ``max_bytes + 1`` bytes, so an oversized file is detected without
     loading it whole. It reads in ``chunk_bytes`` pieces: ``f.read(n)`` allocates
-    ``n`` bytes up front, and with ``n`` = ``--max_file_mb`` (64 MiB) every image
-    cost a 64 MiB mmap and left each small image in a page-rounded mapping of its
-    own (3.4x its size in resident memory; docs/RUNNING_AT_SCALE.md).
+    ``n`` bytes up front, so one read of ``--max_file_mb`` would map that much for
+    every image and leave each small image in a page-rounded mapping of its own
+    (docs/RUNNING_AT_SCALE.md).
 
     Raises:
         OSError: if the file cannot be opened or read.
@@ -83,17 +83,30 @@ def declared_pixels(data: bytes) -> int | None:
             with Image.open(io.BytesIO(data)) as image:
                 width, height = image.size
         except Image.DecompressionBombError as e:
-            # Pillow refuses > 2x its own limit at open: the size is in the message.
-            sizes = [int(n) for n in re.findall(r"\d+", str(e))]
-            return sizes[0] if sizes else sys.maxsize
+            return _refused_pixels(e)
         except (OSError, SyntaxError, ValueError, EOFError, struct.error):
             return None  # A header Pillow cannot parse: TensorFlow's decode decides.
     return width * height
 
 
-# libjpeg's warning for data that ends before the image does (JWRN_JPEG_EOF): a
-# truncated file, which TensorFlow refuses outright (undecodable_image).
-_LIBJPEG_TRUNCATED = "Premature end of JPEG file"
+# The two decoders below report some problems only in words: these two functions
+# are the only places their messages are read.
+
+def _refused_pixels(error: Exception) -> int:
+    """The pixel count of an image Pillow refuses to open (above twice its own
+    ``Image.MAX_IMAGE_PIXELS``): its ``DecompressionBombError`` carries the size only
+    in its message, "Image size (N pixels) exceeds limit of ...". Unreadable, the
+    count is taken to be above every limit."""
+    sizes = [int(n) for n in re.findall(r"\d+", str(error))]
+    return sizes[0] if sizes else sys.maxsize
+
+
+def _libjpeg_truncated(warning: str) -> bool:
+    """True if libjpeg's ``warning`` says the data ends before the image does
+    (JWRN_JPEG_EOF: a truncated file, which TensorFlow refuses outright). simplejpeg
+    raises every libjpeg warning as a ``ValueError`` holding libjpeg's text, with no
+    code, so the warning is known by its text."""
+    return warning.startswith("Premature end of JPEG file")
 
 
 def _jpeg_problem(data: bytes) -> tuple[str, str] | None:
@@ -102,14 +115,14 @@ def _jpeg_problem(data: bytes) -> tuple[str, str] | None:
     try:
         # min_height/min_width of 1 pick libjpeg-turbo's smallest scale (1/8): the
         # entropy decoder, where damage shows, still reads every bit of every scan,
-        # at about half the cost of a full decode. strict=True turns libjpeg's
+        # at a fraction of a full decode's cost. strict=True turns libjpeg's
         # warnings ("Corrupt JPEG data: ...") into errors. The GIL is released
         # while it decodes.
         simplejpeg.decode_jpeg(data, min_height=1, min_width=1, strict=True)
         return None
     except ValueError as e:
         warning = str(e)
-    if warning.startswith(_LIBJPEG_TRUNCATED):
+    if _libjpeg_truncated(warning):
         return (dead_letters.UNDECODABLE_IMAGE,
                 f"JPEG data ends before the image does (truncated): libjpeg: {warning}")
     try:
@@ -175,7 +188,7 @@ def tf_error_detail(message: str) -> str:
 # JPEG layouts (colour space, chroma subsampling as simplejpeg names them) on which
 # libjpeg-turbo's TurboJPEG interface (simplejpeg) and TensorFlow's decode_jpeg, both
 # with the accurate IDCT and fancy upsampling, give the same pixels at every DCT
-# scale: tests/etl/test_jpeg_agreement.py decodes a corpus of each (baseline and
+# scale: tests/etl/images/test_jpeg_agreement.py decodes a corpus of each (baseline and
 # progressive, restart markers, odd sizes, every EXIF orientation) with both.
 # Other layouts (CMYK, YCCK, 4:4:0, 4:1:1, ...) are decoded by the transform itself.
 AGREEING_JPEG_LAYOUTS = frozenset({
@@ -210,7 +223,7 @@ class Checked:
 
 
 # Decoded pixels are handed to TensorFlow through DLPack, buffer and all
-# (etl.images.shards.FinishImages); its CPU kernels expect data aligned as its own
+# (etl.images.batches.FinishImages); its CPU kernels expect data aligned as its own
 # allocator aligns it (EIGEN_MAX_ALIGN_BYTES).
 TENSOR_ALIGNMENT = 64
 

@@ -21,14 +21,16 @@ same on every rerun, worker count and runner.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import apache_beam as beam
 
-from etl.core import hashing, sharding
+from etl.core import hashing
 from etl.core.examples import serialize_example
+from etl.core.shard_plan import PlanShards
 from etl.images import codec, loading
 from etl.images.preprocessing import ImagePreprocessing
 from etl.images.sources import ImageRecord
@@ -37,8 +39,9 @@ from reader import contract
 SAMPLE_SIZE = 32
 SAMPLE_SALT = "sample"
 # No stored JPEG or PNG reaches twice the raw size plus its headers: uniform noise,
-# the worst case, stores at 0.66x raw as JPEG quality 100 (4:2:0) and 1.004x as PNG
-# at 224 px, and JPEG's tables (~600 bytes) dominate tiny images (tested).
+# the worst case, stays below raw size as JPEG and barely above it as PNG, and
+# JPEG's tables fit the header allowance of tiny images
+# (tests/etl/images/test_shard_plan.py).
 UPPER_BOUND_FACTOR = 2.0
 UPPER_BOUND_HEADER_BYTES = 4096
 
@@ -63,9 +66,9 @@ def stored_image_bytes(data: bytes, preprocessing: ImagePreprocessing,
         if isinstance(pixels, tuple):
             return None
     # The job's own rule but for the EXIF orientation: it only turns or mirrors
-    # the stored square, which moves the encoded size of a photo by under 3 %
-    # (JPEG: 1 %; tests/etl/test_shard_plan.py), while its parse, run here as
-    # eager ops, costs as much as the rest of the sample's preprocessing.
+    # the stored square, which barely moves the encoded size
+    # (tests/etl/images/test_shard_plan.py), while its parse, run here as eager ops,
+    # costs as much as the rest of the sample's preprocessing.
     try:
         if pixels is not None:
             plan = checked.jpeg
@@ -143,15 +146,12 @@ def fits_one_shard(num_records: int, key_bytes: int, label_bytes: int,
                                  preprocessing.image_size) <= target_shard_bytes
 
 
-def _sizes(record: ImageRecord) -> tuple[str, tuple[int, int, int]]:
-    return record.split, (1, len(record.key.encode("utf-8")), len(record.label.encode("utf-8")))
+def _sizes(record: ImageRecord) -> tuple[int, int, int]:
+    return 1, len(record.key.encode("utf-8")), len(record.label.encode("utf-8"))
 
 
-def _sum_triples(triples: Iterable[tuple[int, int, int]]) -> tuple[int, int, int]:
-    a = b = c = 0
-    for x, y, z in triples:
-        a, b, c = a + x, b + y, c + z
-    return a, b, c
+def _by_split(record: ImageRecord) -> tuple[str, ImageRecord]:
+    return record.split, record
 
 
 def _sample_key(record: ImageRecord) -> tuple[int, str]:
@@ -168,45 +168,45 @@ def _measure_sample(element: tuple[str, list[ImageRecord]],
         yield split, mean_stored_image_bytes(sample, preprocessing, limits)
 
 
-def _plan_split(element: tuple[str, tuple[int, int, int]], image_bytes: dict[str, float],
-                preprocessing: ImagePreprocessing, target_shard_bytes: int,
-                num_shards: int | None) -> tuple[str, int]:
-    split, (num_records, key_bytes, label_bytes) = element
-    if num_shards is not None:
-        return split, sharding.plan_num_shards(num_records, 0, target_shard_bytes, num_shards)
+def _sampled_image_bytes(records: beam.PCollection, sizes: Any, *,
+                         preprocessing: ImagePreprocessing, limits: loading.InputLimits,
+                         target_shard_bytes: int) -> beam.PCollection:
+    """``(split, mean stored image bytes of its sample)`` for every split that may
+    not fit one shard."""
+    return (
+        records
+        # (split, ImageRecord)
+        | "KeyBySplit" >> beam.Map(_by_split)
+        # (split, [ImageRecord]): the sample
+        | "SampleImages" >> beam.combiners.Top.PerKey(SAMPLE_SIZE, key=_sample_key,
+                                                      reverse=True)
+        # (split, mean stored image bytes)
+        | "MeasureSample" >> beam.FlatMap(
+            _measure_sample, preprocessing=preprocessing, limits=limits, sizes=sizes,
+            target_shard_bytes=target_shard_bytes)
+    )
+
+
+def _split_bytes(split: str, sizes: tuple[int, ...], image_bytes: Mapping[str, float],
+                 image_size: int) -> int:
     if split not in image_bytes:  # Not sampled: it fits one shard at the upper bound.
-        return split, sharding.plan_num_shards(num_records, 0, target_shard_bytes)
-    total = estimated_split_bytes(num_records, key_bytes, label_bytes,
-                                  image_bytes[split], preprocessing.image_size)
-    return split, sharding.plan_num_shards(num_records, total, target_shard_bytes)
+        return 0
+    num_records, key_bytes, label_bytes = sizes
+    return estimated_split_bytes(num_records, key_bytes, label_bytes, image_bytes[split],
+                                 image_size)
 
 
-class PlanImageShards(beam.PTransform):
-    """Split-assigned ``ImageRecord``s → ``(split, num_shards)`` for every non-empty split."""
+class PlanImageShards(PlanShards):
+    """Split-assigned ``ImageRecord``s → ``(split, num_shards)`` for every non-empty
+    split: a record's measures are ``(1, key bytes, label bytes)``, and its stored
+    image size is estimated from the split's sample."""
 
     def __init__(self, preprocessing: ImagePreprocessing, limits: loading.InputLimits,
                  *, target_shard_bytes: int, num_shards: int | None) -> None:
-        super().__init__()
-        sharding.plan_num_shards(1, 1, target_shard_bytes, num_shards)
-        self._preprocessing = preprocessing
-        self._limits = limits
-        self._target_shard_bytes = target_shard_bytes
-        self._num_shards = num_shards
-
-    def expand(self, records: beam.PCollection) -> beam.PCollection:
-        sizes = records | "SplitSizes" >> beam.Map(_sizes) | "SumSplitSizes" >> (
-            beam.CombinePerKey(_sum_triples))
-        image_bytes: Any = {}
-        if self._num_shards is None:
-            image_bytes = beam.pvalue.AsDict(
-                records
-                | "KeyBySplit" >> beam.Map(lambda record: (record.split, record))
-                | "SampleImages" >> beam.combiners.Top.PerKey(SAMPLE_SIZE, key=_sample_key,
-                                                              reverse=True)
-                | "MeasureSample" >> beam.FlatMap(
-                    _measure_sample, preprocessing=self._preprocessing,
-                    limits=self._limits, sizes=beam.pvalue.AsDict(sizes),
-                    target_shard_bytes=self._target_shard_bytes))
-        return sizes | "PlanShardCounts" >> beam.Map(
-            _plan_split, image_bytes=image_bytes, preprocessing=self._preprocessing,
-            target_shard_bytes=self._target_shard_bytes, num_shards=self._num_shards)
+        super().__init__(
+            measure=_sizes, target_shard_bytes=target_shard_bytes, num_shards=num_shards,
+            split_bytes=functools.partial(_split_bytes,
+                                          image_size=preprocessing.image_size),
+            estimate=functools.partial(_sampled_image_bytes, preprocessing=preprocessing,
+                                       limits=limits,
+                                       target_shard_bytes=target_shard_bytes))

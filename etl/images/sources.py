@@ -1,6 +1,6 @@
 """Image inputs: an ImageFolder tree or a CSV/JSONL manifest → ``ImageRecord``s.
 
-Accepted layouts (see README "Input layouts"):
+Accepted layouts (see docs/IMAGE_JOB.md, "Input layouts"):
 
 * ``<root>/<class>/.../<file>``: the label is the first folder below the root.
 * ``<root>/<split>/<class>/.../<file>``: when *every* top-level folder is a split
@@ -32,6 +32,7 @@ from apache_beam.io import fileio
 
 from etl.core import dead_letters, splits, text_rows
 from etl.core.dead_letters import Rejection
+from etl.images.paths import has_scheme, list_local_files, normalise_root, resolves_inside
 
 PATH_COLUMN = "path"
 LABEL_COLUMN = "label"
@@ -49,66 +50,6 @@ class ImageRecord:
     uri: str
     label: str
     split: str | None = None  # None: assigned later from a hash of the key.
-
-
-def _has_scheme(path: str) -> bool:
-    return "://" in path
-
-
-def _normalise_root(root: str) -> str:
-    root = root.rstrip("/")
-    return root if _has_scheme(root) else os.path.abspath(root)
-
-
-def list_local_files(root: str, allow_outside_root: bool = False) -> list[str]:
-    """Every path under the local folder ``root`` that is an input candidate, sorted.
-
-    Beam's local ``MatchFiles`` walks without following links, so it silently skips
-    folders that are symbolic links (and links whose target is missing). Here:
-
-    * files and links to files are listed, dangling links included (they become
-      ``path_outside_root`` or ``unreadable_file`` dead letters);
-    * each real folder is walked once, the real tree under ``root`` first, so a link
-      to a folder already walked (a second name inside the root, a cycle) adds
-      nothing: its files are listed once, under their real path;
-    * a linked folder whose real path is outside the root is listed itself, not
-      walked, so it becomes one ``path_outside_root`` dead letter and nothing outside
-      the root is read or named; with ``allow_outside_root`` it is walked;
-    * hidden folders (name starting with ``.``) are not walked: nothing in them is
-      an input.
-
-    Example:
-        >>> list_local_files("/data/images")  # doctest: +SKIP
-        ['/data/images/cat/1.png', '/data/images/cat/linked', '/data/images/dog/2.png']
-    """
-    real_root = os.path.realpath(root)
-    listed: list[str] = []
-    walked: set[str] = set()
-    pending = [root]  # Folders to walk, as reached: the root, then linked folders.
-    while pending:
-        top = pending.pop(0)
-        real_top = os.path.realpath(top)
-        if real_top in walked:
-            continue
-        if not allow_outside_root and not _inside(real_top, real_root):
-            listed.append(top)
-            continue
-        links: list[str] = []
-        for folder, subfolders, files in os.walk(top):
-            real_folder = os.path.realpath(folder)
-            walked.add(real_folder)
-            listed.extend(os.path.join(folder, name) for name in files)
-            real_subfolders = []
-            for name in sorted(subfolders):
-                if name.startswith("."):
-                    continue
-                if os.path.islink(os.path.join(folder, name)):
-                    links.append(os.path.join(folder, name))
-                elif os.path.join(real_folder, name) not in walked:
-                    real_subfolders.append(name)
-            subfolders[:] = real_subfolders  # os.walk descends only into these.
-        pending.extend(sorted(links))
-    return sorted(listed)
 
 
 def assign_split(record: ImageRecord, fractions: splits.SplitFractions,
@@ -171,23 +112,6 @@ def detect_split_layout(root: str) -> bool:
     return False
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def resolves_inside(path: str, root: str) -> bool:
-    """True if ``path`` lies under ``root`` once every symbolic link is followed.
-
-    Both sides go through ``os.path.realpath``, so a root that is itself reached
-    through a link (``/tmp`` is ``/private/tmp`` on macOS) still holds its files, and
-    a dangling link counts where it points. Paths with a scheme (``gs://``, ``s3://``)
-    are compared as written: object stores have no symbolic links.
-    """
-    if _has_scheme(path) or _has_scheme(root):
-        return _inside(path, root)
-    return _inside(os.path.realpath(path), os.path.realpath(root))
-
-
 def record_from_folder_path(path: str, root: str, split_layout: bool,
                             allow_outside_root: bool = False
                             ) -> ImageRecord | Rejection | None:
@@ -235,11 +159,11 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
                          reason=dead_letters.MALFORMED_MANIFEST_ROW,
                          message=f"Row has no usable {PATH_COLUMN!r} value: {dict(row)!r}")
     path = path.strip()
-    if _has_scheme(path) or os.path.isabs(path):
-        key = uri = path if _has_scheme(path) else posixpath.normpath(path)
+    if has_scheme(path) or os.path.isabs(path):
+        key = uri = path if has_scheme(path) else posixpath.normpath(path)
     else:
         key = posixpath.normpath(path.replace("\\", "/"))
-        uri = posixpath.normpath(posixpath.join(manifest_dir, key)) if not _has_scheme(
+        uri = posixpath.normpath(posixpath.join(manifest_dir, key)) if not has_scheme(
             manifest_dir) else f"{manifest_dir.rstrip('/')}/{key}"
     if not allow_outside_root and (key.startswith("../") or key == ".."
                                    or not resolves_inside(uri, manifest_dir)):
@@ -299,7 +223,7 @@ def check_input(input_path: str) -> None:
     if not tf.io.gfile.exists(input_path):
         raise ValueError(f"--input {input_path!r} does not exist.")
     if not is_manifest(input_path):
-        detect_split_layout(_normalise_root(input_path))
+        detect_split_layout(normalise_root(input_path))
     elif input_path.lower().endswith(".csv"):
         read_csv_header(input_path)
 
@@ -355,7 +279,6 @@ def _keep_first_of_duplicates(element: tuple[str, Iterable[ImageRecord]]
             message=f"Key listed {len(ordered)} times; kept the row for {ordered[0].uri!r}."))
 
 
-
 class ReadImageRecords(beam.PTransform):
     """Lists the input (folder or manifest) as ``ImageRecord``s plus rejections.
 
@@ -371,10 +294,10 @@ class ReadImageRecords(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> tuple[beam.PCollection, ...]:
         if not is_manifest(self._input):
-            root = _normalise_root(self._input)
+            root = normalise_root(self._input)
             split_layout = detect_split_layout(root)
             # File paths are unique keys by construction.
-            if _has_scheme(root):
+            if has_scheme(root):
                 paths = (
                     pbegin
                     | "MatchImageFiles" >> fileio.MatchFiles(root + "/**")
@@ -397,7 +320,7 @@ class ReadImageRecords(beam.PTransform):
                         REJECTED, main="records")
             )
             return listed.records, listed[REJECTED]
-        path = self._input if _has_scheme(self._input) else os.path.abspath(self._input)
+        path = self._input if has_scheme(self._input) else os.path.abspath(self._input)
         header = read_csv_header(path) if path.lower().endswith(".csv") else None
         parsed = (
             pbegin

@@ -1,9 +1,12 @@
 """The time-series job's steps, in data order.
 
 1. ``sources``: what a long-format row means, the input files, the labels file.
-2. ``read``: input ranges → columnar rows, cut into ``chunks`` per bucket of series.
+2. ``read``: input ``ranges`` → columns (``parsing``, ``parsed_rows``, ``time_texts``)
+   → ``chunks`` per bucket of series, spilled.
 3. ``buckets``: a bucket's chunks → each ``series`` cleaned, split and cut into window
    ``runs``; exact train moments (``exact_stats``) for the analysis.
 4. ``preprocessing``: the tf.Transform ``preprocessing_fn`` (z-score, labels).
 5. ``shards``: the fused shard step: runs → windows → transform → ``window_examples``.
+6. ``summary``, ``accounting``: the manifest's settings, counts and empty-split reasons;
+   every row and window written or rejected, before the manifest.
 """

@@ -1,11 +1,11 @@
-"""The series step: a bucket's row chunks → cleaned, split series, their runs and stats.
+"""The series step: a bucket's row chunks → cleaned, split series, window runs, stats.
 
-For each series of a bucket (in id order): gather its rows from every chunk (read
-back from the read ranges' spill files), clean
-and split them (``etl/timeseries/series.py``), sum its train rows exactly for the
-normaliser, and spill its windows' rows as runs (``etl/timeseries/runs.py``). Out
-come only small records: ``WindowRun``s, ``Rejection``s, counters, each split's
-longest piece, and one analysis instance per series with train rows.
+For each series of a bucket (in id order): gather its slices from every chunk (read
+back from the read ranges' spill files), clean and split them
+(``etl/timeseries/series.py``), sum its train rows exactly for the normaliser, and
+spill its windows' rows as runs of windows (``etl/timeseries/runs.py``). Out come
+only small records: ``WindowRun``s, ``Rejection``s, counters, each split's longest
+piece, and one analysis instance per series with train rows.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from etl.core.atomic_files import atomic_path
 from etl.core.dead_letters import Rejection
 from etl.timeseries import exact_stats
 from etl.timeseries import series as ts_series
-from etl.timeseries.chunks import POSITION_FILE_STRIDE, ChunkRef, RowChunk, TimeTexts
+from etl.timeseries.chunks import ChunkRef, RowChunk, read_chunks
 from etl.timeseries.preprocessing import analysis_instance
-from etl.timeseries.read import read_chunks
+from etl.timeseries.ranges import POSITION_FILE_STRIDE
 from etl.timeseries.runs import WindowRun, rows_of, run_bounds, run_windows, write_run
+from etl.timeseries.time_texts import TimeTexts
 from etl.timeseries.window_examples import WindowSchema
 from reader import contract
 
@@ -60,21 +61,21 @@ def source_text(position: int, files: Sequence[str], fmt: str) -> str:
 
 def gather_series(chunks: Iterable[RowChunk]) -> dict[str, ts_series.SeriesRows]:
     """Every series of ``chunks`` with all its rows (in any order)."""
-    parts: dict[str, list[tuple[RowChunk, slice, int]]] = collections.defaultdict(list)
+    slices: dict[str, list[tuple[RowChunk, slice, int]]] = collections.defaultdict(list)
     for chunk in chunks:
-        for series_id, kinds, rows in chunk.runs():
-            parts[series_id].append((chunk, rows, kinds))
+        for series_id, kinds, rows in chunk.slices():
+            slices[series_id].append((chunk, rows, kinds))
     series = {}
-    for series_id, pieces in parts.items():
+    for series_id, found in slices.items():
         kinds = 0
-        for _, _, k in pieces:
+        for _, _, k in found:
             kinds |= k
         series[series_id] = ts_series.SeriesRows(
-            times=np.concatenate([c.times[r] for c, r, _ in pieces]),
-            values=np.concatenate([c.values[r] for c, r, _ in pieces]),
-            positions=np.concatenate([c.positions[r] for c, r, _ in pieces]),
+            times=np.concatenate([c.times[r] for c, r, _ in found]),
+            values=np.concatenate([c.values[r] for c, r, _ in found]),
+            positions=np.concatenate([c.positions[r] for c, r, _ in found]),
             texts=TimeTexts.concat([c.time_texts().take(np.arange(r.start, r.stop))
-                                    for c, r, _ in pieces]),
+                                    for c, r, _ in found]),
             kinds=kinds)
     return series
 

@@ -1,193 +1,63 @@
-"""Columnar time-series rows between the read step and the series step: ``RowChunk``.
+"""Rows per bucket of series: ``RowChunk``, cut from a range's rows and spilled.
 
-The time-series job reads each input range into arrays (``etl/timeseries/read.py``)
-and hands each bucket of series all its rows (``etl/timeseries/buckets.py``). The
-rows wait in the read range's spill file under the job's temporary directory; only
-a ``ChunkRef`` (path, byte range) crosses the grouping stage, so the runner never
-holds the input. A chunk stays compact all the same: per row a float64 time, the
+Each read range cuts its parsed rows into at most one ``RowChunk`` per *bucket* of
+series (``stable_hash64(series_id, "bucket") % num_buckets``) and writes them to the
+range's spill file under the job's temporary directory. Only a ``ChunkRef`` (path,
+byte range) crosses the grouping stage, so grouping gives the series step
+(``etl/timeseries/buckets.py``) every row of whole series, a bucket at a time, while
+the runner never holds the input: Beam's local runner keeps what crosses a stage in
+memory, unspilled. A chunk stays compact all the same: per row a float64 time, the
 float64 values and an int64 input position (about 24 bytes for one value column),
-rows of one series contiguous, series ids once per run. The timestamps as written
-(``window_start``, dead-letter keys) are usually a fixed format of the time itself,
-e.g. ``2012-01-01 00:00:00``; then only the format's name is kept (``TimeTexts``
-regenerates any row's text from its time), else the texts are.
+the rows of one series contiguous (a *slice*), series ids once per slice, and the
+timestamps as written usually a style name (``etl/timeseries/time_texts.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
-# Timestamp kinds (``etl.timeseries.sources.NUMERIC`` / ``DATETIME``) as bits, so a
-# series' set of kinds is the OR of its chunks'.
-NUMERIC_BIT = 1
-DATETIME_BIT = 2
+from etl.core import hashing
+from etl.core.atomic_files import atomic_path
+from etl.timeseries.parsed_rows import ParsedRows
+from etl.timeseries.ranges import open_stored
+from etl.timeseries.time_texts import TimeTexts, detect_style
 
-# A row's input position: file index × POSITION_FILE_STRIDE + line (or row) number.
-POSITION_FILE_STRIDE = 1 << 40
-
-_DATE_SECONDS = 86_400
-# Largest integer a float64 holds exactly: integral times beyond it are not "int" style.
-_MAX_EXACT_INT = 2**53
-
-
-def _iso_seconds(times: np.ndarray) -> np.ndarray:
-    return np.datetime_as_string(times.astype("datetime64[s]"), unit="s")
+# Input bytes per bucket of series: the grouping step holds one bucket at a time.
+BUCKET_INPUT_BYTES = 64 * 1024 * 1024
+MAX_BUCKETS = 4096
+BUCKET_SALT = "bucket"
 
 
-def _format_int(times: np.ndarray) -> list[str]:
-    return [str(t) for t in times.astype(np.int64).tolist()]
+def num_buckets(total_bytes: int) -> int:
+    """Buckets of series for ``total_bytes`` of input."""
+    return max(1, min(MAX_BUCKETS, math.ceil(total_bytes / BUCKET_INPUT_BYTES)))
 
 
-def _format_date(times: np.ndarray) -> list[str]:
-    return np.datetime_as_string(times.astype("datetime64[s]").astype("datetime64[D]"),
-                                 unit="D").tolist()
-
-
-def _format_t(times: np.ndarray) -> list[str]:
-    return _iso_seconds(times).tolist()
-
-
-def _format_space(times: np.ndarray) -> list[str]:
-    return [text.replace("T", " ") for text in _iso_seconds(times).tolist()]
-
-
-def _format_tz(times: np.ndarray) -> list[str]:
-    return [text + "Z" for text in _iso_seconds(times).tolist()]
-
-
-# style name → formatter of float64 times (seconds since the epoch for datetimes).
-_FORMATTERS = {
-    "int": _format_int,                      # 17, -3, 20240102
-    "date": _format_date,                    # 2024-01-02
-    "iso_t": _format_t,                      # 2024-01-02T03:04:05
-    "iso_space": _format_space,              # 2024-01-02 03:04:05
-    "iso_z": _format_tz,                     # 2024-01-02T03:04:05Z
-}
-_DATETIME_STYLES = ("date", "iso_t", "iso_space", "iso_z")
-
-
-def format_times(style: str, times: np.ndarray) -> list[str]:
-    """The texts ``style`` writes for ``times``."""
-    return _FORMATTERS[style](np.asarray(times, np.float64))
-
-
-def detect_style(texts: Sequence[str], times: np.ndarray, kinds: int) -> str | None:
-    """The style that writes exactly ``texts`` (the distinct timestamps of a range)
-    from their ``times``, or None when no single style does.
-
-    Only whole seconds within years 1-9999 qualify, so a formatter never meets a time
-    it cannot write.
-    """
-    times = np.asarray(times, np.float64)
-    if not len(texts) or kinds not in (NUMERIC_BIT, DATETIME_BIT):
-        return None
-    if not (np.all(np.floor(times) == times) and np.all(np.abs(times) < _MAX_EXACT_INT)):
-        return None
-    if kinds == NUMERIC_BIT:
-        candidates: tuple[str, ...] = ("int",)
-    else:
-        # datetime64 years 1..9999 only: what fromisoformat itself accepts.
-        if not np.all((times >= -62_135_596_800) & (times < 253_402_300_800)):
-            return None
-        candidates = _DATETIME_STYLES
-        if not np.all(times % _DATE_SECONDS == 0):
-            candidates = candidates[1:]
-    texts = list(texts)
-    for style in candidates:
-        if format_times(style, times) == texts:
-            return style
-    return None
-
-
-class TimeTexts(Sequence[str]):
-    """Each row's timestamp as written: stored strings, or a style and the times.
-
-    Example:
-        >>> texts = TimeTexts.styled("iso_space", np.array([0.0, 3600.0]))
-        >>> list(texts)
-        ['1970-01-01 00:00:00', '1970-01-01 01:00:00']
-    """
-
-    def __init__(self, style: str | None, times: np.ndarray | None,
-                 strings: pa.Array | None) -> None:
-        if (style is None) == (strings is None):
-            raise ValueError("TimeTexts holds either a style or strings.")
-        self._style = style
-        self._times = times
-        self._strings = strings
-
-    @classmethod
-    def styled(cls, style: str, times: np.ndarray) -> TimeTexts:
-        return cls(style, np.asarray(times, np.float64), None)
-
-    @classmethod
-    def stored(cls, strings: pa.Array | Sequence[str]) -> TimeTexts:
-        if not isinstance(strings, pa.Array):
-            strings = pa.array(list(strings), pa.large_string())
-        return cls(None, None, strings.cast(pa.large_string()))
-
-    @property
-    def style(self) -> str | None:
-        return self._style
-
-    def __len__(self) -> int:
-        return len(self._times) if self._style is not None else len(self._strings)
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return self.take(np.arange(len(self))[index])
-        if self._style is not None:
-            return format_times(self._style, self._times[[index]])[0]
-        return self._strings[index].as_py()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.strings())
-
-    def strings(self) -> list[str]:
-        """Every text, materialised."""
-        if self._style is not None:
-            return format_times(self._style, self._times)
-        return self._strings.to_pylist()
-
-    def take(self, index: np.ndarray) -> TimeTexts:
-        """The texts of rows ``index`` (an integer array)."""
-        index = np.asarray(index, np.int64)
-        if self._style is not None:
-            return TimeTexts(self._style, self._times[index], None)
-        return TimeTexts(None, None, self._strings.take(pa.array(index)))
-
-    @staticmethod
-    def concat(parts: Sequence[TimeTexts]) -> TimeTexts:
-        """The rows of ``parts`` in order; one style if they share it, else stored."""
-        styles = {part.style for part in parts}
-        if len(styles) == 1 and None not in styles:
-            return TimeTexts(parts[0].style, np.concatenate([p._times for p in parts]),
-                             None)
-        arrays = [p._strings if p.style is None
-                  else pa.array(p.strings(), pa.large_string()) for p in parts]
-        if not arrays:
-            return TimeTexts.stored([])
-        return TimeTexts(None, None, pa.concat_arrays(arrays))
+def bucket_of(series_id: str, buckets: int) -> int:
+    return hashing.stable_hash64(series_id, BUCKET_SALT) % buckets
 
 
 @dataclasses.dataclass
 class RowChunk:
-    """Parsed rows of one input range, for the series of one bucket, grouped by series.
+    """Parsed rows of one input range, for the series of one bucket, in slices.
 
-    ``series_ids[k]`` owns the next ``run_lengths[k]`` rows, ``run_kinds[k]`` the OR
-    of their timestamp kinds. Rows hold ``times`` (float64: seconds since the epoch
-    for dates, else the number), ``values`` (float64 ``[rows, F]``, NaN = missing)
-    and ``positions`` (file index × ``POSITION_FILE_STRIDE`` + line or row number).
-    Their timestamp texts are ``text_style``'s formatting of the times, or ``texts``.
+    ``series_ids[k]`` owns the next ``slice_lengths[k]`` rows (its slice),
+    ``slice_kinds[k]`` is the OR of their timestamp kinds. Rows hold ``times``
+    (float64: seconds since the epoch for dates, else the number), ``values``
+    (float64 ``[rows, F]``, NaN = missing) and ``positions`` (file index ×
+    ``POSITION_FILE_STRIDE`` + line or row number). Their timestamp texts are
+    ``text_style``'s formatting of the times, or ``texts``.
     """
 
     series_ids: list[str]
-    run_lengths: np.ndarray
-    run_kinds: np.ndarray
+    slice_lengths: np.ndarray
+    slice_kinds: np.ndarray
     times: np.ndarray
     values: np.ndarray
     positions: np.ndarray
@@ -202,11 +72,11 @@ class RowChunk:
             return TimeTexts.styled(self.text_style, self.times)
         return TimeTexts.stored(self.texts)
 
-    def runs(self) -> Iterator[tuple[str, int, slice]]:
-        """``(series id, kinds, rows)`` for every run."""
-        bounds = np.concatenate([[0], np.cumsum(self.run_lengths)]).tolist()
+    def slices(self) -> Iterator[tuple[str, int, slice]]:
+        """``(series id, kinds, rows)`` for every series of the chunk."""
+        bounds = np.concatenate([[0], np.cumsum(self.slice_lengths)]).tolist()
         for k, series_id in enumerate(self.series_ids):
-            yield series_id, int(self.run_kinds[k]), slice(bounds[k], bounds[k + 1])
+            yield series_id, int(self.slice_kinds[k]), slice(bounds[k], bounds[k + 1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,7 +89,7 @@ class ChunkRef:
     rows: int
 
 
-_ARRAYS = ("run_lengths", "run_kinds", "times", "values", "positions")
+_ARRAYS = ("slice_lengths", "slice_kinds", "times", "values", "positions")
 
 
 def encode_chunk(chunk: RowChunk) -> bytes:
@@ -262,3 +132,70 @@ def decode_chunk(data: bytes) -> RowChunk:
                          pa.large_string())
     return RowChunk(series_ids=header["series_ids"], text_style=header["text_style"],
                     texts=texts, **arrays)
+
+
+def to_chunks(parsed: ParsedRows, buckets: int) -> Iterator[tuple[int, RowChunk]]:
+    """``(bucket, RowChunk)`` for every bucket with rows; series sorted by id, each
+    series' rows in input order."""
+    if not len(parsed.codes):
+        return
+    ids = parsed.series_ids
+    rank = np.empty(len(ids), np.int64)
+    rank[np.argsort(np.array(ids, dtype=object))] = np.arange(len(ids))
+    id_bucket = np.array([bucket_of(i, buckets) for i in ids], np.int64)
+    order = np.lexsort((parsed.positions, rank[parsed.codes], id_bucket[parsed.codes]))
+    codes = parsed.codes[order]
+    # The range's distinct timestamps: when one style writes them all from their
+    # times, the texts are left out.
+    text_times = np.zeros(len(parsed.text_dictionary))
+    text_times[parsed.text_codes] = parsed.times
+    style = detect_style(parsed.text_dictionary, text_times,
+                         int(np.bitwise_or.reduce(parsed.kinds)))
+    dictionary = None if style else pa.array(parsed.text_dictionary, pa.large_string())
+    slice_starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+    slice_ends = np.concatenate([slice_starts[1:], [len(codes)]])
+    slice_buckets = id_bucket[codes[slice_starts]]
+    slice_kinds = np.bitwise_or.reduceat(parsed.kinds[order], slice_starts)
+    for bucket in np.unique(slice_buckets).tolist():
+        mine = np.flatnonzero(slice_buckets == bucket)
+        first, last = int(slice_starts[mine[0]]), int(slice_ends[mine[-1]])
+        rows = order[first:last]
+        yield bucket, RowChunk(
+            series_ids=[ids[c] for c in codes[slice_starts[mine]].tolist()],
+            slice_lengths=(slice_ends[mine] - slice_starts[mine]).astype(np.int64),
+            slice_kinds=slice_kinds[mine].astype(np.uint8),
+            times=parsed.times[rows], values=parsed.values[rows],
+            positions=parsed.positions[rows], text_style=style,
+            texts=None if dictionary is None else dictionary.take(
+                pa.array(parsed.text_codes[rows])))
+
+
+def spill_chunks(chunks: Iterable[tuple[int, RowChunk]], path: str
+                 ) -> list[tuple[int, ChunkRef]]:
+    """Writes a range's chunks to ``path`` (temporary name, then renamed) and returns
+    ``(bucket, ChunkRef)`` for each; no file when there is none."""
+    import tensorflow as tf
+
+    encoded = [(bucket, len(chunk), encode_chunk(chunk)) for bucket, chunk in chunks]
+    if not encoded:
+        return []
+    refs = []
+    offset = 0
+    with atomic_path(path) as tmp_path, tf.io.gfile.GFile(tmp_path, "wb") as out:
+        for bucket, rows, data in encoded:
+            out.write(data)
+            refs.append((bucket, ChunkRef(path, offset, len(data), rows)))
+            offset += len(data)
+    return refs
+
+
+def read_chunks(refs: Iterable[ChunkRef]) -> Iterator[RowChunk]:
+    """The chunks ``refs`` name, read file by file in offset order."""
+    by_path: dict[str, list[ChunkRef]] = {}
+    for ref in refs:
+        by_path.setdefault(ref.path, []).append(ref)
+    for path in sorted(by_path):
+        with open_stored(path) as f:
+            for ref in sorted(by_path[path], key=lambda r: r.offset):
+                f.seek(ref.offset)
+                yield decode_chunk(f.read(ref.length))

@@ -1,8 +1,9 @@
 """Order-independent mean and variance: exact integer sums of float32 values.
 
 Floating-point sums depend on the order of additions, and Beam (and tf.Transform's
-adaptive batching) add in a different order on every run and worker count, so float
-statistics would differ in the last bits, and with them every normalised value.
+adaptive batching) add in an order that changes with every execution and worker
+count, so float statistics would differ in the last bits, and with them every
+normalised value.
 Every float32 is ``M * 2**E`` with an integer ``|M| < 2**24``; summing ``M`` and
 ``M**2`` as integers per exponent gives the exact sums, which merge by plain
 integer addition. Mean and standard deviation are then rounded from exact
@@ -22,7 +23,6 @@ import numpy as np
 
 # float32 values are M * 2**E with E >= -172 (subnormals: 2**-149 = 2**23 * 2**-172).
 _MIN_EXPONENT = -172
-_NUM_EXPONENTS = 128 + 24 - _MIN_EXPONENT + 1
 # Per exponent bucket, int64 holds 2**15 squared mantissas (< 2**48) without overflow.
 _CHUNK_ROWS = 1 << 15
 

@@ -13,7 +13,7 @@ time, raw windows (the analysis-only features are not needed there).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -24,10 +24,6 @@ import tensorflow_transform as tft
 from etl.timeseries import exact_stats
 from reader import contract
 from reader.contract import UNKNOWN_LABEL_ID
-
-# Raw features only the analysis reads: one instance per series with train rows.
-TRAIN_MOMENTS_KEY = "train_moments"
-TRAIN_WINDOWS_KEY = "train_windows"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +69,11 @@ class SeriesPreprocessing:
         return spec
 
 
+# Raw features only the analysis reads: one instance per series with train rows.
+TRAIN_MOMENTS_KEY = "train_moments"
+TRAIN_WINDOWS_KEY = "train_windows"
+
+
 def analysis_instance(series_id: str, moments: exact_stats.Moments, label: str | None,
                       train_windows: int) -> dict[str, Any]:
     """The one instance the analysis sees for a series with train rows."""
@@ -95,20 +96,16 @@ def _emit_mean_and_std(moments: exact_stats.Moments) -> Iterator[Any]:
     yield beam.pvalue.TaggedOutput("std", std)
 
 
-class _ExactMeanAndStd(beam.PTransform):
+@beam.ptransform_fn
+def _ExactMeanAndStd(batches: beam.PCollection, num_columns: int
+                     ) -> tuple[beam.PCollection, ...]:
     """Analyzer body: batches ``([serialized moments],)`` → mean ``[F]``, std ``[F]``."""
-
-    def __init__(self, num_columns: int) -> None:
-        super().__init__()
-        self._num_columns = num_columns
-
-    def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, ...]:
-        outputs = (
-            batches
-            | "MergeBatch" >> beam.Map(_merge_batch, num_columns=self._num_columns)
-            | "Sum" >> beam.CombineGlobally(exact_stats.MomentsCombineFn(self._num_columns))
-            | "MeanAndStd" >> beam.FlatMap(_emit_mean_and_std).with_outputs("mean", "std"))
-        return outputs.mean, outputs.std
+    outputs = (
+        batches
+        | "MergeBatch" >> beam.Map(_merge_batch, num_columns=num_columns)
+        | "Sum" >> beam.CombineGlobally(exact_stats.MomentsCombineFn(num_columns))
+        | "MeanAndStd" >> beam.FlatMap(_emit_mean_and_std).with_outputs("mean", "std"))
+    return outputs.mean, outputs.std
 
 
 def _moments_by_key(batch: list[np.ndarray]
@@ -151,26 +148,20 @@ def _emit_per_key(pairs: list[tuple[bytes, exact_stats.Moments]], num_columns: i
             (0, num_columns), np.float32))
 
 
-class _ExactMeanAndStdPerKey(beam.PTransform):
+@beam.ptransform_fn
+def _ExactMeanAndStdPerKey(batches: beam.PCollection, num_columns: int
+                           ) -> tuple[beam.PCollection, ...]:
     """Analyzer body: batches ``([serialized moments], [series ids])`` → keys ``[K]``
     and their fingerprints ``[K]`` (sorted by fingerprint), mean ``[K, F]``,
     std ``[K, F]``."""
-
-    def __init__(self, num_columns: int) -> None:
-        super().__init__()
-        self._num_columns = num_columns
-
-    def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, ...]:
-        outputs = (
-            batches
-            | "MomentsByKey" >> beam.FlatMap(_moments_by_key)
-            | "SumPerKey" >> beam.CombinePerKey(exact_stats.MomentsCombineFn(
-                self._num_columns))
-            | "Gather" >> beam.combiners.ToList()
-            | "PerKeyStats" >> beam.FlatMap(
-                _emit_per_key, num_columns=self._num_columns).with_outputs(
-                    "keys", "fingerprints", "mean", "std"))
-        return outputs.keys, outputs.fingerprints, outputs.mean, outputs.std
+    outputs = (
+        batches
+        | "MomentsByKey" >> beam.FlatMap(_moments_by_key)
+        | "SumPerKey" >> beam.CombinePerKey(exact_stats.MomentsCombineFn(num_columns))
+        | "Gather" >> beam.combiners.ToList()
+        | "PerKeyStats" >> beam.FlatMap(_emit_per_key, num_columns=num_columns).with_outputs(
+            "keys", "fingerprints", "mean", "std"))
+    return outputs.keys, outputs.fingerprints, outputs.mean, outputs.std
 
 
 def _global_stats(moments: tf.Tensor, num_columns: int) -> tuple[tf.Tensor, tf.Tensor]:
@@ -239,24 +230,6 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessin
     else:
         outputs[contract.TARGET_KEY] = (inputs[contract.TARGET_KEY] - mean) / std
     return outputs
-
-
-def serving_inputs(config: SeriesPreprocessing, windows: np.ndarray,
-                   targets: np.ndarray | None, series_ids: Iterable[bytes],
-                   starts: Iterable[bytes], keys: Iterable[bytes],
-                   labels: Iterable[bytes] | None) -> dict[str, tf.Tensor]:
-    """The raw features ``transform_fn`` takes for a batch of windows."""
-    inputs = {
-        contract.WINDOW_KEY: tf.constant(windows, tf.float32),
-        contract.SERIES_ID_KEY: tf.constant(list(series_ids), tf.string),
-        contract.WINDOW_START_KEY: tf.constant(list(starts), tf.string),
-        contract.SOURCE_KEY: tf.constant(list(keys), tf.string),
-    }
-    if config.classification:
-        inputs[contract.LABEL_NAME_KEY] = tf.constant(list(labels or []), tf.string)
-    else:
-        inputs[contract.TARGET_KEY] = tf.constant(targets, tf.float32)
-    return inputs
 
 
 def describe_normalisation(transform_output: Any, config: SeriesPreprocessing

@@ -17,13 +17,12 @@ offsets in that text block as ``num_windows`` little-endian int64.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
-from typing import BinaryIO
+from collections.abc import Mapping
+from typing import Any, BinaryIO
 
-import apache_beam as beam
 import numpy as np
 
-from etl.core import sharding
+from etl.core.shard_plan import PlanShards
 from etl.timeseries.series import Windowing
 
 # Serialized bytes of one run, about: bounds the shard step's memory per run and the
@@ -94,42 +93,20 @@ def read_run(run: WindowRun, num_features: int) -> tuple[np.ndarray, list[str]]:
     return values.astype(np.float32, copy=False), starts
 
 
-def _run_size(run: WindowRun) -> tuple[str, tuple[int, int]]:
-    return run.split, (1, run.num_bytes)
+def _run_size(run: WindowRun) -> tuple[int, int]:
+    return 1, run.num_bytes
 
 
-def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
-    runs = nbytes = 0
-    for r, b in pairs:
-        runs += r
-        nbytes += b
-    return runs, nbytes
+def _run_bytes(split: str, sizes: tuple[int, ...], estimates: Mapping[str, Any]) -> int:
+    del split, estimates  # The runs' bytes are exact.
+    return sizes[1]
 
 
-def _plan_split(element: tuple[str, tuple[int, int]], target_shard_bytes: int,
-                num_shards: int | None) -> tuple[str, int]:
-    split, (num_runs, num_bytes) = element
-    # A run is written whole by one shard: at most one shard per run.
-    return split, sharding.plan_num_shards(num_runs, num_bytes, target_shard_bytes,
-                                           num_shards)
-
-
-class PlanRunShards(beam.PTransform):
+class PlanRunShards(PlanShards):
     """``WindowRun``s → ``(split, num_shards)``: ``--num_shards``, or the split's exact
-    serialized bytes over ``--target_shard_mb``; at most one shard per run."""
+    serialized bytes over ``--target_shard_mb``; at most one shard per run (a run is
+    written whole by one shard)."""
 
     def __init__(self, *, target_shard_bytes: int, num_shards: int | None) -> None:
-        super().__init__()
-        sharding.plan_num_shards(1, 1, target_shard_bytes, num_shards)
-        self._target_shard_bytes = target_shard_bytes
-        self._num_shards = num_shards
-
-    def expand(self, runs: beam.PCollection) -> beam.PCollection:
-        return (
-            runs
-            | "RunSizes" >> beam.Map(_run_size)
-            | "SumRunSizes" >> beam.CombinePerKey(_sum_pairs)
-            | "PlanShardCounts" >> beam.Map(
-                _plan_split, target_shard_bytes=self._target_shard_bytes,
-                num_shards=self._num_shards)
-        )
+        super().__init__(measure=_run_size, split_bytes=_run_bytes,
+                         target_shard_bytes=target_shard_bytes, num_shards=num_shards)

@@ -15,7 +15,7 @@ operations for a series (all deterministic, documented in docs/FORMAT.md):
    ``series``: the whole series by a hash of its id); every segment is cut at the
    split boundaries, so no window crosses one;
 6. windows inside each piece (``tf.data``'s size / shift / stride semantics, plus
-   ``horizon`` target steps at the same stride after the window).
+   ``horizon`` target steps at the same stride after the window): ``window_rows``.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import collections
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from etl.core import dead_letters, splits
 from etl.core.dead_letters import Rejection
-from etl.timeseries.chunks import DATETIME_BIT, NUMERIC_BIT, TimeTexts
 from etl.timeseries.sources import DATETIME, Row
+from etl.timeseries.time_texts import DATETIME_BIT, NUMERIC_BIT, TimeTexts
 from reader import contract
 
 DUPLICATE_POLICIES = ("mean", "reject")
@@ -117,6 +117,13 @@ class SeriesRows:
 
     def __len__(self) -> int:
         return len(self.times)
+
+    def take(self, index: np.ndarray, values: np.ndarray | None = None) -> SeriesRows:
+        """Rows ``index`` (an integer array), with ``values`` in place of theirs."""
+        return SeriesRows(times=self.times[index],
+                          values=self.values[index] if values is None else values,
+                          positions=self.positions[index], texts=self.texts.take(index),
+                          kinds=self.kinds)
 
     @classmethod
     def from_rows(cls, rows: Sequence[Row], num_features: int | None = None) -> SeriesRows:
@@ -237,6 +244,53 @@ def _row_rejections(series_id: str, texts: TimeTexts, positions: np.ndarray,
                                           messages, strict=True)]
 
 
+def _merge_duplicates(series_id: str, rows: SeriesRows, policy: str, source_of: SourceOf,
+                      stats: collections.Counter) -> tuple[SeriesRows, list[Rejection]]:
+    """Step 2 on time-sorted rows: each group of equal times merged (``mean``) or
+    every row of it rejected (``reject``)."""
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(rows.times) != 0]))
+    if len(starts) == len(rows):
+        return rows, []
+    sizes = np.diff(np.concatenate([starts, [len(rows)]]))
+    if policy == "mean":
+        stats["rows_merged_duplicates"] += int((sizes - 1).sum())
+        return rows.take(starts, values=_group_means(rows.values, starts)), []
+    group_size = np.repeat(sizes, sizes)
+    duplicated_rows = np.flatnonzero(group_size > 1)
+    rejections = _row_rejections(
+        series_id, rows.texts, rows.positions, source_of, duplicated_rows,
+        dead_letters.DUPLICATE_TIMESTAMP,
+        [f"{size} rows share this timestamp." for size in group_size[duplicated_rows].tolist()])
+    stats["rows_rejected"] += len(duplicated_rows)
+    return rows.take(starts[sizes == 1]), rejections
+
+
+def _apply_missing_policy(series_id: str, rows: SeriesRows, policy: str, source_of: SourceOf,
+                    stats: collections.Counter) -> tuple[SeriesRows, list[Rejection]]:
+    """Step 3 on time-sorted rows with distinct times: rows with a missing value
+    dropped, rejected, or filled (rows that cannot be filled are dropped)."""
+    missing = np.isnan(rows.values).any(axis=1)
+    if not missing.any():
+        return rows, []
+    rejections: list[Rejection] = []
+    if policy in ("drop", "reject"):
+        if policy == "reject":
+            missing_rows = np.flatnonzero(missing)
+            rejections = _row_rejections(
+                series_id, rows.texts, rows.positions, source_of, missing_rows,
+                dead_letters.MISSING_VALUE,
+                ["Row has a missing value (--missing=reject)."] * len(missing_rows))
+            stats["rows_rejected"] += int(missing.sum())
+        else:
+            stats["rows_dropped_missing"] += int(missing.sum())
+        return rows.take(np.flatnonzero(~missing)), rejections
+    values, keep = _fill_missing(rows.times, rows.values, policy)
+    stats["values_filled"] += int(np.isnan(rows.values)[keep].sum())
+    stats["rows_dropped_missing"] += int((~keep).sum())
+    index = np.flatnonzero(keep)
+    return rows.take(index, values=values[index]), rejections
+
+
 def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
                source_of: SourceOf) -> CleanSeries:
     """Steps 1-4 of the module docstring for one series' columns.
@@ -244,67 +298,26 @@ def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
     ``source_of(position)`` names an input row in dead letters.
     """
     stats: collections.Counter = collections.Counter()
-    rejections: list[Rejection] = []
     stats["rows_read"] += len(rows)
     if not len(rows):
-        return CleanSeries([], rejections, stats)
-    order = _sort_order(rows)
-    times, values, positions = rows.times[order], rows.values[order], rows.positions[order]
-    texts = rows.texts.take(order)
+        return CleanSeries([], [], stats)
+    rows = rows.take(_sort_order(rows))
     if rows.kinds == NUMERIC_BIT | DATETIME_BIT:
-        rejections.append(Rejection(
-            key=series_id, source=source_of(int(positions[0])),
-            reason=dead_letters.INCONSISTENT_TIMESTAMPS,
-            message=f"Series mixes numeric and date/time timestamps ({len(rows)} rows)."))
         stats["rows_rejected"] += len(rows)
+        return CleanSeries([], [Rejection(
+            key=series_id, source=source_of(int(rows.positions[0])),
+            reason=dead_letters.INCONSISTENT_TIMESTAMPS,
+            message=f"Series mixes numeric and date/time timestamps ({len(rows)} rows).")],
+            stats)
+    rows, rejections = _merge_duplicates(series_id, rows, cleaning.duplicates, source_of,
+                                         stats)
+    if not len(rows):
         return CleanSeries([], rejections, stats)
-
-    # Duplicate timestamps: runs of equal times in sorted order.
-    starts = np.flatnonzero(np.concatenate([[True], np.diff(times) != 0]))
-    sizes = np.diff(np.concatenate([starts, [len(times)]]))
-    if len(starts) < len(times):
-        if cleaning.duplicates == "mean":
-            values = _group_means(values, starts)
-            stats["rows_merged_duplicates"] += int((sizes - 1).sum())
-            keep = starts
-        else:
-            group_size = np.repeat(sizes, sizes)
-            duplicated_rows = np.flatnonzero(group_size > 1)
-            rejections += _row_rejections(
-                series_id, texts, positions, source_of, duplicated_rows,
-                dead_letters.DUPLICATE_TIMESTAMP,
-                [f"{size} rows share this timestamp."
-                 for size in group_size[duplicated_rows].tolist()])
-            stats["rows_rejected"] += len(duplicated_rows)
-            keep = starts[sizes == 1]
-            values = values[keep]
-        times, positions, texts = times[keep], positions[keep], texts.take(keep)
-        if not len(times):
-            return CleanSeries([], rejections, stats)
-
-    missing = np.isnan(values).any(axis=1)
-    if missing.any():
-        if cleaning.missing in ("drop", "reject"):
-            if cleaning.missing == "reject":
-                missing_rows = np.flatnonzero(missing)
-                rejections += _row_rejections(
-                    series_id, texts, positions, source_of, missing_rows,
-                    dead_letters.MISSING_VALUE,
-                    ["Row has a missing value (--missing=reject)."] * len(missing_rows))
-                stats["rows_rejected"] += int(missing.sum())
-            else:
-                stats["rows_dropped_missing"] += int(missing.sum())
-            keep_mask = ~missing
-        else:
-            was_missing = np.isnan(values)
-            values, keep_mask = _fill_missing(times, values, cleaning.missing)
-            stats["values_filled"] += int(was_missing[keep_mask].sum())
-            stats["rows_dropped_missing"] += int((~keep_mask).sum())
-        index = np.flatnonzero(keep_mask)
-        times, texts, values = times[index], texts.take(index), values[index]
-    stats["rows_kept"] += len(times)
-    return CleanSeries(_segments(times, texts, values, cleaning.max_gap, stats),
-                       rejections, stats)
+    rows, missing_rejections = _apply_missing_policy(series_id, rows, cleaning.missing, source_of,
+                                               stats)
+    stats["rows_kept"] += len(rows)
+    return CleanSeries(_segments(rows.times, rows.texts, rows.values, cleaning.max_gap, stats),
+                       rejections + missing_rejections, stats)
 
 
 def clean_series(series_id: str, rows: Iterable[Row], cleaning: Cleaning) -> CleanSeries:
@@ -353,22 +366,3 @@ def window_rows(count: int, windowing: Windowing) -> tuple[np.ndarray, np.ndarra
     window = starts[:, None] + np.arange(w, dtype=np.int64) * s
     target = starts[:, None] + (w - 1 + np.arange(1, h + 1, dtype=np.int64)) * s
     return window, target
-
-
-def window_arrays(values: np.ndarray, windowing: Windowing, count: int | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step 6, vectorised: ``(start rows [n], windows [n, W, F], targets [n, H, F])``
-    of the first ``count`` windows (default: all that fit) of a piece's values."""
-    if count is None:
-        count = windowing.count(len(values))
-    window, target = window_rows(count, windowing)
-    return window[:, 0].copy(), values[window], values[target]
-
-
-def windows(piece: Segment, windowing: Windowing
-            ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """Step 6: ``(start row, window [W, F], target [H, F])`` for every window."""
-    starts, window, target = window_arrays(piece.values, windowing)
-    for i, start in enumerate(starts.tolist()):
-        yield start, window[i], target[i]
-

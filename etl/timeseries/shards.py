@@ -11,18 +11,14 @@ float32 is a dead letter, never an inf on disk.
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
-import posixpath
 from collections.abc import Iterable, Iterator
-from typing import Any
 
-import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
 from etl.core import dead_letters, sharding
 from etl.core.dead_letters import Rejection
+from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries.runs import WindowRun, read_run
 from etl.timeseries.series import Windowing, window_rows
@@ -33,25 +29,21 @@ from reader import contract
 class SeriesTransform:
     """The exported ``transform_fn`` applied to batches of raw windows, eagerly.
 
-    Loaded from ``<output_dir>/transform_fn`` with tf.Transform's own loader and
-    pruned to the outputs stored as floats or ids and the inputs they depend on
+    Loaded from ``<output_dir>/transform_fn`` (``load_transform_fn``), pruned to
+    the outputs stored as floats or ids and the inputs they depend on
     (the string features are copied as given); thread-safe, one instance per
     process (``shared.Shared``).
     """
 
     def __init__(self, transform_fn_dir: str, config: ts_preprocessing.SeriesPreprocessing
                  ) -> None:
-        from tensorflow_transform.saved import saved_transform_io_v2
-
         self._config = config
         self.output_keys = [contract.WINDOW_KEY, contract.LABEL_KEY if config.classification
                             else contract.TARGET_KEY]
         self.input_keys = sorted([contract.WINDOW_KEY, contract.SERIES_ID_KEY,
                                   contract.LABEL_NAME_KEY if config.classification
                                   else contract.TARGET_KEY])
-        loader = saved_transform_io_v2.SavedModelLoader(transform_fn_dir)
-        loader.finalize(self.input_keys, self.output_keys)
-        self._apply = loader.apply_transform_model
+        self._apply = load_transform_fn(transform_fn_dir, self.input_keys, self.output_keys)
 
     def __call__(self, windows: np.ndarray, targets: np.ndarray, series_ids: list[bytes],
                  labels: list[bytes] | None) -> dict[str, np.ndarray]:
@@ -63,8 +55,7 @@ class SeriesTransform:
             inputs[contract.LABEL_NAME_KEY] = tf.constant(labels, tf.string)
         else:
             inputs[contract.TARGET_KEY] = tf.constant(targets, tf.float32)
-        outputs = self._apply(inputs)
-        return {name: outputs[name].numpy() for name in self.output_keys}
+        return self._apply(inputs)
 
 
 # Windows per transform_fn call: few calls (each has a fixed cost), bounded memory.
@@ -75,64 +66,38 @@ def _finite_rows(array: np.ndarray) -> np.ndarray:
     return np.isfinite(array.reshape(len(array), -1)).all(axis=1)
 
 
-class TransformAndWriteWindowShard(beam.DoFn):
-    """``((split, shard), [WindowRun])`` → the shard's pending file; emits its shard
-    result (small dict, with label counts) and tagged ``Rejection``s."""
+class TransformAndWriteWindowShard(ShardStep):
+    """``((split, shard), [WindowRun])`` → the shard's pending file; emits its
+    ``ShardResult`` (with label counts) and tagged ``Rejection``s."""
+
+    WRITTEN_COUNTER = "windows_written"
 
     def __init__(self, output_dir: str, name: str, gzip_level: int,
                  config: ts_preprocessing.SeriesPreprocessing, windowing: Windowing,
                  transform_handle: shared.Shared) -> None:
-        self._output_dir = output_dir
-        self._name = name
-        self._gzip_level = gzip_level
+        super().__init__(output_dir, name, gzip_level, transform_handle)
         self._config = config
         self._windowing = windowing
         self._schema = WindowSchema(config.window_size, config.horizon, config.num_features,
                                     config.classification)
-        self._transform_handle = transform_handle
 
-    def setup(self) -> None:
-        self._written = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
-                                                     "windows_written")
-        self._write_pool = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="WindowShardWriter")
+    def load_transform(self, transform_fn_dir: str) -> SeriesTransform:
+        return SeriesTransform(transform_fn_dir, self._config)
 
-    def teardown(self) -> None:
-        self._write_pool.shutdown()
-
-    def process(self, element: tuple[tuple[str, int], Iterable[WindowRun]],
-                num_shards: dict[str, int], transform_written: list[Any]) -> Iterator[Any]:
-        del num_shards, transform_written  # Only ordering: the transform_fn is final.
-        (split, shard), units = element
-        transform_dir = posixpath.join(self._output_dir, contract.TRANSFORM_FN_DIRNAME)
-        transform = self._transform_handle.acquire(
-            lambda: SeriesTransform(transform_dir, self._config), tag=transform_dir)
+    def transform_blocks(self, units: Iterable[WindowRun], transform: SeriesTransform
+                         ) -> Iterator[ShardBlock]:
+        # Windows are cut, normalised and serialized in shard order, a block at a time.
         shard_windows = _ShardWindows(sorted(units, key=lambda r: r.key),
                                       self._config.num_features, self._windowing)
-        rejections: list[Rejection] = []
-        labels: collections.Counter[str] = collections.Counter()
-        relpath = sharding.pending_relpath(self._name, split, shard)
-        with sharding.ShardWriter(posixpath.join(self._output_dir, relpath),
-                                  self._gzip_level) as writer:
-            # Windows are cut, normalised and serialized in shard order, a block at a
-            # time, each written while the next is prepared.
-            order = shard_windows.order
-            with sharding.BlockWriter(writer, self._write_pool) as blocks:
-                for first in range(0, len(order), TRANSFORM_WINDOWS):
-                    block = order[first:first + TRANSFORM_WINDOWS]
-                    blocks.write(self._block_examples(shard_windows, block, transform,
-                                                      rejections, labels))
-        self._written.inc(writer.num_records)
-        for rejection in rejections:
-            yield from dead_letters.route(rejection)
-        yield sharding.shard_result(split, shard, relpath, writer,
-                                    label_counts=sorted(labels.items()))
+        order = shard_windows.order
+        for first in range(0, len(order), TRANSFORM_WINDOWS):
+            yield self._block(shard_windows, order[first:first + TRANSFORM_WINDOWS],
+                              transform)
 
-    def _block_examples(self, windows: _ShardWindows, block: np.ndarray,
-                        transform: SeriesTransform, rejections: list[Rejection],
-                        labels: collections.Counter[str]) -> list[bytes]:
-        """Serialized examples of the windows ``block`` (indices, in shard order);
-        windows whose normalised values overflow go to ``rejections``."""
+    def _block(self, windows: _ShardWindows, block: np.ndarray,
+               transform: SeriesTransform) -> ShardBlock:
+        """The examples of the windows ``block`` (indices, in shard order); windows
+        whose normalised values overflow are rejected."""
         classification = self._config.classification
         runs = [windows.runs[r] for r in windows.run_of[block].tolist()]
         series = [run.series_id for run in runs]
@@ -152,19 +117,18 @@ class TransformAndWriteWindowShard(beam.DoFn):
             target = outputs[contract.TARGET_KEY]
             finite &= _finite_rows(target)
         keep = np.flatnonzero(finite).tolist()
-        for i in np.flatnonzero(~finite).tolist():
-            rejections.append(Rejection(
-                key=f"{series[i]}@{starts[i]}", source=runs[i].source,
-                reason=dead_letters.WINDOW_OUT_OF_RANGE,
-                message="The normalised window or target does not fit float32: a value "
-                        "lies too far outside the train statistics (mean, std) for them."))
-        if classification:
-            labels.update(run_labels[i] for i in keep)
-        return self._schema.encode(
+        rejections = [Rejection(
+            key=f"{series[i]}@{starts[i]}", source=runs[i].source,
+            reason=dead_letters.WINDOW_OUT_OF_RANGE,
+            message="The normalised window or target does not fit float32: a value "
+                    "lies too far outside the train statistics (mean, std) for them.")
+            for i in np.flatnonzero(~finite).tolist()]
+        labels = [run_labels[i] for i in keep] if classification else []
+        examples = self._schema.encode(
             [series[i] for i in keep], [starts[i] for i in keep], normalised[keep],
-            None if target is None else target[keep],
-            [run_labels[i] for i in keep] if classification else None,
+            None if target is None else target[keep], labels if classification else None,
             None if label_ids is None else label_ids[keep].tolist())
+        return ShardBlock(examples, labels, rejections)
 
 
 class _ShardWindows:

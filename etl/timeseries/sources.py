@@ -5,7 +5,7 @@ numbers (any unit) or ISO 8601 dates/times (naive ones are taken as UTC). Empty,
 ``"nan"`` and null values are *missing* (handled later by the missing-value policy);
 anything else that is not a finite number is rejected as ``unparsable_value``, and a
 number float32 cannot hold as ``value_out_of_range``. ``parse_row`` is the reference
-for one row; ``etl/timeseries/read.py`` reads whole files column-wise by these rules.
+for one row; ``etl/timeseries/parsing.py`` reads whole blocks column-wise by these rules.
 """
 
 from __future__ import annotations
@@ -196,12 +196,14 @@ def matched_files(pattern: str) -> list[str]:
     return files
 
 
-def check_columns(header: Sequence[str], columns: Columns, path: str) -> None:
-    """Raises ValueError naming the required columns a CSV header lacks."""
+def check_columns(names: Sequence[str], columns: Columns, path: str) -> None:
+    """Raises ValueError naming the required columns a file lacks (``names``: its
+    CSV header or Parquet schema)."""
     missing = [c for c in (columns.series_id, columns.timestamp, *columns.values)
-               if c not in header]
+               if c not in names]
     if missing:
-        raise ValueError(f"{path!r} lacks column(s) {missing}; its header is {list(header)}.")
+        raise ValueError(f"{path!r} lacks column(s) {missing}; its columns are "
+                         f"{list(names)}.")
 
 
 def read_labels(path: str, series_column: str, label_column: str = "label"

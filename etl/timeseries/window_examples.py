@@ -5,9 +5,7 @@ Byte for byte what ``etl.core.examples.serialize_example`` writes for the same i
 arrays without a Python object per value, which tfx_bsl's C++ encoder
 (``RecordBatchToExamplesEncoder``, as in tf.Transform) turns into examples; each is
 then re-serialized with protobuf's ``deterministic=True``, because the encoder
-writes an example's features in no fixed order. Measured on 20,000 forecast windows
-(W=168, H=24): 5 µs per window to encode, 2.5 µs to re-serialize; building a
-``tf.train.Example`` per window in Python costs several times that.
+writes an example's features in no fixed order.
 """
 
 from __future__ import annotations

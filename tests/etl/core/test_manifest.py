@@ -1,4 +1,4 @@
-"""Unit tests of etl/core/manifest.py build_manifest and the reader/contract.py helpers."""
+"""Unit tests of etl/core/manifest.py ManifestContent and the reader/contract.py helpers."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import json
 import pytest
 import tensorflow as tf
 
-from etl.core import manifest
+from etl.core import accounting, manifest
+from etl.core.sharding import ShardEntry
 from reader import contract
 
 
-def _shard(split: str, index: int, num_records: int, num_bytes: int) -> dict:
-    return {"split": split, "index": index, "num_records": num_records,
-            "num_bytes": num_bytes, "sha256": f"{split}{index}" * 4,
-            "path": contract.shard_relpath("images", split, index, 3)}
+def _shard(split: str, index: int, num_records: int, num_bytes: int) -> ShardEntry:
+    return ShardEntry(split, index, contract.shard_relpath("images", split, index, 3),
+                      num_records, num_bytes, f"{split}{index}" * 4)
 
 
 SHARDS = [_shard("train", 2, 5, 500), _shard("train", 0, 7, 700),
@@ -22,35 +22,35 @@ SHARDS = [_shard("train", 2, 5, 500), _shard("train", 0, 7, 700),
 
 
 def _build(shards=SHARDS, label_counts=(), extra=None) -> dict:
-    return manifest.build_manifest(
-        name="images", kind="images", task="classification", extra=extra,
+    return manifest.ManifestContent(
+        name="images", kind="images", task="classification", extra=extra or {},
         shards=shards, label_counts=label_counts,
         rejected={"count": 0, "by_reason": {}},
         features={"label": {"kind": "fixed_len", "dtype": "int64", "shape": []}},
         label_vocab=["cat", "dog"], preprocessing={"image_size": 16},
-        versions={"python": "3.11"})
+        versions={"python": "3.11"}).to_dict()
 
 
-# --- build_manifest -------------------------------------------------------------------
+# --- ManifestContent ------------------------------------------------------------------
 
-def test_build_manifest_records_kind_task_and_extra_entries():
+def test_manifest_content_records_kind_task_and_extra_entries():
     built = _build(extra={"timeseries": {"window_size": 4}})
     assert (built["kind"], built["task"]) == ("images", "classification")
     assert built["timeseries"] == {"window_size": 4}
 
 
-def test_build_manifest_refuses_extra_entries_that_clash():
+def test_manifest_content_refuses_extra_entries_that_clash():
     with pytest.raises(ValueError, match="splits"):
         _build(extra={"splits": {}})
 
 
-def test_build_manifest_lists_every_split_even_when_empty():
+def test_manifest_content_lists_every_split_even_when_empty():
     splits = _build()["splits"]
     assert list(splits) == ["train", "validation", "test"]
     assert splits["validation"] == {"num_records": 0, "num_bytes": 0, "shards": []}
 
 
-def test_build_manifest_with_train_only_has_empty_validation_and_test():
+def test_manifest_content_with_train_only_has_empty_validation_and_test():
     splits = _build(shards=[_shard("train", 0, 3, 30)])["splits"]
     assert splits["validation"] == splits["test"] == {
         "num_records": 0, "num_bytes": 0, "shards": []}
@@ -58,35 +58,40 @@ def test_build_manifest_with_train_only_has_empty_validation_and_test():
 
 
 @pytest.mark.parametrize("shards", [[], [_shard("test", 0, 2, 200)]])
-def test_build_manifest_refuses_empty_train_split(shards):
-    with pytest.raises(manifest.EmptyTrainSplitError, match="train split is empty"):
-        _build(shards=shards)
+def test_require_train_refuses_empty_train_split(shards):
+    with pytest.raises(accounting.EmptyTrainSplitError,
+                       match=r"^The train split is empty: no example was written to it, "):
+        manifest.require_train(_build(shards=shards))
 
 
-def test_build_manifest_sorts_shards_by_index():
+def test_require_train_accepts_a_train_split_with_records():
+    assert manifest.require_train(_build(shards=[_shard("train", 0, 1, 10)])) is None
+
+
+def test_manifest_content_sorts_shards_by_index():
     paths = [s["path"] for s in _build()["splits"]["train"]["shards"]]
     assert paths == [contract.shard_relpath("images", "train", i, 3) for i in range(3)]
 
 
-def test_build_manifest_shard_entries_carry_only_file_fields():
+def test_manifest_content_shard_entries_carry_only_file_fields():
     entry = _build()["splits"]["test"]["shards"][0]
     assert entry == {"path": "test/images-test-00000-of-00003.tfrecord.gz",
                      "num_records": 2, "num_bytes": 200, "sha256": "test0" * 4}
 
 
-def test_build_manifest_sums_records_and_bytes_per_split():
+def test_manifest_content_sums_records_and_bytes_per_split():
     splits = _build()["splits"]
     assert (splits["train"]["num_records"], splits["train"]["num_bytes"]) == (18, 1800)
     assert (splits["test"]["num_records"], splits["test"]["num_bytes"]) == (2, 200)
 
 
-def test_build_manifest_accepts_one_shot_iterables():
+def test_manifest_content_accepts_one_shot_iterables():
     # ``shards`` is typed Iterable and is scanned once per split: a generator must give
     # the same manifest as a list.
     assert _build(shards=(s for s in SHARDS)) == _build(shards=list(SHARDS))
 
 
-def test_build_manifest_groups_label_counts_per_split():
+def test_manifest_content_groups_label_counts_per_split():
     counts = [(("train", "dog"), 3), (("test", "cat"), 1), (("train", "cat"), 4),
               (("train", "dog"), 2)]
     label_counts = _build(label_counts=counts)["label_counts"]
@@ -95,7 +100,7 @@ def test_build_manifest_groups_label_counts_per_split():
     assert list(label_counts["train"]) == ["cat", "dog"]
 
 
-def test_build_manifest_top_level_fields():
+def test_manifest_content_top_level_fields():
     built = _build()
     assert sorted(built) == ["features", "format_version", "kind", "label_counts",
                              "label_vocab", "name", "preprocessing", "rejected", "splits",
@@ -108,7 +113,7 @@ def test_build_manifest_top_level_fields():
     assert built["rejected"] == {"count": 0, "by_reason": {}}
 
 
-def test_build_manifest_does_not_depend_on_shard_order():
+def test_manifest_content_does_not_depend_on_shard_order():
     reordered = list(reversed(SHARDS))
     assert contract.dumps_manifest(_build()) == contract.dumps_manifest(
         _build(shards=reordered))

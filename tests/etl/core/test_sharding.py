@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -97,7 +98,7 @@ class _WriteExamples(beam.DoFn):
                                   self._gzip_level) as writer:
             for unit in sorted(units, key=lambda u: sharding.shard_sort_key(u.key)):
                 writer.write(unit.serialized)
-        yield sharding.shard_result(split, shard, relpath, writer)
+        yield sharding.ShardResult.of(split, shard, relpath, writer)
 
 
 def _plan(examples_: list[KeyedExample], num_shards=None, target_shard_bytes=1 << 30):
@@ -126,16 +127,15 @@ def _write(records: list[KeyedExample], output_dir: str, entries_path: str,
            gzip_level: int = sharding.DEFAULT_GZIP_LEVEL) -> list[dict]:
     """Runs WriteShardGroups; returns its entries sorted by (split, index)."""
 
-    def dump(entries: list[dict]) -> None:
+    def dump(entries: list[sharding.ShardEntry]) -> None:
         with open(entries_path, "w") as f:
-            json.dump(entries, f)
+            json.dump([dataclasses.asdict(entry) for entry in entries], f)
 
     with TestPipeline(runner=RUNNER) as p:
         plan = p | "Plan" >> beam.Create(_plan(records, num_shards, target_shard_bytes))
-        entries, _, _ = (p | beam.Create(records)
-                         | sharding.WriteShardGroups(
-                             output_dir, NAME, num_shards=plan,
-                             write_shard=_WriteExamples(output_dir, gzip_level)))
+        units = p | beam.Create(records)
+        entries, _, _ = ((units, plan) | sharding.WriteShardGroups(
+            output_dir, NAME, write_shard=_WriteExamples(output_dir, gzip_level)))
         _ = entries | beam.combiners.ToList() | beam.Map(dump)
     with open(entries_path) as f:
         return sorted(json.load(f), key=lambda e: (e["split"], e["index"]))

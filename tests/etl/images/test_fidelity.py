@@ -14,8 +14,8 @@ import tensorflow as tf
 from PIL import Image, ImageOps
 
 from etl.images import codec, loading
+from etl.images.batches import DecodedPixels, FinishImages
 from etl.images.preprocessing import ImagePreprocessing
-from etl.images.shards import DecodedPixels, FinishImages
 from reader import contract
 from tests import jpeg_corpus
 

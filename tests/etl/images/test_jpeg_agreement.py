@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from etl.images import codec, loading
+from etl.images.batches import DecodedPixels, FinishImages
 from etl.images.preprocessing import ImagePreprocessing
-from etl.images.shards import DecodedPixels, FinishImages
 from tests import jpeg_corpus
 
 RATIOS = (1, 2, 4, 8)

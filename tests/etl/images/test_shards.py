@@ -12,13 +12,8 @@ from etl.core import dead_letters
 from etl.core.dead_letters import Rejection
 from etl.images import codec
 from etl.images import loading as image_loading
-from etl.images.shards import (
-    Loaded,
-    default_gzip_level,
-    load_record,
-    process_shard,
-    transform_batch,
-)
+from etl.images.batches import Loaded, load_record
+from etl.images.shards import default_gzip_level, process_shard, transform_batch
 from etl.images.sources import ImageRecord
 from tests.image_fixtures import _encode
 

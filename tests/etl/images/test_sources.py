@@ -1,11 +1,11 @@
-"""Unit tests of etl/timeseries/sources.py: folder paths and manifest rows → ImageRecords."""
+"""Unit tests of etl/images/sources.py and paths.py: paths and manifest rows → records."""
 
 from __future__ import annotations
 
 import pytest
 
 from etl.core.dead_letters import Rejection
-from etl.images import sources
+from etl.images import paths, sources
 from etl.images.sources import ImageRecord
 
 ROOT = "/data/images"
@@ -203,14 +203,14 @@ def test_record_from_row_accepts_symlink_chain_ending_inside_the_manifest_folder
     ("s3://bucket/other/1.png", "s3://bucket/in", False),
 ])
 def test_resolves_inside_compares_object_store_uris_as_written(path, root, expected):
-    assert sources.resolves_inside(path, root) is expected
+    assert paths.resolves_inside(path, root) is expected
 
 
 # --- list_local_files -----------------------------------------------------------------
 
 def _relative_listing(tree, **kwargs) -> list[str]:
     root = str(tree / "in")
-    return [path[len(root) + 1:] for path in sources.list_local_files(root, **kwargs)]
+    return [path[len(root) + 1:] for path in paths.list_local_files(root, **kwargs)]
 
 
 def test_list_local_files_lists_files_and_links_to_files_dangling_included(linked_tree):

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from etl.core import splits
-from etl.timeseries.chunks import TimeTexts
 from etl.timeseries.series import (
     Cleaning,
     CleanSeries,
@@ -18,9 +17,10 @@ from etl.timeseries.series import (
     Windowing,
     clean_series,
     split_pieces,
-    windows,
+    window_rows,
 )
 from etl.timeseries.sources import Row
+from etl.timeseries.time_texts import TimeTexts
 
 NAN = math.nan
 SERIES = "s1"
@@ -42,13 +42,6 @@ def _segment(times, values=None) -> Segment:
         values = times * 10
     return Segment(times, TimeTexts.stored([f"{t:g}" for t in times]),
                    np.asarray(values, np.float64).reshape(len(times), -1))
-
-
-def _indexed(length: int) -> Segment:
-    """A segment whose two value columns are (row index, −row index)."""
-    index = np.arange(length, dtype=np.float64)
-    return Segment(index * 2.0, TimeTexts.stored([str(i) for i in range(length)]),
-                   np.stack([index, -index], axis=1).reshape(length, 2))
 
 
 def _times(result: CleanSeries) -> list[list[float]]:
@@ -94,20 +87,17 @@ def test_windowing_count_matches_brute_force(window_size, shift, stride, horizon
 
 
 @pytest.mark.parametrize(("window_size", "shift", "stride", "horizon"), GEOMETRIES)
-def test_windows_yield_every_window_with_its_rows(window_size, shift, stride, horizon):
+def test_window_rows_index_every_window_and_its_target(window_size, shift, stride,
+                                                        horizon):
     windowing = Windowing(window_size, shift, stride, horizon)
     for length in LENGTHS:
-        got = list(windows(_indexed(length), windowing))
+        window, target = window_rows(windowing.count(length), windowing)
         starts = _brute_force_starts(length, window_size, shift, stride, horizon)
-        assert [start for start, _, _ in got] == starts, length
-        for start, window, target in got:
-            last = start + (window_size - 1) * stride
-            window_rows = [start + k * stride for k in range(window_size)]
-            target_rows = [last + k * stride for k in range(1, horizon + 1)]
-            assert window.shape == (window_size, 2)
-            assert target.shape == (horizon, 2)
-            assert window.tolist() == [[r, -r] for r in window_rows]
-            assert target.tolist() == [[r, -r] for r in target_rows]
+        assert window.tolist() == [[start + k * stride for k in range(window_size)]
+                                   for start in starts], length
+        assert target.tolist() == [
+            [start + (window_size - 1 + k) * stride for k in range(1, horizon + 1)]
+            for start in starts], length
 
 
 def test_windowing_span():

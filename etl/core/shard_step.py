@@ -1,0 +1,141 @@
+"""The shard step both jobs end with: a shard's units → examples → one pending shard file.
+
+A job's shard step is a :class:`ShardStep` that says how to load the exported
+``transform_fn`` (:meth:`ShardStep.load_transform`, usually through
+:func:`load_transform_fn`) and how to turn the shard's units into blocks of
+serialized examples (:meth:`ShardStep.transform_blocks`). The frame does the rest
+the same way for every job: it waits for the transform output, loads it once per
+process, writes the blocks to the shard's pending file on a writer thread while the
+next block is prepared, counts what was written, routes the rejections and emits
+the shard's ``ShardResult``.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import posixpath
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.utils import shared
+
+from etl.core import dead_letters, sharding
+from etl.core.dead_letters import Rejection
+from reader import contract
+
+
+@dataclasses.dataclass(frozen=True)
+class PrunedTransform:
+    """An exported ``transform_fn`` pruned to compute ``output_keys`` from some of
+    its raw inputs: called with a batch of those inputs (name → tensor), it returns
+    each output as a NumPy array. Thread-safe."""
+
+    output_keys: tuple[str, ...]
+    apply: Callable[[dict[str, Any]], dict[str, Any]]
+
+    def __call__(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+        outputs = self.apply(inputs)
+        return {name: outputs[name].numpy() for name in self.output_keys}
+
+
+def load_transform_fn(transform_fn_dir: str, input_keys: Sequence[str],
+                      output_keys: Sequence[str] | None = None) -> PrunedTransform:
+    """The exported ``transform_fn`` under ``transform_fn_dir``, pruned to compute
+    ``output_keys`` (default: all its outputs, sorted) from ``input_keys`` only.
+
+    tf.Transform's public ways to apply a ``transform_fn`` (``TransformDataset``,
+    ``TFTransformOutput.transform_raw_features``) run its whole graph, every output
+    from every raw feature. Only its own loader, the private
+    ``saved_transform_io_v2.SavedModelLoader`` that ``TransformDataset`` runs, prunes
+    the graph to some inputs and outputs (``finalize``), so that, say, an image's
+    label is mapped without its image; this function is the jobs' only use of it.
+    """
+    from tensorflow_transform.saved import saved_transform_io_v2
+
+    loader = saved_transform_io_v2.SavedModelLoader(transform_fn_dir)
+    keys = tuple(sorted(loader.structured_outputs) if output_keys is None else output_keys)
+    loader.finalize(list(input_keys), list(keys))
+    return PrunedTransform(keys, loader.apply_transform_model)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardBlock:
+    """Consecutive examples of a shard, serialized, in shard order; the labels of
+    those examples (none for a task without labels); and the shard's units that
+    became no example while the block was made."""
+
+    examples: Sequence[bytes]
+    labels: Sequence[str] = ()
+    rejections: Sequence[Rejection] = ()
+
+
+class ShardStep(beam.DoFn):
+    """``((split, shard), [unit])`` → the shard's pending file; emits its
+    ``ShardResult`` and ``Rejection``s tagged ``dead_letters.REJECTED``.
+
+    Subclasses set ``WRITTEN_COUNTER`` (the Beam counter of examples written) and
+    implement :meth:`load_transform` and :meth:`transform_blocks`; ones that need
+    more per-process resources extend ``setup`` and ``teardown``.
+    """
+
+    WRITTEN_COUNTER = "examples_written"
+
+    def __init__(self, output_dir: str, name: str, gzip_level: int,
+                 transform_handle: shared.Shared) -> None:
+        self._output_dir = output_dir
+        self._name = name
+        self._gzip_level = gzip_level
+        self._transform_handle = transform_handle
+
+    def load_transform(self, transform_fn_dir: str) -> Any:
+        """The job's transform, loaded once per process and shared by its threads."""
+        raise NotImplementedError
+
+    def transform_blocks(self, units: Iterable[Any], transform: Any
+                         ) -> Iterator[ShardBlock]:
+        """The shard's examples, in shard order, a block at a time."""
+        raise NotImplementedError
+
+    def shard_written(self, result: sharding.ShardResult, num_shards: dict[str, int]
+                      ) -> None:
+        """Called once a shard is written, before its result is emitted."""
+
+    def setup(self) -> None:
+        self._write_pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="WriteShard")
+        self._written = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
+                                                     self.WRITTEN_COUNTER)
+
+    def teardown(self) -> None:
+        self._write_pool.shutdown(wait=True)
+
+    def process(self, element: tuple[tuple[str, int], Iterable[Any]],
+                num_shards: dict[str, int], transform_written: list[Any]
+                ) -> Iterator[Any]:
+        del transform_written  # Only ordering: the transform_fn is final on disk.
+        (split, shard), units = element
+        transform_dir = posixpath.join(self._output_dir, contract.TRANSFORM_FN_DIRNAME)
+        transform = self._transform_handle.acquire(
+            lambda: self.load_transform(transform_dir), tag=transform_dir)
+        relpath = sharding.pending_relpath(self._name, split, shard)
+        labels: collections.Counter[str] = collections.Counter()
+        rejections: list[Rejection] = []
+        with sharding.ShardWriter(posixpath.join(self._output_dir, relpath),
+                                  self._gzip_level) as writer, sharding.BlockWriter(
+                                      writer, self._write_pool) as blocks:
+            # Each block is written on the writer thread (deflate included) while
+            # this thread makes the next.
+            for block in self.transform_blocks(units, transform):
+                blocks.write(list(block.examples))
+                labels.update(block.labels)
+                rejections.extend(block.rejections)
+        self._written.inc(writer.num_records)
+        for rejection in rejections:
+            yield from dead_letters.route(rejection)
+        result = sharding.ShardResult.of(split, shard, relpath, writer, labels.items())
+        self.shard_written(result, num_shards)
+        yield result

@@ -1,0 +1,209 @@
+"""An image shard's loaded files and their batches' JPEG decode.
+
+Files are read and checked (:func:`load_record`) ahead of the transform; a JPEG in
+a layout where libjpeg-turbo and TensorFlow's decoder agree bit for bit
+(``loading.AGREEING_JPEG_LAYOUTS``) is planned for the job's own decode, which
+:func:`decode_batch` does for a batch at a time into one shared, aligned buffer.
+:class:`FinishImages` then runs the steps ``transform_fn`` takes after its decode on
+those pixels, one graph call per batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
+from etl.images import codec, exif, loading
+from etl.images.preprocessing import ImagePreprocessing
+from etl.images.sources import ImageRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodedPixels:
+    """A decoded image's ``uint8 [height, width, 3]`` pixels, row-major at ``offset``
+    in ``buffer`` (1-D, ``loading.TENSOR_ALIGNMENT``-aligned), which a batch's
+    images share so that TensorFlow takes them in one piece, without a copy; decoded
+    at DCT scale ``1 / ratio`` from a ``source`` (height, width) image."""
+
+    buffer: np.ndarray
+    offset: int
+    height: int
+    width: int
+    source: tuple[int, int]
+    ratio: int
+
+    @classmethod
+    def of(cls, pixels: np.ndarray, plan: loading.JpegDecode) -> DecodedPixels:
+        """``uint8 [h, w, 3]`` pixels decoded as ``plan`` says, in a buffer of their own."""
+        buffer = loading.aligned_buffer(pixels.size)
+        buffer[:] = pixels.reshape(-1)
+        return cls(buffer, 0, pixels.shape[0], pixels.shape[1],
+                   (plan.source_height, plan.source_width), plan.ratio)
+
+    def array(self) -> np.ndarray:
+        size = self.height * self.width * 3
+        return self.buffer[self.offset:self.offset + size].reshape(self.height, self.width, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """An image's record and file bytes after the checks made before decoding. ``jpeg``
+    is set for a JPEG the job decodes itself, ``pixels`` once it has (in its batch,
+    :func:`decode_batch`); the transform decodes every other image."""
+
+    record: ImageRecord
+    data: bytes
+    jpeg: loading.JpegDecode | None = None
+    pixels: DecodedPixels | None = None
+
+    @property
+    def weight(self) -> int:
+        """Bytes this item holds once decoded."""
+        return len(self.data) + (self.jpeg.nbytes if self.jpeg is not None else 0)
+
+
+class FinishImages:
+    """``codec.finish`` for one preprocessing, traced once: the decoded pixels
+    of a batch of JPEGs and their files' bytes → their stored image bytes.
+
+    These are the ops ``transform_fn`` applies after its own decode, so each result
+    is what ``transform_fn`` gives for that file. One graph call per batch (a
+    ``tf.map_fn`` over the images): a call per image costs more interpreter time than
+    the image's own resize. Thread-safe.
+    """
+
+    def __init__(self, config: ImagePreprocessing) -> None:
+        import tensorflow as tf
+
+        def finish(buffer: tf.Tensor, offsets: tf.Tensor, shapes: tf.Tensor,
+                   heads: tf.Tensor) -> tf.Tensor:
+            # shapes: [n, (height, width, source height, source width, ratio)]
+            def one(i: tf.Tensor) -> tf.Tensor:
+                height, width = shapes[i, 0], shapes[i, 1]
+                image = tf.reshape(buffer[offsets[i]:offsets[i] + height * width * 3],
+                                   tf.stack([height, width, 3]))
+                image.set_shape([None, None, 3])
+                return codec.finish(
+                    image, heads[i], config.image_size, config.image_format,
+                    config.jpeg_quality, apply_exif_orientation=config.apply_exif_orientation,
+                    source_shape=tf.cast(shapes[i, 2:4], tf.int32),
+                    ratio=tf.cast(shapes[i, 4], tf.int32))
+
+            return tf.map_fn(one, tf.range(tf.shape(offsets)[0]),
+                             fn_output_signature=tf.TensorSpec([], tf.string))
+
+        self.image_size = config.image_size
+        # The concrete function: calling it skips tf.function's argument binding.
+        self._finish = tf.function(finish).get_concrete_function(
+            tf.TensorSpec([None], tf.uint8), tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None, 5], tf.int64), tf.TensorSpec([None], tf.string))
+
+    def __call__(self, pixels: Sequence[DecodedPixels], data: Sequence[bytes]) -> list[bytes]:
+        """Stored images of ``pixels`` (decoded from the files ``data``), in order.
+
+        Raises:
+            tf.errors.OpError: if the ops fail.
+        """
+        import tensorflow as tf
+
+        buffer = pixels[0].buffer
+        if any(p.buffer is not buffer for p in pixels):
+            pixels = _into_one_buffer(pixels)
+            buffer = pixels[0].buffer
+        # DLPack hands the pixels to TensorFlow without a copy; the EXIF orientation is
+        # read from each file's head only.
+        images = self._finish(
+            tf.experimental.dlpack.from_dlpack(buffer.__dlpack__()),
+            tf.constant([p.offset for p in pixels], tf.int64),
+            tf.constant([(p.height, p.width, *p.source, p.ratio) for p in pixels], tf.int64),
+            tf.constant([d[:exif.EXIF_SCAN_BYTES] for d in data], tf.string))
+        return list(images.numpy())
+
+
+def _slot_bytes(nbytes: int) -> int:
+    """``nbytes`` rounded up so that the next image in a shared buffer stays aligned."""
+    return -(-nbytes // loading.TENSOR_ALIGNMENT) * loading.TENSOR_ALIGNMENT
+
+
+def _into_one_buffer(pixels: Sequence[DecodedPixels]) -> list[DecodedPixels]:
+    buffer = loading.aligned_buffer(sum(_slot_bytes(p.height * p.width * 3)
+                                              for p in pixels))
+    placed, offset = [], 0
+    for p in pixels:
+        size = p.height * p.width * 3
+        buffer[offset:offset + size] = p.array().reshape(-1)
+        placed.append(dataclasses.replace(p, buffer=buffer, offset=offset))
+        offset += _slot_bytes(size)
+    return placed
+
+
+def load_record(record: ImageRecord, limits: loading.InputLimits,
+                image_size: int | None = None) -> Loaded | Rejection:
+    """Reads and checks one image without decoding it (size, format, header pixels,
+    and the strict check of images the transform decodes); with ``image_size``, a
+    JPEG the job can decode itself is planned for its batch (``Loaded.jpeg``)."""
+    def rejection(reason: str, message: str) -> Rejection:
+        return Rejection(key=record.key, source=record.uri, reason=reason, message=message)
+
+    try:
+        data = loading.read_bytes(record.uri, limits.max_file_bytes)
+    except OSError as e:
+        return rejection(dead_letters.UNREADABLE_FILE, f"Cannot read file: {e}")
+    checked = loading.check_image(data, limits, image_size)
+    if not isinstance(checked, loading.Checked):
+        return rejection(*checked)
+    return Loaded(record, data, jpeg=checked.jpeg)
+
+
+def decode_batch(batch: Sequence[Loaded], strict: bool) -> list[Loaded | Rejection]:
+    """Decodes the planned JPEGs of ``batch`` (``Loaded.jpeg``) into one shared buffer:
+    each such image comes back with its ``pixels``, as a rejection (strict decoding:
+    libjpeg-turbo reports damage) or unplanned, for the transform to decode."""
+    planned = [item.jpeg.nbytes for item in batch if item.jpeg is not None]
+    if not planned:
+        return list(batch)
+    buffer = loading.aligned_buffer(sum(_slot_bytes(n) for n in planned))
+    decoded: list[Loaded | Rejection] = []
+    offset = 0
+    for item in batch:
+        if item.jpeg is None:
+            decoded.append(item)
+            continue
+        plan = item.jpeg
+        result = loading.decode_jpeg_into(
+            item.data, plan, buffer[offset:offset + plan.nbytes], strict)
+        if isinstance(result, tuple):
+            decoded.append(Rejection(key=item.record.key, source=item.record.uri,
+                                     reason=result[0], message=result[1]))
+        elif result is None:
+            decoded.append(dataclasses.replace(item, jpeg=None))
+        else:
+            decoded.append(dataclasses.replace(item, pixels=DecodedPixels(
+                buffer, offset, plan.height, plan.width,
+                (plan.source_height, plan.source_width), plan.ratio)))
+        offset += _slot_bytes(plan.nbytes)
+    return decoded
+
+
+def batches(loaded: Iterable[Loaded | Rejection], rows: int, nbytes: int
+             ) -> Iterator[list[Loaded | Rejection]]:
+    """Cuts a stream into consecutive runs holding at most ``rows`` images (and about
+    ``nbytes`` of them, decoded pixels included); rejections met on the way stay in
+    their place."""
+    run: list[Loaded | Rejection] = []
+    images = size = 0
+    for item in loaded:
+        run.append(item)
+        if isinstance(item, Loaded):
+            images += 1
+            size += item.weight
+            if images >= rows or size >= nbytes:
+                yield run
+                run, images, size = [], 0, 0
+    if run:
+        yield run
+

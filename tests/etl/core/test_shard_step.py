@@ -1,0 +1,143 @@
+"""Unit tests of etl/core/shard_step.py: the shard-step frame with a toy job."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import apache_beam as beam
+import numpy as np
+import pytest
+import tensorflow as tf
+from apache_beam.utils import shared
+
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
+from etl.core.shard_step import PrunedTransform, ShardBlock, ShardStep
+from etl.core.sharding import ShardResult
+from reader import contract
+
+NAME = "toy"
+
+
+class Unit(NamedTuple):
+    split: str
+    key: str
+    label: str
+
+
+class _UpperStep(ShardStep):
+    """A toy job: a unit's example is its key upper-cased by the "transform"; keys
+    starting with "bad" are rejected; two examples per block."""
+
+    WRITTEN_COUNTER = "toy_written"
+
+    def __init__(self, output_dir: str) -> None:
+        super().__init__(output_dir, NAME, 0, shared.Shared())
+        self.loads: list[str] = []
+        self.written: list[tuple[ShardResult, dict[str, int]]] = []
+
+    def load_transform(self, transform_fn_dir: str) -> _Upper:
+        self.loads.append(transform_fn_dir)
+        return _Upper()
+
+    def transform_blocks(self, units: Iterable[Unit], transform: _Upper
+                         ) -> Iterator[ShardBlock]:
+        ordered = sorted(units, key=lambda u: u.key)
+        for first in range(0, len(ordered), 2):
+            block = ordered[first:first + 2]
+            good = [u for u in block if not u.key.startswith("bad")]
+            yield ShardBlock(
+                [transform(u.key) for u in good], [u.label for u in good],
+                [Rejection(u.key, f"src/{u.key}", dead_letters.MISSING_LABEL, "no label")
+                 for u in block if u.key.startswith("bad")])
+
+    def shard_written(self, result: ShardResult, num_shards: dict[str, int]) -> None:
+        self.written.append((result, num_shards))
+
+
+class _Upper:
+    def __call__(self, key: str) -> bytes:
+        return key.upper().encode()
+
+
+UNITS = [Unit("train", "c", "cat"), Unit("train", "bad1", "cat"), Unit("train", "a", "cat"),
+         Unit("train", "b", "dog")]
+NUM_SHARDS = {"train": 4}
+
+
+def _run(step: _UpperStep, units: list[Unit], shard: int = 3) -> list:
+    step.setup()
+    try:
+        return list(step.process((("train", shard), units), num_shards=NUM_SHARDS,
+                                 transform_written=[]))
+    finally:
+        step.teardown()
+
+
+def _read(path: str) -> list[bytes]:
+    return [r.numpy() for r in tf.data.TFRecordDataset(path, compression_type="GZIP")]
+
+
+@pytest.fixture
+def ran(tmp_path) -> tuple[str, _UpperStep, list]:
+    step = _UpperStep(str(tmp_path))
+    return str(tmp_path), step, _run(step, UNITS)
+
+
+def test_shard_step_writes_every_blocks_examples_in_order(ran):
+    out, _, _ = ran
+    path = os.path.join(out, "train", f"{NAME}-train-pending-00003{contract.SHARD_SUFFIX}")
+    assert _read(path) == [b"A", b"B", b"C"]
+
+
+def test_shard_step_emits_the_shards_result_last(ran):
+    out, _, outputs = ran
+    relpath = f"train/{NAME}-train-pending-00003{contract.SHARD_SUFFIX}"
+    with open(os.path.join(out, relpath), "rb") as f:
+        data = f.read()
+    assert outputs[-1] == ShardResult(
+        split="train", shard=3, path=relpath, num_records=3, num_bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(), label_counts=(("cat", 2), ("dog", 1)))
+
+
+def test_shard_step_tags_each_rejection_as_a_dead_letter(ran):
+    _, _, outputs = ran
+    tagged = [o for o in outputs if isinstance(o, beam.pvalue.TaggedOutput)]
+    assert [(o.tag, o.value) for o in tagged] == [(dead_letters.REJECTED, Rejection(
+        "bad1", "src/bad1", dead_letters.MISSING_LABEL, "no label"))]
+    assert len(outputs) == 2
+
+
+def test_shard_step_loads_the_transform_fn_under_the_output_dir(ran):
+    out, step, _ = ran
+    assert step.loads == [os.path.join(out, contract.TRANSFORM_FN_DIRNAME)]
+
+
+def test_shard_step_loads_the_transform_once_per_handle(tmp_path):
+    step = _UpperStep(str(tmp_path))
+    _run(step, UNITS[:1], shard=0)
+    _run(step, UNITS[2:], shard=1)
+    assert len(step.loads) == 1
+
+
+def test_shard_step_reports_the_written_shard_with_the_plan(ran):
+    _, step, outputs = ran
+    assert step.written == [(outputs[-1], NUM_SHARDS)]
+
+
+def test_shard_step_keeps_no_file_for_a_shard_of_rejections(tmp_path):
+    step = _UpperStep(str(tmp_path))
+    outputs = _run(step, [Unit("train", "bad1", "cat"), Unit("train", "bad2", "cat")])
+    assert outputs[-1] == ShardResult("train", 3, None, 0, 0, None, ())
+    assert os.listdir(tmp_path / "train") == []
+
+
+def test_pruned_transform_returns_only_its_output_keys_as_arrays():
+    pruned = PrunedTransform(("b",), lambda inputs: {
+        "a": tf.constant([1]), "b": inputs["x"] * 2})
+    outputs = pruned({"x": tf.constant([1.5, 2.0])})
+    assert list(outputs) == ["b"]
+    np.testing.assert_array_equal(outputs["b"], np.array([3.0, 4.0], np.float32))

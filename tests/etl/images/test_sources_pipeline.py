@@ -1,0 +1,107 @@
+"""ReadImageRecords on a few literal manifests and folders (TestPipeline + assert_that)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from etl.core import splits
+from etl.images import sources
+from etl.images.sources import ImageRecord
+
+
+def _check(input_path: str, records: list[ImageRecord],
+           rejected: list[tuple[str, str]]) -> None:
+    """ReadImageRecords(input_path) yields exactly ``records`` and rejects exactly
+    ``rejected`` as (key, reason)."""
+    with TestPipeline() as pipeline:
+        read, dead = pipeline | sources.ReadImageRecords(input_path)
+        assert_that(read, equal_to(records), label="CheckRecords")
+        reasons = dead | "KeyAndReason" >> beam.Map(lambda r: (r.key, r.reason))
+        assert_that(reasons, equal_to(rejected), label="CheckRejected")
+
+
+@pytest.fixture()
+def manifest_dir(tmp_path) -> str:
+    return os.path.abspath(str(tmp_path))
+
+
+def test_read_image_records_csv_takes_the_split_column(manifest_dir):
+    path = os.path.join(manifest_dir, "list.csv")
+    with open(path, "w") as f:
+        f.write("path,label,split\ncat/a.png,cat,train\ndog/b.png,dog,val\ncat/c.png,cat,\n")
+    _check(path, [
+        ImageRecord("cat/a.png", f"{manifest_dir}/cat/a.png", "cat", "train"),
+        ImageRecord("dog/b.png", f"{manifest_dir}/dog/b.png", "dog", "validation"),
+        ImageRecord("cat/c.png", f"{manifest_dir}/cat/c.png", "cat", None),
+    ], [])
+
+
+def test_read_image_records_csv_rejects_a_row_with_missing_columns(manifest_dir):
+    path = os.path.join(manifest_dir, "list.csv")
+    with open(path, "w") as f:
+        f.write("path,label,split\ncat/a.png,cat,train\nmissing-columns-row\n")
+    _check(path, [ImageRecord("cat/a.png", f"{manifest_dir}/cat/a.png", "cat", "train")],
+           [(f"{path}:3", "malformed_manifest_row")])
+
+
+def test_read_image_records_jsonl_takes_the_split_field(manifest_dir):
+    path = os.path.join(manifest_dir, "list.jsonl")
+    with open(path, "w") as f:
+        for row in ({"path": "cat/a.png", "label": "cat", "split": "train"},
+                    {"path": "dog/b.png", "label": "dog", "split": "validation"},
+                    {"path": "dog/c.png", "label": "dog"}):
+            f.write(json.dumps(row) + "\n")
+    _check(path, [
+        ImageRecord("cat/a.png", f"{manifest_dir}/cat/a.png", "cat", "train"),
+        ImageRecord("dog/b.png", f"{manifest_dir}/dog/b.png", "dog", "validation"),
+        ImageRecord("dog/c.png", f"{manifest_dir}/dog/c.png", "dog", None),
+    ], [])
+
+
+def test_read_image_records_jsonl_rejects_a_line_that_is_not_json(manifest_dir):
+    path = os.path.join(manifest_dir, "list.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps({"path": "cat/a.png", "label": "cat"}) + "\n{not json\n")
+    _check(path, [ImageRecord("cat/a.png", f"{manifest_dir}/cat/a.png", "cat", None)],
+           [(f"{path}:2", "malformed_manifest_row")])
+
+
+def test_read_image_records_rejects_duplicate_keys_keeping_one(manifest_dir):
+    path = os.path.join(manifest_dir, "list.csv")
+    with open(path, "w") as f:
+        f.write("path,label\ncat/a.png,cat\ncat/a.png,dog\n")
+    # The first by (uri, label, split): "cat" sorts before "dog".
+    _check(path, [ImageRecord("cat/a.png", f"{manifest_dir}/cat/a.png", "cat", None)],
+           [("cat/a.png", "duplicate_key")])
+
+
+def test_read_image_records_folder_labels_by_first_folder(tmp_path):
+    root = os.path.abspath(str(tmp_path))
+    for key in ("cat/a.png", "dog/deep/b.jpg", "stray.png"):
+        os.makedirs(os.path.dirname(os.path.join(root, key)), exist_ok=True)
+        open(os.path.join(root, key), "wb").close()
+    _check(root, [ImageRecord("cat/a.png", f"{root}/cat/a.png", "cat", None),
+                  ImageRecord("dog/deep/b.jpg", f"{root}/dog/deep/b.jpg", "dog", None)],
+           [("stray.png", "missing_label")])
+
+
+def test_assign_split_keeps_an_explicit_split_over_the_hash():
+    fractions = splits.SplitFractions()
+    # A key the hash sends to train, listed as test.
+    key = next(k for k in (f"{i}.png" for i in range(100))
+               if splits.assign_split(k, fractions) == "train")
+    record = ImageRecord(key, f"/in/{key}", "cat", "test")
+    assert sources.assign_split(record, fractions) == record
+
+
+def test_assign_split_hashes_the_key_when_no_split_is_given():
+    fractions = splits.SplitFractions()
+    record = ImageRecord("cat/a.png", "/in/cat/a.png", "cat", None)
+    assert sources.assign_split(record, fractions).split == splits.assign_split(
+        "cat/a.png", fractions)
