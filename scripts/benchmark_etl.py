@@ -25,9 +25,9 @@ rounds, images/s for
                 parent builds the same tf.train.Example as (f) and writes one GZIP
                 TFRecord file at the job's default level for these records;
   (a') ceiling_autotune  the same map with AUTOTUNE and the autotuner on, as a
-                diagnostic: on a 2-core VM it settled, in about half of the passes,
-                into a state that runs the map on one core at a time, which made
-                earlier runs report half the true ceiling (not run by default);
+                diagnostic: on a 2-core VM the autotuner can settle into running
+                the map on one core at a time, half the true ceiling, which is why
+                (a) fixes the parallelism (not run by default);
   (f) fused loop  the practical limit: a plain Beam-free loop that reads each file
                 and applies the same ops in a tf.data map (one call per core,
                 autotuner off), serializes a tf.train.Example with the features the
@@ -42,7 +42,7 @@ rounds, images/s for
   (d) job_mp2   the same job with --direct_running_mode=multi_processing
                 --direct_num_workers=2 (not run by default);
   (e) job_gzip6 (c) with --gzip_level=6: the (already compressed) JPEG records
-                deflated, as the job did by default before they were stored;
+                deflated instead of stored;
   (g) job_lenient  (c) with --lenient_decoding: libjpeg-turbo's warnings are not
                 errors; a JPEG is still decoded once on the reader threads (the
                 strict check is that decode, so (c) and (g) should run alike);
@@ -56,7 +56,7 @@ the same kind. The job's steady state is reported as a ratio to the better
 reference, the one of (a) and (p) with more images/s overall (taken separately for
 the medians and for the best rounds), against the goal of at least --goal (0.9) x
 that reference (PASS/FAIL on the medians), and as ratios to the ceiling alone and to
-the fused loop. The cost of each issue-#14 check is reported two ways: the job's
+the fused loop. The cost of each input check is reported two ways: the job's
 steady-state loss, 1 - (c) / (g) for the strict check and 1 - (c) / (h) for the EXIF
 orientation, against the --max_check_cost (0.10) budget (the JPEG strict check is the
 job's one decode, so its loss should be noise), and, for the orientation, its own CPU
@@ -79,10 +79,8 @@ variant starts from the page cache.
 
 --variants picks what runs (default: a_ceiling, p_pillow, f_fused_loop, b_seeds,
 c_job, e_job_gzip6, g_job_lenient, h_job_no_exif; "all" adds a2_ceiling_autotune and
-d_job_mp2). Without (p), (g) and (h), a default web run (2,000 photos, 3 rounds)
-took about 5 minutes on an idle 2-core VM (~85 s a round); (g) and (h) add two job
-runs and their tiny runs to each round, and the check costs are measured after the
-rounds; samples retried under foreign load add to that. --baseline_dir adds (c) and
+d_job_mp2). Each job variant adds a job run and its tiny run to every round; the
+check costs are measured after the rounds. --baseline_dir adds (c) and
 its tiny run for another checkout of the code (e.g. the commit before a change),
 interleaved with the rest, for before/after comparisons.
 
@@ -102,12 +100,9 @@ import argparse
 import functools
 import glob
 import io
-import json
 import multiprocessing
 import os
-import platform
 import queue
-import resource
 import statistics
 import subprocess
 import sys
@@ -116,35 +111,33 @@ import threading
 import time
 from collections.abc import Callable
 
-import numpy as np
-import psutil
-from PIL import Image, ImageOps
-from results import code_commit, write_json
-from sample_photos import KINDS, describe, ensure_tree
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
+from bench_common import (
+    REPO_ROOT,
+    add_sampling_flags,
+    code_commit,
+    interleaved,
+    job_env,
+    machine,
+    plot_rates,
+    quiet_sample,
+    read_json,
+    read_manifest,
+    timed_job_command,
+    write_json,
+)
+from PIL import Image, ImageOps
+from sample_photos import KINDS, describe, ensure_tree
 
-from etl.images import codec  # noqa: E402
-from etl.images.shards import default_gzip_level  # noqa: E402
-from pipelines.images import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each  # noqa: E402
+from etl.core.examples import serialize_example
+from etl.images import codec
+from etl.images.shards import default_gzip_level
+from pipelines.images import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each
+from reader import contract
 
 AUTOTUNE = tf.data.AUTOTUNE
-
-# Runs the image job in a fresh interpreter and prints its timings as one JSON line.
-_JOB_DRIVER = r"""
-import json, sys, time
-started = time.perf_counter()
-from pipelines import images
-imported = time.perf_counter()
-manifest = images.run(json.loads(sys.argv[1]))
-print("BENCHMARK_RESULT " + json.dumps({"import_s": imported - started,
-                                        "job_s": time.perf_counter() - imported,
-                                        "rejected": manifest["rejected"]["count"]}))
-"""
 
 NAMES = {
     "a_ceiling": "(a) TF ops (scaled decode) in a tf.data map, all cores",
@@ -165,7 +158,8 @@ ALL_VARIANTS = ("a_ceiling", "a2_ceiling_autotune", "p_pillow", "f_fused_loop", 
                 "c_job", "d_job_mp2", "e_job_gzip6", "g_job_lenient", "h_job_no_exif")
 # What a user would run instead of the job; the better of them is the reference.
 REFERENCES = ("a_ceiling", "p_pillow")
-# Each #14 check may cost at most this fraction of the job's throughput.
+# Each input check (strict JPEG check, EXIF orientation) may cost at most this fraction
+# of the job's throughput.
 MAX_CHECK_COST = 0.10
 # The job's steady state must reach this fraction of the better reference.
 GOAL_VS_REFERENCE = 0.9
@@ -181,30 +175,6 @@ def warm_page_cache(files: list[str]) -> None:
     for path in files:
         with open(path, "rb") as f:
             f.read()
-
-
-def _busy_cpu_seconds() -> float:
-    t = psutil.cpu_times()
-    return t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
-
-
-class Sample:
-    """Wall time, own CPU and other processes' CPU while ``fn`` runs."""
-
-    def __init__(self, fn: Callable[[], dict]) -> None:
-        busy0, own0 = _busy_cpu_seconds(), self._own_cpu()
-        start = time.perf_counter()
-        self.extra = fn()
-        self.wall = time.perf_counter() - start
-        self.own_cpu = self._own_cpu() - own0
-        busy = _busy_cpu_seconds() - busy0
-        self.foreign_cores = max(0.0, busy - self.own_cpu) / self.wall
-
-    @staticmethod
-    def _own_cpu() -> float:
-        own = resource.getrusage(resource.RUSAGE_SELF)
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def ceiling_pass(data: tf.Tensor, image_size: int, quality: int,
@@ -235,24 +205,22 @@ def _label_ids(files: list[str]) -> dict[str, int]:
     return {label: i for i, label in enumerate(labels)}
 
 
+def stored_example(image: bytes, image_size: int, label_id: int, label_name: str,
+                   key: str) -> bytes:
+    """The serialized Example the job stores for one image (docs/FORMAT.md)."""
+    return serialize_example({
+        contract.IMAGE_KEY: image, contract.HEIGHT_KEY: image_size,
+        contract.WIDTH_KEY: image_size, contract.CHANNELS_KEY: 3,
+        contract.LABEL_KEY: label_id, contract.LABEL_NAME_KEY: label_name.encode(),
+        contract.SOURCE_KEY: key.encode()})
+
+
 def serialize(image: bytes, image_size: int, path: str, root: str,
               label_ids: dict[str, int]) -> bytes:
-    """The features the job stores (docs/FORMAT.md), as one serialized Example."""
+    """:func:`stored_example` of the photo at ``path``, labelled by its folder."""
     label = os.path.basename(os.path.dirname(path))
-    key = os.path.relpath(path, root)
-
-    def ints(v: int) -> tf.train.Feature:
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
-
-    def strings(v: bytes) -> tf.train.Feature:
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
-
-    example = tf.train.Example(features=tf.train.Features(feature={
-        "image": strings(image), "height": ints(image_size),
-        "width": ints(image_size), "channels": ints(3),
-        "label": ints(label_ids[label]), "label_name": strings(label.encode()),
-        "key": strings(key.encode())}))
-    return example.SerializeToString(deterministic=True)
+    return stored_example(image, image_size, label_ids[label], label,
+                          os.path.relpath(path, root))
 
 
 def make_seeds_loop(image_size: int, quality: int) -> Callable[[list[str], str, str], dict]:
@@ -402,7 +370,7 @@ def make_ops_pass(image_size: int, quality: int, orientation: bool
 
 def check_costs(payloads: list[bytes], image_size: int, quality: int, rounds: int,
                 max_foreign: float, retries: int) -> dict:
-    """CPU ms per image of each #14 check, measured in this process (best of
+    """CPU ms per image of each input check, measured in this process (best of
     ``rounds``, each sample retried under foreign load like the variants')."""
     sample = payloads[:500]
     plain = tf.constant(sample)
@@ -420,11 +388,7 @@ def check_costs(payloads: list[bytes], image_size: int, quality: int, rounds: in
     for name, fn in passes.items():
         samples = []
         for _ in range(rounds):
-            for _ in range(retries + 1):
-                measured = Sample(fn)
-                if measured.foreign_cores <= max_foreign:
-                    break
-                time.sleep(10)
+            measured, _ = quiet_sample(fn, max_foreign, retries)
             samples.append({"cpu_ms_per_image": 1000 * measured.own_cpu
                             / measured.extra["images"],
                             "foreign_cores": measured.foreign_cores, **measured.extra})
@@ -443,42 +407,40 @@ def check_costs(payloads: list[bytes], image_size: int, quality: int, rounds: in
     }
 
 
-def _job_env(code_dir: str) -> dict[str, str]:
-    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
-            "PYTHONPATH": os.pathsep.join([code_dir, os.environ.get("PYTHONPATH", "")])}
+def _run(command: list[str], code_dir: str) -> None:
+    proc = subprocess.run(command, cwd=code_dir, env=job_env(code_dir),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"job failed ({code_dir}, {command[-1]}):\n"
+                           f"{proc.stderr[-3000:]}")
 
 
 def run_command(code_dir: str, argv: list[str]) -> dict:
     """The whole command, ``python -m pipelines.images ARGV``, as a user runs it."""
-    proc = subprocess.run([sys.executable, "-m", "pipelines.images", *argv], cwd=code_dir,
-                          env=_job_env(code_dir), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"job failed ({code_dir}, {argv}):\n{proc.stderr[-3000:]}")
+    _run([sys.executable, "-m", "pipelines.images", *argv], code_dir)
     return {}
 
 
-def run_job(code_dir: str, argv: list[str]) -> dict:
-    """(c), (d), (e): the image job in a fresh interpreter; its own timings."""
-    env = _job_env(code_dir)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _JOB_DRIVER, json.dumps(argv)],
-                          cwd=code_dir, env=env, capture_output=True, text=True)
-    process_s = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"job failed ({code_dir}, {argv}):\n{proc.stderr[-3000:]}")
-    line = next(line for line in proc.stdout.splitlines()
-                if line.startswith("BENCHMARK_RESULT "))
-    return {**json.loads(line.split(" ", 1)[1]), "process_s": process_s}
+def run_job(code_dir: str, argv: list[str], output_dir: str) -> dict:
+    """(c), (d), (e), (g), (h): the image job in a fresh interpreter; its own timings
+    and the photos it rejected."""
+    with tempfile.TemporaryDirectory() as tmp:
+        timings = os.path.join(tmp, "timings.json")
+        start = time.perf_counter()
+        _run(timed_job_command("pipelines.images", argv, timings), code_dir)
+        process_s = time.perf_counter() - start
+        result = read_json(timings)
+    return {**result, "rejected": read_manifest(output_dir)["rejected"]["count"],
+            "process_s": process_s}
 
 
 def main() -> None:
-    # Before TensorFlow's first op (in main, not at import: benchmark_reader imports
-    # this module): the ceiling, the fused loop and the check costs run each op on
-    # one thread, by the job's own rule, and the job subprocesses inherit it. On a
-    # 2-core VM this raised the ceiling by about 15 % (docs/RUNNING_AT_SCALE.md): a
-    # per-op pool beside the map's own threads only spins and competes. Set
-    # TF_NUM_INTRAOP_THREADS=0 to measure everything with TensorFlow's default (one
-    # thread per core) instead; the value is in the results.
+    # Before TensorFlow's first op (in main, not at import: measure_gzip_levels
+    # imports this module): the ceiling, the fused loop and the check costs run each
+    # op on one thread, by the job's own rule (run_ops_on_one_thread_each says why),
+    # and the job subprocesses inherit it. TF_NUM_INTRAOP_THREADS=0 measures
+    # everything with TensorFlow's default (one thread per core) instead; the value
+    # is in the results.
     run_ops_on_one_thread_each()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(),
@@ -496,18 +458,14 @@ def main() -> None:
                              "same kind). Default: 20 web photos, 6 camera photos.")
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--jpeg_quality", type=int, default=95)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_sampling_flags(parser, rounds=3)
     parser.add_argument("--variants", default=DEFAULT_VARIANTS,
                         help=f"Comma-separated, or 'all': {', '.join(ALL_VARIANTS)}.")
     parser.add_argument("--goal", type=float, default=GOAL_VS_REFERENCE,
                         help="Job steady state / better reference (a_ceiling or "
                              "p_pillow, whichever is faster) needed to PASS.")
-    parser.add_argument("--max_foreign", type=float, default=0.15,
-                        help="Retry a sample taken while other processes used more "
-                             "than this many cores.")
-    parser.add_argument("--retries", type=int, default=3)
     parser.add_argument("--max_check_cost", type=float, default=MAX_CHECK_COST,
-                        help="Budget of each #14 check, as a fraction of the job's "
+                        help="Budget of each input check, as a fraction of the job's "
                              "throughput (strict check) or of its CPU per image.")
     parser.add_argument("--baseline_dir", default=None,
                         help="Another checkout of this project: adds (c') for it.")
@@ -542,7 +500,8 @@ def main() -> None:
                 f"--jpeg_quality={args.jpeg_quality}", *flags]
 
     def job(code_dir: str, name: str, root: str, *flags: str) -> Callable[[], dict]:
-        return lambda: run_job(code_dir, job_argv(name, root, *flags))
+        return lambda: run_job(code_dir, job_argv(name, root, *flags),
+                               os.path.join(out, name))
 
     mp2 = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
     variants: dict[str, tuple[Callable[[], dict], list[str]]] = {
@@ -590,24 +549,16 @@ def main() -> None:
 
     ceiling_pass(data, args.image_size, args.jpeg_quality)  # Warm-up: pools, tracing.
     samples: dict[str, list[dict]] = {name: [] for name in variants}
-    names = list(variants)
-    for r in range(args.rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            fn, files = variants[name]
-            attempts = []
-            for _ in range(args.retries + 1):
-                warm_page_cache(files)
-                sample = Sample(fn)
-                attempts.append(round(sample.foreign_cores, 3))
-                if sample.foreign_cores <= args.max_foreign:
-                    break
-                time.sleep(10)
-            record = {"wall_s": sample.wall, "cpu_s": sample.own_cpu,
-                      "foreign_cores": sample.foreign_cores, "attempts_foreign": attempts,
-                      **sample.extra}
-            samples[name].append(record)
-            print(f"round {r + 1}/{args.rounds} {name:<20} {_seconds(name, record):7.2f} s"
-                  f"  (other processes: {sample.foreign_cores:.2f} cores)", flush=True)
+    for r, name in interleaved(list(variants), args.rounds):
+        fn, files = variants[name]
+        sample, attempts = quiet_sample(fn, args.max_foreign, args.retries,
+                                        before=functools.partial(warm_page_cache, files))
+        record = {"wall_s": sample.wall, "cpu_s": sample.own_cpu,
+                  "foreign_cores": sample.foreign_cores, "attempts_foreign": attempts,
+                  **sample.extra}
+        samples[name].append(record)
+        print(f"round {r + 1}/{args.rounds} {name:<20} {_seconds(name, record):7.2f} s"
+              f"  (other processes: {sample.foreign_cores:.2f} cores)", flush=True)
 
     costs = check_costs(payloads, args.image_size, args.jpeg_quality, args.rounds,
                         args.max_foreign, args.retries)
@@ -706,11 +657,7 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
     commit = code_commit()
     return {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()
-                    or platform.machine(), "memory_gib": round(
-                        psutil.virtual_memory().total / 2**30, 1),
-                    "python": platform.python_version(), "tensorflow": tf.__version__,
-                    "tf_num_intraop_threads": os.environ[INTRA_OP_THREADS_ENV]},
+        "machine": machine(tf_num_intraop_threads=os.environ[INTRA_OP_THREADS_ENV]),
         "code_commit": commit,
         "input": {"kind": args.photos, "images": n, "tiny_images": args.tiny_images,
                   "photos": photos, "tiny_photos": tiny_photos,
@@ -845,41 +792,27 @@ def print_table(result: dict) -> None:
 
 
 def plot(result: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels, med, top = [], [], []
+    labels, medians, bests = [], [], []
     for name, value in result["images_per_second"].items():
         labels.append(NAMES.get(name, name) + " - overall")
-        med.append(value["median"])
-        top.append(value["best"])
+        medians.append(value["median"])
+        bests.append(value["best"])
         if name in result["steady_state_images_per_second"]:
             steady = result["steady_state_images_per_second"][name]
             labels.append(NAMES.get(name, name) + " - steady state")
-            med.append(steady["median"] or 0.0)
-            top.append(steady["best"] or 0.0)
-    y = np.arange(len(labels))[::-1]
-    fig, ax = plt.subplots(figsize=(10, 0.5 * len(labels) + 1.5))
-    ax.barh(y + 0.2, top, height=0.4, color="#cc6633", label="best round")
-    ax.barh(y - 0.2, med, height=0.4, color="#6699cc", label="median")
-    for yy, m, t in zip(y, med, top, strict=True):
-        ax.text(t, yy + 0.2, f" {t:.1f}", va="center", fontsize=8)
-        ax.text(m, yy - 0.2, f" {m:.1f}", va="center", fontsize=8)
-    ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel("images / s")
+            medians.append(steady["median"] or 0.0)
+            bests.append(steady["best"] or 0.0)
+    line = None
     if result["goal"]:
         goal = result["goal"]["min_steady_state_vs_better_reference"]
         reference = result["better_reference"]["median"]
-        ax.axvline(goal * reference["images_per_second"], color="gray", linestyle="--",
-                   linewidth=1, label=f"goal: {goal} x {reference['variant']} (median)")
-    ax.legend(loc="best", fontsize=8)
+        line = (goal * reference["images_per_second"],
+                f"goal: {goal} x {reference['variant']} (median)")
     data = result["input"]
-    ax.set_title(f"{_describe_input(data)} -> {data['image_size']} px JPEG, "
-                 f"{result['machine']['cpu_cores']} cores, {result['date']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    plot_rates(path, labels, medians, bests, unit="images / s", value_format=".1f",
+               line=line,
+               title=f"{_describe_input(data)} -> {data['image_size']} px JPEG, "
+                     f"{result['machine']['cpu_cores']} cores, {result['date']}")
 
 
 if __name__ == "__main__":

@@ -38,27 +38,30 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 
-import numpy as np
-import psutil
-from benchmark_etl import Sample
-from results import code_commit, write_json
-from sample_photos import describe, ensure_photos
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
+from bench_common import (
+    REPO_ROOT,
+    add_sampling_flags,
+    code_commit,
+    interleaved,
+    job_env,
+    machine,
+    plot_rates,
+    quiet_sample,
+    write_json,
+)
+from sample_photos import describe, ensure_photos
 
-import reader  # noqa: E402
-from reader import contract  # noqa: E402
+import reader
+from reader import contract
 
 AUTOTUNE = tf.data.AUTOTUNE
 CORES = os.cpu_count() or 1
@@ -87,7 +90,7 @@ def build_dataset(work_dir: str, num_images: int, num_shards: int) -> str:
                f"--output_dir={out}", "--split_fractions=1,0,0",
                f"--num_shards={num_shards}", "--image_size=224", "--overwrite"]
     print("building the dataset:", " ".join(command), flush=True)
-    subprocess.run(command, cwd=REPO_ROOT, check=True)
+    subprocess.run(command, cwd=REPO_ROOT, env=job_env(), check=True)
     return out
 
 
@@ -173,22 +176,16 @@ def measure(pipelines: dict[str, Callable[[], tf.data.Dataset]], rounds: int,
     for name in names:
         one_pass(pipelines[name]())  # Warm-up: thread pools, tracing, page cache.
     samples: dict[str, list[dict]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            attempts = []
-            for _ in range(retries + 1):
-                sample = Sample(lambda name=name: one_pass(pipelines[name]()))
-                attempts.append(round(sample.foreign_cores, 3))
-                if sample.foreign_cores <= max_foreign:
-                    break
-                time.sleep(10)
-            n = sample.extra["examples"]
-            samples[name].append({
-                "examples_per_second": n / sample.wall, "wall_s": sample.wall,
-                "cpu_ms_per_example": 1000 * sample.own_cpu / n,
-                "foreign_cores": sample.foreign_cores, "attempts_foreign": attempts})
-            print(f"round {r + 1}/{rounds} {name:<20} {n / sample.wall:8.0f} ex/s  "
-                  f"(other processes: {sample.foreign_cores:.2f} cores)", flush=True)
+    for r, name in interleaved(names, rounds):
+        sample, attempts = quiet_sample(lambda name=name: one_pass(pipelines[name]()),
+                                        max_foreign, retries)
+        n = sample.extra["examples"]
+        samples[name].append({
+            "examples_per_second": n / sample.wall, "wall_s": sample.wall,
+            "cpu_ms_per_example": 1000 * sample.own_cpu / n,
+            "foreign_cores": sample.foreign_cores, "attempts_foreign": attempts})
+        print(f"round {r + 1}/{rounds} {name:<20} {n / sample.wall:8.0f} ex/s  "
+              f"(other processes: {sample.foreign_cores:.2f} cores)", flush=True)
     return samples
 
 
@@ -265,11 +262,7 @@ def main() -> None:
     parser.add_argument("--num_images", type=int, default=4000)
     parser.add_argument("--num_shards", type=int, default=8)
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--max_foreign", type=float, default=0.15,
-                        help="Retry a sample taken while other processes used more "
-                             "than this many cores.")
-    parser.add_argument("--retries", type=int, default=3)
+    add_sampling_flags(parser, rounds=9)
     parser.add_argument("--step_ms", type=float, default=10.0)
     parser.add_argument("--step_batch_sizes", default="16,32,64",
                         help="Batch sizes for the simulated-step measurement.")
@@ -302,10 +295,7 @@ def main() -> None:
     foreign = [s["foreign_cores"] for values in samples.values() for s in values]
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu_cores": CORES, "processor": platform.processor()
-                    or platform.machine(), "memory_gib": round(
-                        psutil.virtual_memory().total / 2**30, 1),
-                    "python": platform.python_version(), "tensorflow": tf.__version__},
+        "machine": machine(),
         "code_commit": commit,
         "data": {"records": info.num_records("train"), "shards": len(files),
                  "image_size": info.preprocessing["image_size"],
@@ -365,33 +355,17 @@ def print_table(result: dict) -> None:
 
 
 def plot(result: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rates = result["examples_per_second"]
     ceiling = result["combined_ceiling"]
-    labels = [NAMES[k] for k in rates] + ["combined ceiling 1/(1/d + 1/e)"]
-    med = [v["median"] for v in rates.values()] + [ceiling["median"]]
-    top = [v["best"] for v in rates.values()] + [ceiling["best"]]
-    y = np.arange(len(labels))[::-1]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.barh(y + 0.2, top, height=0.4, color="#cc6633", label="best round")
-    ax.barh(y - 0.2, med, height=0.4, color="#6699cc", label="median round")
-    for yy, m, t in zip(y, med, top, strict=True):
-        ax.text(t, yy + 0.2, f" {t:,.0f}", va="center", fontsize=8)
-        ax.text(m, yy - 0.2, f" {m:,.0f}", va="center", fontsize=8)
-    ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel("examples / s")
-    ax.legend(loc="lower right", fontsize=8)
     data = result["data"]
-    ax.set_title(f"{data['records']} x {data['image_size']} px {data['image_format']} "
-                 f"records from photos, {data['shards']} shards, "
-                 f"{result['machine']['cpu_cores']} cores, batch {result['batch_size']}, "
-                 f"{result['date']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    plot_rates(path, [NAMES[k] for k in rates] + ["combined ceiling 1/(1/d + 1/e)"],
+               [v["median"] for v in rates.values()] + [ceiling["median"]],
+               [v["best"] for v in rates.values()] + [ceiling["best"]],
+               unit="examples / s", value_format=",.0f",
+               title=f"{data['records']} x {data['image_size']} px {data['image_format']} "
+                     f"records from photos, {data['shards']} shards, "
+                     f"{result['machine']['cpu_cores']} cores, batch "
+                     f"{result['batch_size']}, {result['date']}")
 
 
 if __name__ == "__main__":

@@ -15,11 +15,12 @@ and write GZIP TFRecords.
   job        python -m pipelines.timeseries with the same flags, default runner.
 
 Times exclude interpreter start and imports: the reference times itself after its
-imports, the job's time is the "wall time" its summary prints (pipelines/common.py:
-graph construction, tf.Transform, every stage, the manifest). Rows/s is input rows
-over that time. Each command runs as the only child of a fresh wrapper process
-(scripts/measure_memory.py's), whose resource.getrusage(RUSAGE_CHILDREN).ru_maxrss
-after the child exits is the child's exact peak RSS. --rounds rounds alternate the
+imports, the job's time is the wall time of ``pipelines.timeseries.run()`` (options,
+graph construction, tf.Transform, every stage, the manifest), each written to a JSON
+file by the process measured. Rows/s is input rows over that time. Each command runs
+as the only child of a fresh wrapper process (scripts/measure_memory.py's), whose
+resource.getrusage(RUSAGE_CHILDREN).ru_maxrss after the child exits is the child's
+exact peak RSS. --rounds rounds alternate the
 two; a sample taken while other processes used more than --max_foreign cores is
 retried (up to --retries times), each sample waiting first (up to --max_wait s) for
 other processes to fall below that. Then the job runs once on --scale_factor times
@@ -41,21 +42,30 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
-import re
-import resource
 import shutil
 import statistics
 import sys
 import time
 
 import numpy as np
-import psutil
-from results import write_json
+from bench_common import (
+    MIB,
+    add_sampling_flags,
+    code_version,
+    interleaved,
+    machine,
+    output_summary,
+    quiet_sample,
+    read_json,
+    read_manifest,
+    timed_job_command,
+    write_json,
+)
+from measure_memory import measure
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MIB = 2**20
+from reader import contract
+
 HOUR = np.timedelta64(1, "h")
 START = np.datetime64("2012-01-01T00:00:00")
 
@@ -166,16 +176,16 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
                 for i, row in enumerate(cut):
                     start = x[i * shift].encode()
                     example = tf.train.Example(features=tf.train.Features(feature={
-                        "window": tf.train.Feature(
+                        contract.WINDOW_KEY: tf.train.Feature(
                             float_list=tf.train.FloatList(value=row[:window])),
-                        "target": tf.train.Feature(
+                        contract.TARGET_KEY: tf.train.Feature(
                             float_list=tf.train.FloatList(value=row[window:])),
-                        "series_id": tf.train.Feature(bytes_list=tf.train.BytesList(
-                            value=[sid])),
-                        "window_start": tf.train.Feature(bytes_list=tf.train.BytesList(
-                            value=[start])),
-                        "key": tf.train.Feature(bytes_list=tf.train.BytesList(
-                            value=[sid + b"@" + start])),
+                        contract.SERIES_ID_KEY: tf.train.Feature(
+                            bytes_list=tf.train.BytesList(value=[sid])),
+                        contract.WINDOW_START_KEY: tf.train.Feature(
+                            bytes_list=tf.train.BytesList(value=[start])),
+                        contract.SOURCE_KEY: tf.train.Feature(
+                            bytes_list=tf.train.BytesList(value=[sid + b"@" + start])),
                     }))
                     writer.write(example.SerializeToString())
                     count += 1
@@ -187,88 +197,53 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
 
 # --- measuring -------------------------------------------------------------------------
 
-def _busy_cpu_seconds() -> float:
-    t = psutil.cpu_times()
-    return t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def measured(command: list[str], log: str) -> dict:
-    """measure_memory.measure(command) plus the CPU other processes used meanwhile."""
-    from measure_memory import measure
-
-    busy0, own0, start = _busy_cpu_seconds(), _children_cpu(), time.perf_counter()
+def _measured(command: list[str], log: str, result_path: str, what: str) -> dict:
+    """measure_memory.measure(command) and the JSON the command wrote to ``result_path``."""
+    if os.path.exists(result_path):
+        os.remove(result_path)
     result = measure(command, log)
-    wall = time.perf_counter() - start
-    foreign = max(0.0, _busy_cpu_seconds() - busy0 - (_children_cpu() - own0)) / wall
-    return {**result, "foreign_cores": round(foreign, 3)}
+    if result["rc"] != 0 or not os.path.exists(result_path):
+        with open(log, errors="replace") as f:
+            raise RuntimeError(f"{what} failed (rc {result['rc']}):\n{f.read()[-3000:]}")
+    return {**result, **read_json(result_path)}
 
 
 def run_reference(input_path: str, out: str, log: str, flags: dict) -> dict:
+    result_path = out + ".result.json"
     command = [sys.executable, os.path.abspath(__file__), "--reference", input_path, out,
-               str(flags["window_size"]), str(flags["shift"]), str(flags["horizon"])]
-    result = measured(command, log)
-    with open(log) as f:
-        text = f.read()
-    found = re.search(r"^REFERENCE_RESULT (.*)$", text, re.M)
-    if result["rc"] != 0 or not found:
-        raise RuntimeError(f"reference failed (rc {result['rc']}):\n{text[-3000:]}")
-    return {**result, **json.loads(found.group(1))}
+               str(flags["window_size"]), str(flags["shift"]), str(flags["horizon"]),
+               result_path]
+    return _measured(command, log, result_path, "reference")
 
 
 def run_job(input_path: str, out: str, log: str, flags: dict) -> dict:
-    command = [sys.executable, "-m", "pipelines.timeseries", f"--input={input_path}",
-               f"--output_dir={out}", "--overwrite", *(f"--{k}={v}" for k, v in flags.items())]
-    result = measured(command, log)
-    with open(log) as f:
-        text = f.read()
-    found = re.search(r"wall time: ([0-9.]+) s", text)
-    if result["rc"] != 0 or not found:
-        raise RuntimeError(f"job failed (rc {result['rc']}):\n{text[-3000:]}")
-    with open(os.path.join(out, "manifest.json")) as f:
-        manifest = json.load(f)
-    return {**result, "seconds": float(found.group(1)), "rows": manifest["inputs"],
+    timings_path = out + ".timings.json"
+    argv = [f"--input={input_path}", f"--output_dir={out}", "--overwrite",
+            *(f"--{k}={v}" for k, v in flags.items())]
+    result = _measured(timed_job_command("pipelines.timeseries", argv, timings_path), log,
+                       timings_path, "job")
+    del result["import_s"]
+    seconds = result.pop("job_s")
+    manifest = read_manifest(out)
+    summary = output_summary(manifest)
+    return {**result, "seconds": seconds, "rows": manifest["inputs"],
             "windows": {s: manifest["splits"][s]["num_records"] for s in manifest["splits"]},
             "mean": manifest["normalisation"]["mean"][0],
             "std": manifest["normalisation"]["std"][0],
-            "shards": sum(len(s["shards"]) for s in manifest["splits"].values()),
-            "output_mib": round(sum(s["num_bytes"] for s in manifest["splits"].values())
-                                / MIB, 1)}
-
-
-def wait_for_quiet(max_foreign: float, max_wait_s: float) -> float:
-    """Waits (up to ``max_wait_s``) until other processes use at most ``max_foreign``
-    cores over 3 s; returns what they used in the last window."""
-    deadline = time.monotonic() + max_wait_s
-    while True:
-        busy0, start = _busy_cpu_seconds(), time.perf_counter()
-        time.sleep(3)
-        used = (_busy_cpu_seconds() - busy0) / (time.perf_counter() - start)
-        if used <= max_foreign or time.monotonic() > deadline:
-            return used
+            "shards": summary["shards"], "output_mib": summary["output_mib"]}
 
 
 def sample(fn, args) -> dict:
-    """``fn()`` on a quiet machine, retried while other processes used more than
-    --max_foreign cores during it."""
-    attempts = []
-    for _ in range(args.retries + 1):
-        wait_for_quiet(args.max_foreign, args.max_wait)
-        result = fn()
-        attempts.append(result["foreign_cores"])
-        if result["foreign_cores"] <= args.max_foreign:
-            break
-        time.sleep(10)
-    return {**result, "attempts_foreign": attempts}
+    """``fn()`` on a quiet machine (see bench_common.quiet_sample)."""
+    measured, attempts = quiet_sample(fn, args.max_foreign, args.retries,
+                                      max_wait_s=args.max_wait)
+    return {**measured.extra, "foreign_cores": attempts[-1], "attempts_foreign": attempts}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reference", nargs=5, metavar=("INPUT", "OUT", "W", "SHIFT", "H"),
+    parser.add_argument("--reference", nargs=6,
+                        metavar=("INPUT", "OUT", "W", "SHIFT", "H", "RESULT"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--series", type=int, default=370)
     parser.add_argument("--hours", type=int, default=8760)
@@ -277,9 +252,7 @@ def main() -> None:
     parser.add_argument("--window_size", type=int, default=168)
     parser.add_argument("--shift", type=int, default=24)
     parser.add_argument("--horizon", type=int, default=24)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--max_foreign", type=float, default=0.15)
-    parser.add_argument("--retries", type=int, default=3)
+    add_sampling_flags(parser, rounds=3)
     parser.add_argument("--max_wait", type=float, default=300,
                         help="Seconds to wait for a quiet machine before each sample.")
     parser.add_argument("--min_ratio", type=float, default=0.5)
@@ -290,13 +263,10 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.reference:
-        input_path, out, window, shift, horizon = args.reference
-        result = reference(input_path, out, int(window), int(shift), int(horizon))
-        print("REFERENCE_RESULT " + json.dumps(result), flush=True)
+        input_path, out, window, shift, horizon, result_path = args.reference
+        write_json(result_path, reference(input_path, out, int(window), int(shift),
+                                          int(horizon)))
         return
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from measure_memory import _code_version, _machine
 
     os.makedirs(args.work_dir, exist_ok=True)
     flags = {"window_size": args.window_size, "shift": args.shift,
@@ -314,14 +284,13 @@ def main() -> None:
     }
     samples: dict[str, list[dict]] = {name: [] for name in runners}
     names = list(runners)
-    for r in range(args.rounds):
-        for name in names[r % 2:] + names[:r % 2]:
-            record = sample(lambda name=name, r=r: runners[name](r), args)
-            samples[name].append(record)
-            print(f"round {r + 1}/{args.rounds} {name:<9} {record['seconds']:7.2f} s  "
-                  f"{record['rows'] / record['seconds']:>10,.0f} rows/s  peak RSS "
-                  f"{record['peak_rss_mib']:7.1f} MiB  (other processes: "
-                  f"{record['foreign_cores']:.2f} cores)", flush=True)
+    for r, name in interleaved(names, args.rounds):
+        record = sample(lambda name=name, r=r: runners[name](r), args)
+        samples[name].append(record)
+        print(f"round {r + 1}/{args.rounds} {name:<9} {record['seconds']:7.2f} s  "
+              f"{record['rows'] / record['seconds']:>10,.0f} rows/s  peak RSS "
+              f"{record['peak_rss_mib']:7.1f} MiB  (other processes: "
+              f"{record['foreign_cores']:.2f} cores)", flush=True)
     big = sample(lambda: run_job(scaled, os.path.join(out_root, "job_scaled"),
                                  os.path.join(logs, "job_scaled.log"), flags), args)
     print(f"scaled    job {big['seconds']:7.2f} s  {big['rows'] / big['seconds']:>10,.0f} "
@@ -369,8 +338,8 @@ def main() -> None:
           f"{'PASS' if targets['same_output']['pass'] else 'FAIL'}")
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": _machine(),
-        "code": _code_version(),
+        "machine": machine(),
+        "code": code_version(),
         "input": {"series": args.series, "hours": args.hours,
                   "rows": samples["job"][0]["rows"],
                   "bytes": os.path.getsize(base),

@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 import numpy as np
 from sklearn.datasets import load_digits
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pipelines.quiet_start import import_tensorflow_quietly
-
-import_tensorflow_quietly()  # The demo prints no TensorFlow start-up lines.
-import tensorflow as tf  # noqa: E402
 
 
 def write_digits(out_dir: str, limit: int | None = None) -> int:
     """Writes the digits (optionally the first ``limit``) and returns how many."""
+    import_tensorflow_quietly()  # The demo prints no TensorFlow start-up lines.
+    import tensorflow as tf
+
     digits = load_digits()
     images = digits.images[:limit] if limit else digits.images
     for i, (pixels, target) in enumerate(zip(images, digits.target, strict=False)):

@@ -21,22 +21,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import sys
 import tempfile
 import time
 
-from benchmark_reader import build_dataset
-from results import write_json
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
+from bench_common import machine, write_json
+from benchmark_reader import build_dataset
 
-import reader  # noqa: E402
-from reader import pipeline, resume  # noqa: E402
+import reader
+from reader import pipeline, resume
 
 
 def measure(data_dir: str, batch_size: int, batches: int, settle_s: float,
@@ -94,8 +89,7 @@ def main() -> None:
     size = int(info.preprocessing["image_size"])
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()
-                    or platform.machine(), "tensorflow": tf.__version__},
+        "machine": machine(),
         "data": {"records": records,
                  "mean_record_bytes": info.manifest["splits"]["train"]["num_bytes"]
                  // records, "image_size": size,

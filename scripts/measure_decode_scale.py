@@ -23,7 +23,6 @@ import argparse
 import glob
 import io
 import os
-import platform
 import statistics
 import time
 
@@ -31,8 +30,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
+from bench_common import code_commit, machine, write_json
 from PIL import Image, ImageOps
-from results import code_commit, write_json
 
 from etl.images import codec
 from pipelines.images import run_ops_on_one_thread_each
@@ -143,7 +142,7 @@ def main() -> None:
     if args.out:
         write_json(args.out, {
             "date": time.strftime("%Y-%m-%d"), "commit": code_commit(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor()}",
+            "machine": machine(),
             "tensorflow": tf.__version__, "input": args.input, "photos": len(photos),
             "mean_bytes": statistics.fmean(len(p) for p in photos),
             "image_size": args.image_size, "jpeg_quality": args.jpeg_quality,

@@ -16,25 +16,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import sys
 import tempfile
 import time
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tensorflow as tf
+from bench_common import code_commit, machine, write_json
+from benchmark_etl import input_files, stored_example
+from sample_photos import ensure_photos
 
-import tensorflow as tf  # noqa: E402
-from benchmark_etl import input_files  # noqa: E402
-from results import code_commit, write_json  # noqa: E402
-from sample_photos import ensure_photos  # noqa: E402
-
-from etl.core import sharding  # noqa: E402
-from etl.core.examples import serialize_example  # noqa: E402
-from etl.images import codec  # noqa: E402
-from etl.images.shards import default_gzip_level  # noqa: E402
-from reader import contract  # noqa: E402
+from etl.core import sharding
+from etl.images import codec
+from etl.images.shards import default_gzip_level
 
 
 def stored_records(payloads: list[bytes], image_format: str, size: int,
@@ -42,15 +34,9 @@ def stored_records(payloads: list[bytes], image_format: str, size: int,
     """The job's serialized examples of ``payloads`` at ``size`` px in ``image_format``."""
     preprocess = tf.function(lambda data: codec.preprocess(
         data, size, image_format, quality))
-    records = []
-    for i, data in enumerate(payloads):
-        records.append(serialize_example({
-            contract.IMAGE_KEY: preprocess(tf.constant(data)).numpy(),
-            contract.HEIGHT_KEY: size, contract.WIDTH_KEY: size, contract.CHANNELS_KEY: 3,
-            contract.LABEL_KEY: i % 10, contract.LABEL_NAME_KEY: f"class{i % 10}".encode(),
-            contract.SOURCE_KEY: f"class{i % 10}/{i:06d}.jpg".encode(),
-        }))
-    return records
+    return [stored_example(preprocess(tf.constant(data)).numpy(), size, i % 10,
+                           f"class{i % 10}", f"class{i % 10}/{i:06d}.jpg")
+            for i, data in enumerate(payloads)]
 
 
 def write_shard(records: list[bytes], level: int, path: str) -> tuple[int, float]:
@@ -115,9 +101,7 @@ def main() -> None:
     commit = code_commit()
     write_json(args.out, {
         "date": time.strftime("%Y-%m-%d"), "code_commit": commit,
-        "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()
-                    or platform.machine(), "python": platform.python_version(),
-                    "tensorflow": tf.__version__},
+        "machine": machine(),
         "input": {"photos": args.num_images, "jpeg_quality": args.jpeg_quality,
                   "source": "scripts/sample_photos.py, seed 0"},
         "rounds": args.rounds, "rows": rows,

@@ -48,10 +48,8 @@ first time: see scripts/sample_photos.py):
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -59,14 +57,21 @@ import sys
 import tempfile
 import time
 
-import psutil
-from results import write_json
+from bench_common import (
+    MIB,
+    REPO_ROOT,
+    code_version,
+    job_env,
+    machine,
+    output_summary,
+    read_json,
+    read_manifest,
+    write_json,
+)
 from sample_photos import KINDS, describe, ensure_tree
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# Runs the command in argv[1] (JSON) as its only child, logging to a file, reaps
-# every descendant and prints one JSON line with the children's peak RSS.
+# Runs args["command"] (argv[1], JSON) as its only child, logging to args["log"], reaps
+# every descendant and writes the children's peak RSS as JSON to args["result"].
 _WRAPPER = r"""
 import ctypes, json, os, resource, subprocess, sys, time
 args = json.loads(sys.argv[1])
@@ -94,10 +99,10 @@ while True:
     else:
         time.sleep(0.1)
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-print("MEMORY_RESULT " + json.dumps({
-    "rc": rc, "wall_s": wall_s, "ru_maxrss": usage.ru_maxrss,
-    "cpu_s": usage.ru_utime + usage.ru_stime, "stragglers": stragglers,
-    "stragglers_killed": killed}))
+with open(args["result"], "w") as f:
+    json.dump({"rc": rc, "wall_s": wall_s, "ru_maxrss": usage.ru_maxrss,
+               "cpu_s": usage.ru_utime + usage.ru_stime, "stragglers": stragglers,
+               "stragglers_killed": killed}, f)
 """
 
 # N records of a fixed size across three GroupByKeys, no TensorFlow: the control.
@@ -130,23 +135,21 @@ CONFIGS: dict[str, list[str]] = {
     "multi_processing": ["--direct_running_mode=multi_processing",
                          "--direct_num_workers=2"],
 }
-MIB = 2**20
 # --sizes when not given, by kind of photos.
 DEFAULT_SIZES = {"web": "2000,20000,200000", "camera": "60,240"}
 
 
 def measure(command: list[str], log_path: str) -> dict:
     """Runs ``command`` under a fresh wrapper; its exact peak RSS, wall and CPU time."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
-           "PYTHONPATH": os.pathsep.join(filter(None, [REPO_ROOT,
-                                                       os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(
-        [sys.executable, "-c", _WRAPPER, json.dumps({"command": command, "log": log_path})],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the measuring wrapper failed:\n{proc.stderr[-3000:]}")
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("MEMORY_RESULT "))
-    result = json.loads(line.split(" ", 1)[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = os.path.join(tmp, "memory.json")
+        proc = subprocess.run(
+            [sys.executable, "-c", _WRAPPER,
+             json.dumps({"command": command, "log": log_path, "result": result_path})],
+            cwd=REPO_ROOT, env=job_env(), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the measuring wrapper failed:\n{proc.stderr[-3000:]}")
+        result = read_json(result_path)
     # Linux reports kibibytes, macOS bytes.
     peak = result.pop("ru_maxrss") * (1 if sys.platform == "darwin" else 1024)
     return {**result, "peak_rss_mib": round(peak / MIB, 1)}
@@ -155,39 +158,6 @@ def measure(command: list[str], log_path: str) -> dict:
 def _log_tail(path: str, lines: int = 15) -> str:
     with open(path, errors="replace") as f:
         return "".join(f.readlines()[-lines:])
-
-
-def _output_summary(output_dir: str) -> dict:
-    with open(os.path.join(output_dir, "manifest.json")) as f:
-        manifest = json.load(f)
-    splits = manifest["splits"].values()
-    return {"examples": sum(s["num_records"] for s in splits),
-            "rejected": manifest["rejected"]["count"],
-            "shards": sum(len(s["shards"]) for s in splits),
-            "output_mib": round(sum(s["num_bytes"] for s in splits) / MIB, 1)}
-
-
-def _code_version() -> dict:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,
-                              text=True).stdout.strip()
-
-    return {"commit": git("rev-parse", "HEAD"),
-            "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no"))}
-
-
-def _machine() -> dict:
-    versions = {}
-    for package in ("apache-beam", "tensorflow", "tensorflow-transform"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = None
-    return {"cpu_cores": os.cpu_count(),
-            "processor": platform.processor() or platform.machine(),
-            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "platform": platform.platform(), "python": platform.python_version(),
-            **versions}
 
 
 def targets(runs: list[dict], sizes: list[int], max_growth: float,
@@ -262,7 +232,7 @@ def main() -> None:
     for count in sizes:
         root = ensure_tree(args.work_dir, count, kind, verbose=True)
         inputs[str(count)] = describe(root)
-        # Web runs keep their old names: <config>_<count>.
+        # Web runs are named <config>_<count>, other kinds <config>_<kind>_<count>.
         name = f"{count}" if kind == "web" else f"{kind}_{count}"
         for config, flags in configs.items():
             output_dir = os.path.join(out_root, f"{config}_{name}")
@@ -273,7 +243,7 @@ def main() -> None:
             run = {"images": count, "config": config, "command": command[1:], "log": log,
                    **measure(command, log)}
             if run["rc"] == 0:
-                run.update(_output_summary(output_dir))
+                run.update(output_summary(read_manifest(output_dir)))
             else:
                 print(_log_tail(log), file=sys.stderr)
             report(run)
@@ -305,8 +275,8 @@ def main() -> None:
 
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": _machine(),
-        "code": _code_version(),
+        "machine": machine(),
+        "code": code_version(),
         "photos": kind,
         "inputs": inputs,
         "job_flags": job_flags,

@@ -25,22 +25,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
-import sys
 import time
 from typing import Any
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from results import code_commit, write_json  # noqa: E402
-from sklearn.datasets import load_sample_images  # noqa: E402
+import numpy as np
+import tensorflow as tf
+from bench_common import code_commit, interleaved, machine, write_json
+from sklearn.datasets import load_sample_images
 
-from reader import contract  # noqa: E402
+from reader import contract
 
 CORES = os.cpu_count() or 1
 FAST = "INTEGER_FAST"
@@ -142,18 +138,15 @@ def throughput(jpegs: list[bytes], size: int, batch_size: int, rounds: int,
     rates: dict[str, list[float]] = {method: [] for method in DCT_METHODS}
     cpu_us: dict[str, list[float]] = {method: [] for method in DCT_METHODS}
     one_core_us: dict[str, list[float]] = {method: [] for method in DCT_METHODS}
-    for r in range(rounds):
-        # Interleaved, first method rotating: load from other processes hits all alike.
-        first = r % len(DCT_METHODS)
-        for method in DCT_METHODS[first:] + DCT_METHODS[:first]:
-            images, wall, cpu, one_cpu = 0, 0.0, 0.0, 0.0
-            for _ in range(passes):
-                n, w, c = timed_pass(datasets[method])
-                images, wall, cpu = images + n, wall + w, cpu + c
-                one_cpu += timed_pass(one_core[method])[2]
-            rates[method].append(images / wall)
-            cpu_us[method].append(1e6 * cpu / images)
-            one_core_us[method].append(1e6 * one_cpu / images)
+    for _, method in interleaved(DCT_METHODS, rounds):
+        images, wall, cpu, one_cpu = 0, 0.0, 0.0, 0.0
+        for _ in range(passes):
+            n, w, c = timed_pass(datasets[method])
+            images, wall, cpu = images + n, wall + w, cpu + c
+            one_cpu += timed_pass(one_core[method])[2]
+        rates[method].append(images / wall)
+        cpu_us[method].append(1e6 * cpu / images)
+        one_core_us[method].append(1e6 * one_cpu / images)
     by_method = {label(method): {
         "images_per_second_median": round(statistics.median(rates[method]), 1),
         "images_per_second_best": round(max(rates[method]), 1),
@@ -219,9 +212,7 @@ def main() -> None:
     speed = throughput(jpegs, args.size, args.batch_size, args.rounds, args.passes)
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu_cores": CORES, "platform": platform.platform(),
-                    "processor": platform.processor() or platform.machine(),
-                    "python": platform.python_version(), "tensorflow": tf.__version__},
+        "machine": machine(),
         "code_commit": code_commit(),
         "data": {"records": args.num_records, "image_size": args.size,
                  "jpeg_quality": args.jpeg_quality, "chroma": "4:2:0",

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -33,13 +32,19 @@ import sys
 import tempfile
 import time
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import (
+    REPO_ROOT,
+    code_commit,
+    job_env,
+    machine,
+    read_json,
+    read_manifest,
+    write_json,
+)
+from sample_photos import ensure_photos
 
-from results import code_commit, write_json  # noqa: E402
-from sample_photos import ensure_photos  # noqa: E402
-
-# Runs the job and prints the shard step's CLOCK_MONOTONIC window (perf's clock below).
+# Runs the image job on argv[1] (JSON) and writes the shard step's CLOCK_MONOTONIC
+# windows (perf's clock below) as JSON to argv[2].
 _DRIVER = r"""
 import json, sys, time
 from apache_beam.runners.portability.fn_api_runner import fn_runner
@@ -54,9 +59,9 @@ def timed(self, context, bundle, *args, **kwargs):
         if "WriteShards/GroupByShard/Read" in bundle.stage.name:
             windows.append((start, time.monotonic()))
 fn_runner.FnApiRunner._execute_bundle = timed
-manifest = images.run(json.loads(sys.argv[1]))
-print("PROFILE_WINDOWS " + json.dumps({"windows": windows,
-                                      "rejected": manifest["rejected"]["count"]}))
+images.run(json.loads(sys.argv[1]))
+with open(sys.argv[2], "w") as f:
+    json.dump(windows, f)
 """
 
 GROUPS = (
@@ -102,20 +107,18 @@ def main() -> None:
     root = ensure_photos(args.work_dir, args.num_images)
     with tempfile.TemporaryDirectory() as tmp:
         perf_data = os.path.join(tmp, "perf.data")
-        argv = [f"--input={root}", f"--output_dir={os.path.join(tmp, 'out')}",
-                *args.job_flags]
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(
-            [REPO_ROOT, os.environ.get("PYTHONPATH", "")])}
+        windows_path = os.path.join(tmp, "windows.json")
+        output_dir = os.path.join(tmp, "out")
+        argv = [f"--input={root}", f"--output_dir={output_dir}", *args.job_flags]
         proc = subprocess.run(
             ["perf", "record", "-k", "CLOCK_MONOTONIC", "-F", str(args.frequency),
-             "-o", perf_data, "--", sys.executable, "-c", _DRIVER, json.dumps(argv)],
-            cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+             "-o", perf_data, "--", sys.executable, "-c", _DRIVER, json.dumps(argv),
+             windows_path],
+            cwd=REPO_ROOT, env=job_env(), capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"perf record or the job failed:\n{proc.stderr[-3000:]}")
-        line = next(line for line in proc.stdout.splitlines()
-                    if line.startswith("PROFILE_WINDOWS "))
-        run = json.loads(line.split(" ", 1)[1])
-        (start, end), = run["windows"]
+        (start, end), = read_json(windows_path)
+        rejected = read_manifest(output_dir)["rejected"]["count"]
         shares = dso_shares(perf_data, start, end)
     groups: dict[str, float] = {}
     for dso, share in shares.items():
@@ -123,14 +126,13 @@ def main() -> None:
     for name, share in sorted(groups.items(), key=lambda item: -item[1]):
         print(f"{name:<13}{share:6.1f} %")
     print(f"shard step: {end - start:.2f} s for {args.num_images} photos "
-          f"({run['rejected']} rejected)")
+          f"({rejected} rejected)")
     commit = code_commit()
     write_json(args.out, {
         "date": time.strftime("%Y-%m-%d"), "code_commit": commit,
-        "machine": {"cpu_cores": os.cpu_count(), "processor": platform.processor()
-                    or platform.machine(), "python": platform.python_version()},
+        "machine": machine(),
         "input": {"photos": args.num_images, "job_flags": args.job_flags},
-        "shard_step_s": end - start, "rejected": run["rejected"],
+        "shard_step_s": end - start, "rejected": rejected,
         "percent_of_samples_by_group": groups, "percent_of_samples_by_dso": shares,
         "definitions": {"percent": "share of perf's CPU samples (all threads of the job) "
                                    "taken while the shard step ran"},

@@ -181,23 +181,31 @@ def render(sources: Sequence[np.ndarray], spec: Spec, index: int) -> bytes:
     return _render_web(sources, spec, index)
 
 
-def _render_web(sources: Sequence[np.ndarray], spec: PhotoSpec, index: int) -> bytes:
-    rng = np.random.default_rng([spec.seed, index])
-    source = sources[int(rng.integers(len(sources)))]
+def _window(rng: np.random.Generator, source: np.ndarray, aspect: float,
+            min_window: float, max_window: float) -> np.ndarray:
+    """A random window of ``source`` with width / height ``aspect``, its sides
+    ``min_window``-``max_window`` of the largest such window's (at least 16 px)."""
     height, width = source.shape[:2]
-    aspect = float(np.exp(rng.uniform(-np.log(spec.max_aspect), np.log(spec.max_aspect))))
     window_w = min(width, height * aspect)  # The largest window of that aspect.
-    scale = rng.uniform(spec.min_window, spec.max_window)
+    scale = rng.uniform(min_window, max_window)
     w = max(16, round(window_w * scale))
     h = max(16, round(window_w / aspect * scale))
     left = int(rng.integers(0, width - w + 1))
     top = int(rng.integers(0, height - h + 1))
+    return source[top:top + h, left:left + w]
+
+
+def _render_web(sources: Sequence[np.ndarray], spec: PhotoSpec, index: int) -> bytes:
+    rng = np.random.default_rng([spec.seed, index])
+    source = sources[int(rng.integers(len(sources)))]
+    aspect = float(np.exp(rng.uniform(-np.log(spec.max_aspect), np.log(spec.max_aspect))))
+    window = _window(rng, source, aspect, spec.min_window, spec.max_window)
+    h, w = window.shape[:2]
     long_side = round(float(np.exp(rng.uniform(np.log(spec.min_long_side),
                                                np.log(spec.max_long_side)))))
     size = ((long_side, max(1, round(long_side * h / w))) if w >= h
             else (max(1, round(long_side * w / h)), long_side))
-    image = Image.fromarray(source[top:top + h, left:left + w]).resize(
-        size, Image.Resampling.BICUBIC)
+    image = Image.fromarray(window).resize(size, Image.Resampling.BICUBIC)
     if rng.random() < 0.5:
         image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     buffer = io.BytesIO()
@@ -212,16 +220,9 @@ def _render_camera(sources: Sequence[np.ndarray], spec: CameraSpec, index: int) 
     rotated = index % spec.rotated_every == spec.rotated_every - 1
     stored = (spec.height, spec.width) if portrait else (spec.width, spec.height)
     upright = stored[::-1] if rotated else stored  # (width, height) as displayed.
-    height, width = source.shape[:2]
-    aspect = upright[0] / upright[1]
-    window_w = min(width, height * aspect)  # The largest window of that aspect.
-    scale = rng.uniform(spec.min_window, spec.max_window)
-    w = max(16, round(window_w * scale))
-    h = max(16, round(window_w / aspect * scale))
-    left = int(rng.integers(0, width - w + 1))
-    top = int(rng.integers(0, height - h + 1))
-    image = Image.fromarray(source[top:top + h, left:left + w]).resize(
-        upright, Image.Resampling.BICUBIC)
+    window = _window(rng, source, upright[0] / upright[1], spec.min_window,
+                     spec.max_window)
+    image = Image.fromarray(window).resize(upright, Image.Resampling.BICUBIC)
     if rng.random() < 0.5:
         image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     if rotated:

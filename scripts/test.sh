@@ -7,5 +7,8 @@ bash scripts/setup_env.sh
 
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 .venv/bin/ruff check .
-# pytest exits 5 when it collects no test; set -e turns that into a failure too.
-.venv/bin/python -m pytest "$@"
+# Two test processes (TEST_WORKERS overrides; 0 runs in this process, as a debugger
+# wants). --dist loadfile keeps each module's tests, and the job runs its module
+# fixtures share, in one process. pytest exits 5 when it collects no test; set -e
+# turns that into a failure too.
+.venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -1,0 +1,253 @@
+"""What the measurement scripts share: the machine and code, quiet samples, job runs, output.
+
+The scripts run as ``python scripts/<name>.py`` with this project installed
+(``scripts/setup_env.sh`` installs it into ``.venv``), so they import ``etl``, ``reader``
+and ``pipelines`` by package and each other as the sibling modules they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import psutil
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIB = 2**20
+# Packages whose versions decide the figures, by their distribution names.
+_PACKAGES = ("apache-beam", "tensorflow", "tensorflow-transform")
+# Seconds between a sample taken under foreign load and its retry.
+_RETRY_PAUSE_S = 10.0
+
+
+# --- the machine and the code ----------------------------------------------------------
+
+def machine(**extra: Any) -> dict[str, Any]:
+    """The machine and software the figures come from, plus ``extra`` entries."""
+    versions = {}
+    for package in _PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"cpu_cores": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "platform": platform.platform(), "python": platform.python_version(),
+            **versions, **extra}
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def code_commit() -> str:
+    """The repository's HEAD commit (empty if git cannot tell)."""
+    return _git("rev-parse", "HEAD")
+
+
+def code_version() -> dict[str, Any]:
+    """HEAD's commit and whether tracked files differ from it."""
+    return {"commit": code_commit(),
+            "uncommitted_changes": bool(_git("status", "--porcelain",
+                                             "--untracked-files=no"))}
+
+
+# --- samples on a quiet machine --------------------------------------------------------
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds every process on the machine has used since boot."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
+
+
+def _own_cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have been waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class Sample:
+    """Wall time, this process tree's CPU and other processes' CPU while ``fn`` runs.
+
+    ``extra`` is what ``fn`` returned; ``foreign_cores`` is the CPU other processes
+    used meanwhile, in cores.
+    """
+
+    def __init__(self, fn: Callable[[], dict]) -> None:
+        busy0, own0 = busy_cpu_seconds(), _own_cpu_seconds()
+        start = time.perf_counter()
+        self.extra = fn()
+        self.wall = time.perf_counter() - start
+        self.own_cpu = _own_cpu_seconds() - own0
+        busy = busy_cpu_seconds() - busy0
+        self.foreign_cores = max(0.0, busy - self.own_cpu) / self.wall
+
+
+def wait_for_quiet(max_foreign: float, max_wait_s: float) -> float:
+    """Waits (up to ``max_wait_s``) until other processes use at most ``max_foreign``
+    cores over 3 s; returns what they used in the last 3 s."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        busy0, start = busy_cpu_seconds(), time.perf_counter()
+        time.sleep(3)
+        used = (busy_cpu_seconds() - busy0) / (time.perf_counter() - start)
+        if used <= max_foreign or time.monotonic() > deadline:
+            return used
+
+
+def quiet_sample(fn: Callable[[], dict], max_foreign: float, retries: int, *,
+                 before: Callable[[], None] | None = None,
+                 max_wait_s: float = 0.0) -> tuple[Sample, list[float]]:
+    """``fn`` sampled until other processes used at most ``max_foreign`` cores meanwhile.
+
+    Up to ``retries`` more tries follow one taken under more foreign load. Before each
+    try, untimed: a wait of up to ``max_wait_s`` for a quiet machine, then ``before()``
+    (e.g. reading the input into the page cache).
+
+    Returns:
+        The last sample and each try's foreign cores (rounded to 0.001).
+    """
+    attempts: list[float] = []
+    for _ in range(retries + 1):
+        if max_wait_s:
+            wait_for_quiet(max_foreign, max_wait_s)
+        if before is not None:
+            before()
+        sample = Sample(fn)
+        attempts.append(round(sample.foreign_cores, 3))
+        if sample.foreign_cores <= max_foreign:
+            break
+        time.sleep(_RETRY_PAUSE_S)
+    return sample, attempts
+
+
+def add_sampling_flags(parser: argparse.ArgumentParser, rounds: int) -> None:
+    """Adds --rounds (default ``rounds``), --max_foreign and --retries: the arguments
+    of :func:`interleaved` and :func:`quiet_sample`."""
+    parser.add_argument("--rounds", type=int, default=rounds,
+                        help="Interleaved rounds: one sample of every variant each.")
+    parser.add_argument("--max_foreign", type=float, default=0.15,
+                        help="Retry a sample taken while other processes used more "
+                             "than this many cores.")
+    parser.add_argument("--retries", type=int, default=3,
+                        help="Retries of a sample taken under more foreign load.")
+
+
+def interleaved(names: Sequence[str], rounds: int) -> Iterator[tuple[int, str]]:
+    """(round, name) for every name in every round, the first name rotating by round,
+    so that slow spells of a shared machine hit every variant alike."""
+    names = list(names)
+    for r in range(rounds):
+        first = r % len(names)
+        for name in names[first:] + names[:first]:
+            yield r, name
+
+
+# --- job runs --------------------------------------------------------------------------
+
+# Runs ``<module>.run(argv)`` (argv[1], argv[2] as JSON) in a fresh interpreter and
+# writes its timings as JSON to argv[3]: the imports apart from the job itself.
+_TIMED_JOB = r"""
+import importlib, json, sys, time
+started = time.perf_counter()
+job = importlib.import_module(sys.argv[1])
+imported = time.perf_counter()
+job.run(json.loads(sys.argv[2]))
+finished = time.perf_counter()
+with open(sys.argv[3], "w") as f:
+    json.dump({"import_s": imported - started, "job_s": finished - imported}, f)
+"""
+
+
+def timed_job_command(module: str, argv: Sequence[str], timings_path: str) -> list[str]:
+    """The command that runs job ``module`` (e.g. ``pipelines.images``) on ``argv``
+    and writes ``{"import_s", "job_s"}`` to ``timings_path``."""
+    return [sys.executable, "-c", _TIMED_JOB, module, json.dumps(list(argv)), timings_path]
+
+
+def job_env(code_dir: str = REPO_ROOT) -> dict[str, str]:
+    """The environment of a job subprocess: ``code_dir``'s packages first (another
+    checkout, for before/after comparisons), TensorFlow's C++ logs off."""
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
+            "PYTHONPATH": os.pathsep.join(filter(None, [code_dir,
+                                                        os.environ.get("PYTHONPATH")]))}
+
+
+def read_json(path: str) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_manifest(output_dir: str) -> dict[str, Any]:
+    """The manifest a job published in ``output_dir``."""
+    return read_json(os.path.join(output_dir, "manifest.json"))
+
+
+def output_summary(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Examples, rejections, shards and MiB of the dataset ``manifest`` describes."""
+    splits = manifest["splits"].values()
+    return {"examples": sum(s["num_records"] for s in splits),
+            "rejected": manifest["rejected"]["count"],
+            "shards": sum(len(s["shards"]) for s in splits),
+            "output_mib": round(sum(s["num_bytes"] for s in splits) / MIB, 1)}
+
+
+# --- results ---------------------------------------------------------------------------
+
+def write_json(path: str, result: dict[str, Any]) -> None:
+    """Writes ``result`` to ``path`` (parent folders created), keys sorted so that
+    reruns diff cleanly."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2, sort_keys=True)
+
+
+def plot_rates(path: str, labels: Sequence[str], medians: Sequence[float],
+               bests: Sequence[float], *, unit: str, title: str, value_format: str,
+               line: tuple[float, str] | None = None) -> None:
+    """Saves a bar chart (PNG) of each label's median and best round, first label on top.
+
+    Args:
+        path: Where the PNG goes.
+        labels: One bar pair per label.
+        medians: The median round of each label.
+        bests: The best round of each label.
+        unit: The x axis' label, e.g. ``"images / s"``.
+        title: The chart's title.
+        value_format: Format spec of the value printed beside each bar, e.g. ``".1f"``.
+        line: An optional vertical line, (x, legend entry), e.g. a goal.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    y = list(range(len(labels)))[::-1]
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(labels) + 1.5))
+    ax.barh([v + 0.2 for v in y], bests, height=0.4, color="#cc6633", label="best round")
+    ax.barh([v - 0.2 for v in y], medians, height=0.4, color="#6699cc",
+            label="median round")
+    for yy, median, best in zip(y, medians, bests, strict=True):
+        ax.text(best, yy + 0.2, f" {best:{value_format}}", va="center", fontsize=8)
+        ax.text(median, yy - 0.2, f" {median:{value_format}}", va="center", fontsize=8)
+    if line is not None:
+        ax.axvline(line[0], color="gray", linestyle="--", linewidth=1, label=line[1])
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel(unit)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
