@@ -1,4 +1,9 @@
-"""Shared fixtures: generated image trees and one image-job run reused by many tests."""
+"""Shared fixtures: generated image trees and one image-job run reused by many tests.
+
+Helpers that test modules import live in plain modules (``tests/job_runs.py``,
+``tests/image_fixtures.py``, ``tests/series_fixtures.py``): test modules import no
+conftest and no other test module.
+"""
 
 from __future__ import annotations
 
@@ -6,55 +11,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import glob
-import hashlib
-
 import pytest
 
-from reader import contract
 from tests import image_fixtures
-
-# Small images keep the DirectRunner tests fast; the code path is the same at 224.
-TEST_IMAGE_SIZE = 16
-
-
-def run_images_job(input_path: str, output_dir: str, *flags: str) -> dict:
-    """Runs ``python -m pipelines.images`` in-process; returns the manifest."""
-    from pipelines import images
-
-    return images.run([f"--input={input_path}", f"--output_dir={output_dir}",
-                       f"--image_size={TEST_IMAGE_SIZE}", *flags])
-
-
-def output_digests(out: str) -> dict[str, str]:
-    """sha256 of every shard, the manifest and the rejected-records file of a job's
-    output: what "byte-identical output" compares."""
-    paths = [*glob.glob(os.path.join(out, "*", "*" + contract.SHARD_SUFFIX)),
-             os.path.join(out, contract.MANIFEST_FILENAME),
-             os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)]
-    digests = {}
-    for path in sorted(paths):
-        with open(path, "rb") as f:
-            digests[os.path.relpath(path, out)] = hashlib.sha256(f.read()).hexdigest()
-    return digests
-
-
-def read_split(out: str, manifest: dict, split: str) -> dict[str, dict]:
-    """Reads a split back with plain tf.data + parse_example; returns key → features."""
-    import tensorflow as tf
-
-    spec = contract.feature_spec_from_json(manifest["features"])
-    files = [os.path.join(out, shard["path"]) for shard in manifest["splits"][split]["shards"]]
-    if not files:
-        return {}
-    dataset = (tf.data.TFRecordDataset(files, compression_type="GZIP")
-               .batch(64).map(lambda records: tf.io.parse_example(records, spec)))
-    rows: dict[str, dict] = {}
-    for batch in dataset.as_numpy_iterator():
-        for i in range(len(batch["key"])):
-            row = {name: values[i] for name, values in batch.items()}
-            rows[row["key"].decode()] = row
-    return rows
+from tests.job_runs import run_images_job
 
 
 @pytest.fixture(scope="session")

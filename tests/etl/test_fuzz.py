@@ -5,6 +5,7 @@ harming the good image batched with it."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 
@@ -118,7 +119,13 @@ def _outcome_is_record_or_rejection(result: object) -> None:
 def test_fuzz_csv_manifest_lines(line):
     row = parse_csv_line(line, ("path", "label", "split"))
     if row is None:
-        return  # The caller turns this into a malformed_manifest_row dead letter.
+        # Not three fields (the caller makes it a malformed_manifest_row dead letter).
+        try:
+            fields = next(csv.reader([line]), [])
+        except csv.Error:
+            fields = None
+        assert fields is None or len(fields) != 3
+        return
     _outcome_is_record_or_rejection(record_from_row(row, "/data", "m.csv:2"))
 
 

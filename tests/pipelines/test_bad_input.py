@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from etl.core import accounting, fault_injection
 from reader import contract
 from tests import image_fixtures
-from tests.conftest import run_images_job
+from tests.job_commands import start_job
+from tests.job_runs import TEST_IMAGE_SIZE, run_images_job
 
 
 def rejected_reasons(out: str) -> dict[str, str]:
@@ -27,7 +29,7 @@ def rejected_reasons(out: str) -> dict[str, str]:
 @pytest.fixture()
 def small_folder(tmp_path):
     root = str(tmp_path / "in")
-    good = image_fixtures.write_image_folder(root, copies=2)
+    good = image_fixtures.write_image_folder(root, copies=1)
     return root, good
 
 
@@ -41,34 +43,34 @@ def write_manifest(root: str, rows: list[tuple[str, str]]) -> str:
 
 def test_job_fails_above_max_error_fraction_without_manifest(small_folder, tmp_path):
     root, good = small_folder
-    for i in range(8):  # 8 bad of 74: 10.8% > 10%
+    for i in range(4):  # 4 bad of 37: 10.8% > 10%
         with open(os.path.join(root, "cat", f"bad{i}.png"), "wb") as f:
             f.write(b"not an image at all")
     out = tmp_path / "out"
-    with pytest.raises(Exception, match=r"above --max_error_fraction=0\.1") as info:
+    with pytest.raises(accounting.TooManyRejectionsError,
+                       match=r"above --max_error_fraction=0\.1") as info:
         run_images_job(root, str(out))
-    assert "unsupported_format x8" in str(info.value)
+    assert "unsupported_format x4" in str(info.value)
     assert not (out / contract.MANIFEST_FILENAME).exists()
     # The dead letters are there to debug with; a higher threshold publishes.
-    assert len(rejected_reasons(str(out))) == 8
+    assert len(rejected_reasons(str(out))) == 4
     manifest = run_images_job(root, str(out), "--max_error_fraction=0.2")
-    assert manifest["inputs"] == len(good) + 8
-    assert manifest["rejected"]["by_reason"] == {"unsupported_format": 8}
+    assert manifest["inputs"] == len(good) + 4
+    assert manifest["rejected"]["by_reason"] == {"unsupported_format": 4}
 
 
 def test_cli_reports_threshold_failure_in_one_line(small_folder, tmp_path):
     root, _ = small_folder
-    for i in range(8):
+    for i in range(4):
         with open(os.path.join(root, "cat", f"bad{i}.png"), "wb") as f:
             f.write(b"")
-    result = subprocess.run(
-        [sys.executable, "-m", "pipelines.images", f"--input={root}",
-         f"--output_dir={tmp_path / 'out'}", "--image_size=8"],
-        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert result.returncode == 1
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: 8 of 74 inputs (10.8%) were rejected")
-    assert "empty_file x8" in last
+    process = start_job("images", f"--input={root}", f"--output_dir={tmp_path / 'out'}",
+                        "--image_size=8", env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 1
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 4 of 37 inputs (10.8%) were rejected")
+    assert "empty_file x4" in last
 
 
 def test_manifest_rows_duplicates_escapes_and_missing_files(small_folder, tmp_path):
@@ -163,7 +165,8 @@ def test_decompression_bomb_and_oversized_file_are_refused(small_folder, tmp_pat
 
 
 def shard_digests(out: str) -> dict[str, str]:
-    manifest = json.load(open(os.path.join(out, contract.MANIFEST_FILENAME)))
+    with open(os.path.join(out, contract.MANIFEST_FILENAME)) as f:
+        manifest = json.load(f)
     return {s["path"]: s["sha256"] for split in contract.SPLITS
             for s in manifest["splits"][split]["shards"]}
 
@@ -181,7 +184,7 @@ def _wait_until_stopped(pid: int, timeout_s: float = 300) -> None:
     raise AssertionError(f"the job did not reach its pause point in {timeout_s} s")
 
 
-def _unfinished(out: str) -> list[str]:
+def _files_under(out: str) -> list[str]:
     found = []
     for folder, _, names in os.walk(out):
         found += [os.path.relpath(os.path.join(folder, n), out) for n in names]
@@ -191,45 +194,81 @@ def _unfinished(out: str) -> list[str]:
 # Where the job is frozen (ETL_PAUSE_AT, etl/core/fault_injection.py) and killed, and
 # what must be on disk then: a shard's temporary file, a shard waiting for its final
 # name, every shard final but no manifest yet.
-@pytest.mark.parametrize("point,unfinished", [
-    ("shard_writing", lambda p: p.endswith(".tfrecord.gz.incomplete")),
-    ("shard_written", lambda p: "-pending-" in p and p.endswith(".tfrecord.gz")),
-    ("manifest_writing", lambda p: "-of-" in p and p.endswith(".tfrecord.gz")),
-])
-def test_sigkill_leaves_no_manifest_and_the_rerun_succeeds(small_folder, tmp_path, point,
-                                                          unfinished):
-    root, _ = small_folder
-    out = str(tmp_path / "out")
-    command = [sys.executable, "-m", "pipelines.images", f"--input={root}",
-               f"--output_dir={out}", "--image_size=8", "--num_shards=2"]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    process = subprocess.Popen(command, env={**env, "ETL_PAUSE_AT": point},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    try:
-        _wait_until_stopped(process.pid)
-        files = _unfinished(out)
-        assert any(unfinished(p) for p in files), files
-        assert contract.MANIFEST_FILENAME not in files
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)  # The job and any worker it started.
-        process.wait()
-    assert not os.path.exists(os.path.join(out, contract.MANIFEST_FILENAME))
-    # The next run clears the leftovers (no --overwrite needed) and publishes the same
-    # dataset as an uninterrupted run.
-    subprocess.run(command, env=env, check=True, capture_output=True)
-    reference = str(tmp_path / "reference")
-    subprocess.run([*command[:4], f"--output_dir={reference}", *command[5:]], env=env,
-                   check=True, capture_output=True)
-    assert shard_digests(out) == shard_digests(reference)
-    leftovers = [name for name in os.listdir(out) if name.endswith(".incomplete")
-                 or name in ("tmp", "transform_tmp")]
-    assert leftovers == []
-    for split in contract.SPLITS:
-        split_dir = os.path.join(out, split)
-        if os.path.isdir(split_dir):
-            assert all(not n.endswith(".incomplete") for n in os.listdir(split_dir))
-            names = sorted(os.listdir(split_dir))
-            assert names == sorted(os.path.basename(p) for p in shard_digests(out)
-                                   if p.startswith(split + "/"))
+UNFINISHED = {
+    fault_injection.SHARD_WRITING: lambda p: p.endswith(".tfrecord.gz.incomplete"),
+    fault_injection.SHARD_WRITTEN: lambda p: "-pending-" in p and p.endswith(".tfrecord.gz"),
+    fault_injection.MANIFEST_WRITING: lambda p: "-of-" in p and p.endswith(".tfrecord.gz"),
+}
+KILL_FLAGS = ("--num_shards=2",)
 
+
+@dataclasses.dataclass(frozen=True)
+class KilledRun:
+    """A job command SIGKILLed at a pause point: its output folder, the files there
+    when it stopped, and whether a manifest existed after the kill."""
+
+    out: str
+    files_when_stopped: list[str]
+    manifest_after_kill: bool
+
+
+@pytest.fixture(scope="module")
+def kill_input(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = str(tmp_path_factory.mktemp("kill_input"))
+    image_fixtures.write_image_folder(root, copies=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def killed_runs(kill_input, tmp_path_factory: pytest.TempPathFactory
+                ) -> dict[str, KilledRun]:
+    """One command per pause point, all started at once, each killed where it froze."""
+    root = tmp_path_factory.mktemp("killed")
+    started = {}
+    for point in UNFINISHED:
+        out = str(root / point)
+        started[point] = out, start_job(
+            "images", f"--input={kill_input}", f"--output_dir={out}",
+            f"--image_size={TEST_IMAGE_SIZE}", *KILL_FLAGS, env={fault_injection.PAUSE_ENV: point},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    runs = {}
+    try:
+        for point, (out, process) in started.items():
+            _wait_until_stopped(process.pid)
+            files = _files_under(out)
+            os.killpg(process.pid, signal.SIGKILL)  # The job and any worker it started.
+            process.wait()
+            runs[point] = KilledRun(out, files, os.path.exists(
+                os.path.join(out, contract.MANIFEST_FILENAME)))
+    finally:
+        for _, process in started.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    return runs
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_output(kill_input, tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = str(tmp_path_factory.mktemp("uninterrupted") / "out")
+    run_images_job(kill_input, out, *KILL_FLAGS)
+    return out
+
+
+@pytest.mark.parametrize("point", list(UNFINISHED))
+def test_sigkill_leaves_unfinished_files_and_no_manifest(killed_runs, point):
+    run = killed_runs[point]
+    assert [p for p in run.files_when_stopped if UNFINISHED[point](p)], run.files_when_stopped
+    assert contract.MANIFEST_FILENAME not in run.files_when_stopped
+    assert not run.manifest_after_kill
+
+
+@pytest.mark.parametrize("point", list(UNFINISHED))
+def test_rerun_after_sigkill_publishes_the_uninterrupted_dataset(
+        killed_runs, uninterrupted_output, kill_input, point):
+    # The next run clears the leftovers (no --overwrite needed) and publishes the same
+    # dataset as an uninterrupted run, with nothing else in the output folder.
+    out = killed_runs[point].out
+    run_images_job(kill_input, out, *KILL_FLAGS)
+    assert shard_digests(out) == shard_digests(uninterrupted_output)
+    assert _files_under(out) == _files_under(uninterrupted_output)

@@ -1,17 +1,31 @@
-"""The jobs as real commands: exit status 0 on the portable runner, under load.
+"""The jobs as real commands on the portable runner: exit status 0 under load, and
+output byte-identical to the default runner's.
 
 With ``--environment_type=LOOPBACK`` the SDK harness runs in a daemon thread of the
-job's own process and was still tearing tf.Transform's SavedModel down when the
-interpreter finalized, so ~half the runs on a busy machine printed their summary and
-then died with SIGABRT ("FATAL: exception not rethrown", status 134). In-process
-tests cannot see that: only the exit status of a real command shows it. Each command
-here runs several times while other processes keep every core busy (load is what
-exposes the race), and its output must match the default runner's byte for byte.
+job's own process and tears tf.Transform's SavedModel down after the job is DONE; if
+the interpreter finalizes meanwhile, the process dies with SIGABRT ("FATAL:
+exception not rethrown", status 134) after printing its summary.
+``runner_defaults.run_to_completion`` joins that thread before returning, which
+``test_loopback_run_leaves_no_sdk_harness_thread`` checks deterministically; only
+the exit status of a real command shows that nothing else aborts the exit.
+
+Detection argument for the command tests: the abort needs a harness thread still
+tearing down when the main thread finalizes, which load makes likely (without the
+join, about one run in two aborted with one spinning process per core beside it).
+Here each round runs the image and the time-series command at the same time *and*
+one spinning process per core, so every exit happens under at least that load, and
+each command reaches the teardown: both write shards through the exported
+``transform_fn``. One LOOPBACK round gives two exits, so a reintroduced race passes
+one run of the suite unnoticed with probability about 1/4; the cause itself is
+checked on every run by ``test_loopback_run_leaves_no_sdk_harness_thread``. The
+subprocess-worker harness lives in its own process (no in-process teardown to race):
+one round checks that its commands exit 0 and write the same bytes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -22,19 +36,46 @@ import numpy as np
 import pytest
 
 from pipelines import runner_defaults
+from reader import contract
 from tests import image_fixtures
-from tests.conftest import TEST_IMAGE_SIZE, output_digests, run_images_job
-from tests.pipelines.test_runners import SUBPROCESS_WORKER
-from tests.pipelines.test_timeseries import GEOMETRY, series_rows, write_jsonl
-from tests.pipelines.test_timeseries import run_job as run_timeseries_job
+from tests.job_commands import start_job
+from tests.job_runs import TEST_IMAGE_SIZE, output_digests, run_images_job
+from tests.series_fixtures import GEOMETRY, run_timeseries_job, series_rows, write_jsonl
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PORTABLE = ("--runner=PortableRunner", "--job_endpoint=embed")
 LOOPBACK = ("--environment_type=LOOPBACK",)
-# Runs per command: enough that the old race (about 1 in 2 runs under this load)
-# would almost surely have shown.
-LOOPBACK_RUNS = 3
-SUBPROCESS_WORKER_RUNS = 2
+# An SDK harness subprocess started by the embedded job service, as on a real
+# portable runner (the PROCESS environment is not supported by the embedded job
+# service: its FnApiRunner registers no worker handler for beam:env:process:v1).
+SUBPROCESS_WORKER = (
+    "--environment_type=beam:env:harness_subprocess_python:v1",
+    f"--environment_config={sys.executable} -m apache_beam.runners.worker.sdk_worker_main",
+)
+ENVIRONMENTS = {"loopback": LOOPBACK, "subprocess_worker": SUBPROCESS_WORKER}
+JOBS = ("images", "timeseries")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobInput:
+    """A job's input, its flags, and the default runner's output digests for them."""
+
+    path: str
+    flags: tuple[str, ...]
+    expected: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandRun:
+    """One finished command; ``digests`` is None when it published no manifest."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    digests: dict[str, str] | None
+
+    def describe(self) -> str:
+        return (f"exit status {self.returncode}:\n{self.stdout[-2000:]}\n"
+                f"{self.stderr[-4000:]}")
 
 
 @contextlib.contextmanager
@@ -51,78 +92,86 @@ def busy_cores() -> Iterator[None]:
             spinner.wait()
 
 
-def run_command(module: str, *args: str) -> subprocess.CompletedProcess:
-    """``python -m <module> <args>`` from the repository root, as a user runs it."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
-
-
 @pytest.fixture(scope="module")
-def image_input(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
-    """A small image folder and the default runner's output digests for it."""
-    root = str(tmp_path_factory.mktemp("exit_images"))
-    image_fixtures.write_image_folder(root, copies=1)
-    out = str(tmp_path_factory.mktemp("exit_images_default") / "out")
-    run_images_job(root, out, "--num_shards=2")
-    return root, output_digests(out)
+def job_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobInput]:
+    """Per job: a small input and the default (in-process) runner's output for it."""
+    images = str(tmp_path_factory.mktemp("exit_images"))
+    image_fixtures.write_image_folder(images, copies=1)
+    image_fixtures.write_bad_files(images)  # 5 of 38 inputs: dead letters too.
+    image_flags = ("--num_shards=2", "--max_error_fraction=0.5")
+    image_out = str(tmp_path_factory.mktemp("exit_images_default") / "out")
+    run_images_job(images, image_out, *image_flags)
 
-
-@pytest.fixture(scope="module")
-def series_input(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
-    """A small long-format series file and the default runner's output digests."""
     root = tmp_path_factory.mktemp("exit_series")
     rng = np.random.default_rng(1)
     rows = [row for series_id, n in (("a", 90), ("b", 120))
             for row in series_rows(series_id, rng.normal(size=n).round(4).tolist())]
-    path = write_jsonl(root / "rows.jsonl", rows)
-    out = str(root / "default")
-    run_timeseries_job(path, out, *GEOMETRY)
-    return path, output_digests(out)
+    series = write_jsonl(root / "rows.jsonl", rows)
+    series_out = str(root / "default")
+    run_timeseries_job(series, series_out, *GEOMETRY)
+    return {
+        "images": JobInput(images, (f"--image_size={TEST_IMAGE_SIZE}", *image_flags),
+                           output_digests(image_out)),
+        "timeseries": JobInput(series, GEOMETRY, output_digests(series_out)),
+    }
 
 
-def _check_runs(module: str, input_path: str, expected: dict[str, str], tmp_path,
-                flags: tuple[str, ...], runs: int) -> None:
+def _run_both(job_inputs: dict[str, JobInput], out_root, environment: tuple[str, ...]
+               ) -> dict[str, CommandRun]:
+    """Both jobs' commands at once; waits for both."""
+    started = {}
+    for job in JOBS:
+        out = str(out_root / job)
+        started[job] = out, start_job(job, f"--input={job_inputs[job].path}",
+                                      f"--output_dir={out}", *job_inputs[job].flags,
+                                      *PORTABLE, *environment)
+    runs = {}
+    for job, (out, process) in started.items():
+        stdout, stderr = process.communicate(timeout=600)
+        published = os.path.exists(os.path.join(out, contract.MANIFEST_FILENAME))
+        runs[job] = CommandRun(process.returncode, stdout, stderr,
+                               output_digests(out) if published else None)
+    return runs
+
+
+@pytest.fixture(scope="module", params=sorted(ENVIRONMENTS))
+def portable_runs(request, job_inputs, tmp_path_factory: pytest.TempPathFactory
+                  ) -> dict[str, CommandRun]:
+    """Per job, its portable-runner command's run in one environment, under load."""
+    root = tmp_path_factory.mktemp(f"exit_{request.param}")
     with busy_cores():
-        for attempt in range(runs):
-            out = str(tmp_path / f"out{attempt}")
-            result = run_command(module, f"--input={input_path}", f"--output_dir={out}",
-                                 *flags)
-            assert result.returncode == 0, (
-                f"run {attempt + 1} of {runs} exited with {result.returncode}:\n"
-                f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
-            assert "Wrote dataset" in result.stdout
-            assert output_digests(out) == expected
+        return _run_both(job_inputs, root, ENVIRONMENTS[request.param])
 
 
-@pytest.mark.parametrize("environment,runs", [
-    (LOOPBACK, LOOPBACK_RUNS), (SUBPROCESS_WORKER, SUBPROCESS_WORKER_RUNS),
-], ids=["loopback", "subprocess_worker"])
-def test_portable_image_command_exits_zero_under_load(image_input, tmp_path, environment,
-                                                      runs):
-    root, expected = image_input
-    _check_runs("pipelines.images", root, expected, tmp_path,
-                (f"--image_size={TEST_IMAGE_SIZE}", "--num_shards=2", *PORTABLE,
-                 *environment), runs)
+def _failure(run: CommandRun) -> str | None:
+    return run.describe() if run.returncode != 0 or "Wrote dataset" not in run.stdout else None
 
 
-@pytest.mark.parametrize("environment,runs", [
-    (LOOPBACK, LOOPBACK_RUNS), (SUBPROCESS_WORKER, SUBPROCESS_WORKER_RUNS),
-], ids=["loopback", "subprocess_worker"])
-def test_portable_timeseries_command_exits_zero_under_load(series_input, tmp_path,
-                                                           environment, runs):
-    path, expected = series_input
-    _check_runs("pipelines.timeseries", path, expected, tmp_path,
-                (*GEOMETRY, *PORTABLE, *environment), runs)
+def test_portable_image_command_exits_zero_under_load(portable_runs):
+    assert _failure(portable_runs["images"]) is None
 
 
-def test_run_to_completion_leaves_no_sdk_harness_thread(image_input, tmp_path):
+def test_portable_timeseries_command_exits_zero_under_load(portable_runs):
+    assert _failure(portable_runs["timeseries"]) is None
+
+
+def test_portable_image_command_output_is_byte_identical(portable_runs, job_inputs):
+    expected = job_inputs["images"].expected
+    assert sum(p.endswith(contract.SHARD_SUFFIX) for p in expected) >= 4  # 2 per split
+    assert portable_runs["images"].digests == expected
+
+
+def test_portable_timeseries_command_output_is_byte_identical(portable_runs, job_inputs):
+    expected = job_inputs["timeseries"].expected
+    assert portable_runs["timeseries"].digests == expected
+
+
+def test_loopback_run_leaves_no_sdk_harness_thread(job_inputs, tmp_path):
     # The cause itself, deterministically: when the job returns, the LOOPBACK
-    # harness thread has finished its shutdown (it used to be mid-teardown).
-    root, expected = image_input
-    out = str(tmp_path / "out")
-    run_images_job(root, out, "--num_shards=2", *PORTABLE, *LOOPBACK)
+    # harness thread has finished its shutdown.
+    series = job_inputs["timeseries"]
+    run_timeseries_job(series.path, str(tmp_path / "out"), *series.flags, *PORTABLE,
+                       *LOOPBACK)
     harness = [t.name for t in threading.enumerate()
                if t.name.startswith(runner_defaults.LOOPBACK_HARNESS_THREAD_PREFIX)]
     assert harness == []
-    assert output_digests(out) == expected

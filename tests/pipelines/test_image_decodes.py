@@ -1,7 +1,7 @@
 """The image job decodes each JPEG once, on its read threads, and still stores exactly
 ``transform_fn(raw bytes)``: one job run over a corpus of JPEG layouts (every
-agreeing layout, EXIF orientations, odd sizes), CMYK JPEGs and PNGs, which take the
-transform's own decode, and a damaged JPEG."""
+agreeing layout, EXIF orientations in both TIFF byte orders, odd sizes), CMYK JPEGs
+and PNGs, which take the transform's own decode, and a damaged JPEG."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import tensorflow_transform as tft
 
 from etl.images import shards
 from tests import image_fixtures, jpeg_corpus
-from tests.conftest import read_split, run_images_job
+from tests.job_runs import read_split, run_images_job
 
 IMAGE_SIZE = 40  # Decodes the corpus at 1/8, 1/4 and full scale.
 
@@ -32,6 +32,9 @@ def corpus_run(tmp_path_factory):
 
     root = str(tmp_path_factory.mktemp("jpeg_corpus"))
     files = {f"jpeg/{jpeg.name}.jpg": jpeg.data for jpeg in jpeg_corpus.corpus()}
+    # EXIF in a little-endian ("II") TIFF header; the corpus's are big-endian.
+    files["jpeg/o6_little_endian.jpg"] = image_fixtures.exif_jpeg(
+        jpeg_corpus.photo_crop(7, 131, 250), 6, endian="<")
     files.update({f"cmyk/{i}.jpg": jpeg_corpus.cmyk_jpeg(i) for i in range(2)})
     files.update({f"png/{i}.png": image_fixtures._encode("png", 30 + i, 50, (i, 9, 99))
                   for i in range(2)})

@@ -1,11 +1,12 @@
-"""The image job on runners other than the default FnApiRunner, all offline.
+"""The jobs on runners other than the default FnApiRunner, all offline.
 
 * PortableRunner with ``--job_endpoint=embed``: Beam's in-process Python job service
   (``local_job_service.LocalJobServicer``, no Java job server, no download) submits
-  the portable pipeline proto over the Job API; the SDK harness runs either in this
-  process (``LOOPBACK``) or as a separate ``sdk_worker_main`` subprocess, which
-  unpickles every DoFn from the proto like a remote worker would. The output must
-  be byte-identical to the default runner's.
+  the portable pipeline proto over the Job API; the SDK harness runs either in the
+  job's process (``LOOPBACK``) or as a separate ``sdk_worker_main`` subprocess, which
+  unpickles every DoFn from the proto like a remote worker would. Both jobs' commands
+  on both are tested in test_exit_status.py: exit status 0, output byte-identical to
+  the default runner's.
 * DataflowRunner with ``--dry_run=True``: the complete Dataflow job (portable
   pipeline proto, Docker environment, staged ``setup.py`` sdist) is built and
   validated exactly as for a submission, and then not submitted.
@@ -23,11 +24,9 @@ import tempfile
 import apache_beam as beam
 import pytest
 
-from reader import contract
 from tests import image_fixtures
-from tests.conftest import output_digests, run_images_job
+from tests.job_commands import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ("etl", "pipelines", "reader")
 
 # The Beam transforms that make up the job; each must appear in the Dataflow graph.
@@ -38,54 +37,12 @@ JOB_TRANSFORMS = {
 }
 
 
-
-
 @pytest.fixture(scope="module")
 def small_input(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """33 good images (every format, 3 labels) plus 5 inputs that are rejected."""
+    """33 good images (every format, 3 labels): the input the dry runs plan for."""
     root = str(tmp_path_factory.mktemp("runners_input"))
     image_fixtures.write_image_folder(root, copies=1)
-    image_fixtures.write_bad_files(root)  # 5 of 38 inputs: above the default 10%.
     return root
-
-
-@pytest.fixture(scope="module")
-def default_runner_output(small_input, tmp_path_factory: pytest.TempPathFactory
-                          ) -> tuple[str, dict]:
-    out = str(tmp_path_factory.mktemp("runners_default") / "out")
-    return out, run_images_job(small_input, out, "--num_shards=2",
-                               "--max_error_fraction=0.5")
-
-
-# An SDK harness subprocess started by the embedded job service, as on a real
-# portable runner (the PROCESS environment is not supported by the embedded job
-# service: its FnApiRunner registers no worker handler for beam:env:process:v1).
-SUBPROCESS_WORKER = (
-    "--environment_type=beam:env:harness_subprocess_python:v1",
-    f"--environment_config={sys.executable} -m apache_beam.runners.worker.sdk_worker_main",
-)
-
-
-@pytest.mark.parametrize("environment", [
-    ("--environment_type=LOOPBACK",),
-    SUBPROCESS_WORKER,
-], ids=["loopback", "subprocess_worker"])
-def test_portable_runner_output_is_byte_identical(small_input, default_runner_output,
-                                                  tmp_path, environment):
-    base_out, base_manifest = default_runner_output
-    out = str(tmp_path / "out")
-    manifest = run_images_job(small_input, out, "--num_shards=2", "--max_error_fraction=0.5",
-                              "--runner=PortableRunner", "--job_endpoint=embed",
-                              *environment)
-    assert manifest == base_manifest
-    assert manifest["rejected"]["by_reason"] == {
-        "corrupt_image_data": 1, "empty_file": 1, "missing_label": 1,
-        "undecodable_image": 1, "unsupported_format": 1}
-    digests = output_digests(out)
-    num_shards = sum(len(manifest["splits"][s]["shards"]) for s in contract.SPLITS)
-    assert num_shards >= 4  # train and at least one more split, two shards each
-    assert len([p for p in digests if p.endswith(contract.SHARD_SUFFIX)]) == num_shards
-    assert digests == output_digests(base_out)
 
 
 def test_job_flags_are_in_the_options_beam_sends_to_runners():

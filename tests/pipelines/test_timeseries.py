@@ -15,27 +15,11 @@ import tensorflow as tf
 
 import reader
 from etl.core import accounting, sharding, splits
-from pipelines import timeseries
 from reader import contract
-from tests.conftest import output_digests
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def write_jsonl(path, rows) -> str:
-    with open(path, "w") as f:
-        f.writelines(json.dumps(row) + "\n" for row in rows)
-    return str(path)
-
-
-def series_rows(series_id: str, values, start: int = 0, step: int = 1,
-                column: str = "value") -> list[dict]:
-    return [{"series_id": series_id, "timestamp": start + i * step, column: v}
-            for i, v in enumerate(values)]
-
-
-def run_job(input_path: str, out: str, *flags: str) -> dict:
-    return timeseries.run([f"--input={input_path}", f"--output_dir={out}", *flags])
+from tests.job_commands import REPO_ROOT
+from tests.job_runs import output_digests
+from tests.series_fixtures import GEOMETRY, series_rows, write_jsonl
+from tests.series_fixtures import run_timeseries_job as run_job
 
 
 def read_records(out: str, manifest: dict, split: str) -> list[dict]:
@@ -61,7 +45,6 @@ def expected_counts(length: int, fractions=(0.8, 0.1, 0.1), window=6, shift=2, s
             for split, n in lengths.items()}
 
 
-GEOMETRY = ("--window_size=6", "--shift=2", "--stride=2", "--horizon=3")
 
 
 @pytest.fixture(scope="module")

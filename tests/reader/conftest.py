@@ -1,35 +1,25 @@
-"""A small imbalanced image dataset built once by the real image job."""
+"""Datasets built once by the real jobs: a small imbalanced image dataset and two
+time-series datasets."""
 
 from __future__ import annotations
 
-import json
-import os
+import shutil
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import run_images_job
-
-# Class → number of images; imbalanced on purpose (balance tests).
-CLASS_SIZES = {"red": 48, "green": 24, "blue": 12}
-BASE_COLOURS = {"red": (200, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 200)}
-NUM_SHARDS = 4
-
-
-def write_coloured_images(root: str) -> int:
-    """Solid images whose colour tells the class (learnable by a tiny model)."""
-    rng = np.random.default_rng(0)
-    total = 0
-    for label, count in CLASS_SIZES.items():
-        os.makedirs(os.path.join(root, label), exist_ok=True)
-        for i in range(count):
-            rgb = np.clip(np.array(BASE_COLOURS[label]) + rng.integers(-25, 26, 3), 0, 255)
-            image = np.broadcast_to(rgb.astype(np.uint8), (20, 24, 3))
-            tf.io.write_file(os.path.join(root, label, f"{i:03d}.png"),
-                             tf.io.encode_png(image))
-            total += 1
-    return total
+from tests.job_runs import run_images_job
+from tests.reader.helpers import (
+    FORECAST_HORIZON,
+    FORECAST_WINDOW,
+    LABELLED_SERIES,
+    LABELLED_WINDOW,
+    NUM_SHARDS,
+    RAMP_LENGTH,
+    series_label,
+    write_coloured_images,
+    write_jsonl,
+)
 
 
 @pytest.fixture()
@@ -49,17 +39,12 @@ def image_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     return out
 
 
-def write_jsonl(path: str, rows: list[dict]) -> str:
-    with open(path, "w") as f:
-        f.writelines(json.dumps(row) + "\n" for row in rows)
-    return path
-
-
-# Forecast fixture: series "ramp" holds value t at timestamp t, so a de-normalised
-# window starting at timestamp t is exactly [t, t+1, ...].
-RAMP_LENGTH = 80
-FORECAST_WINDOW = 6
-FORECAST_HORIZON = 2
+@pytest.fixture()
+def dataset_copy(image_dataset, tmp_path) -> str:
+    """A copy of ``image_dataset`` that a test may damage."""
+    copy = str(tmp_path / "copy")
+    shutil.copytree(image_dataset, copy)
+    return copy
 
 
 @pytest.fixture(scope="session")
@@ -74,15 +59,6 @@ def forecast_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     timeseries.run([f"--input={path}", f"--output_dir={out}",
                     f"--window_size={FORECAST_WINDOW}", f"--horizon={FORECAST_HORIZON}"])
     return out
-
-
-# Classification fixture: rising series are "up", falling ones "down".
-LABELLED_SERIES = 12
-LABELLED_WINDOW = 5
-
-
-def series_label(series_id: str) -> str:
-    return "down" if int(series_id[1:]) % 3 == 0 else "up"
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,17 @@
 """Runs one side of a resume test in its own process (tests/reader/test_resume.py).
 
-``python -m tests.reader.resume_worker iterator DATA_DIR CKPT OUT.json [--endless]``
-restores the checkpoint into a fresh ``make_dataset`` iterator and writes the keys of
-the batches that follow. ``fit MODE FEED DATA_DIR CKPT_DIR OUT.npy`` trains a small
-model with ``reader.FitCheckpoint`` (MODE may list several, comma-separated, each
-run afresh; ``MODE`` in OUT is replaced by each): MODE ``full`` without interruption,
-``interrupted`` until global step ``INTERRUPT_AT`` (then raises), ``resume`` from the
-checkpoint; ``full`` and ``resume`` write the final weights. FEED ``endless``:
-``num_epochs=None`` and ``steps_per_epoch``, for ``FIT_EPOCHS`` epochs; ``epochs``:
-``num_epochs=1``, one iterator per epoch, for ``EPOCH_FEED_EPOCHS`` epochs.
+``python -m tests.reader.resume_worker iterator DATA_DIR RESTORES.json`` restores each
+checkpoint listed in RESTORES.json (``[checkpoint, out.json, endless, batches]``
+entries; ``batches`` null for the rest of the epoch) into a fresh ``make_dataset``
+iterator and writes the keys of the batches that follow to ``out.json``.
+``fit MODES FEEDS DATA_DIR CKPT_DIR OUT.npy`` trains a small model with
+``reader.FitCheckpoint`` once for each feed and mode (both comma-separated lists,
+each run afresh; ``FEED`` in CKPT_DIR and OUT and ``MODE`` in OUT are replaced by
+each): MODE ``full`` without interruption, ``interrupted`` until global step
+``INTERRUPT_AT`` (then raises), ``resume`` from the checkpoint; ``full`` and
+``resume`` write the final weights. FEED ``endless``: ``num_epochs=None`` and
+``steps_per_epoch``, for ``FIT_EPOCHS`` epochs; ``epochs``: ``num_epochs=1``, one
+iterator per epoch, for ``EPOCH_FEED_EPOCHS`` epochs.
 """
 
 from __future__ import annotations
@@ -115,13 +118,15 @@ def fit(mode: str, feed: str, data_dir: str, checkpoint_dir: str, out: str) -> N
 
 def main(argv: list[str]) -> None:
     if argv[0] == "iterator":
-        endless = "--endless" in argv
-        limit = next((int(a.split("=")[1]) for a in argv if a.startswith("--batches=")),
-                     None)
-        restore_and_read(argv[1], argv[2], argv[3], endless, limit)
+        with open(argv[2]) as f:
+            restores = json.load(f)
+        for checkpoint, out, endless, num_batches in restores:
+            restore_and_read(argv[1], checkpoint, out, endless, num_batches)
     elif argv[0] == "fit":
-        for mode in argv[1].split(","):  # e.g. full,interrupted: one process, two runs
-            fit(mode, argv[2], argv[3], argv[4], argv[5].replace("MODE", mode))
+        for feed in argv[2].split(","):
+            for mode in argv[1].split(","):  # e.g. full,interrupted: one process, two runs
+                fit(mode, feed, argv[3], argv[4].replace("FEED", feed),
+                    argv[5].replace("FEED", feed).replace("MODE", mode))
     else:
         raise SystemExit(f"unknown command {argv[0]!r}")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -12,24 +11,7 @@ import tensorflow as tf
 
 import reader
 from reader import contract, verify
-
-
-@pytest.fixture()
-def dataset_copy(image_dataset, tmp_path) -> str:
-    copy = str(tmp_path / "copy")
-    shutil.copytree(image_dataset, copy)
-    return copy
-
-
-def first_train_shard(data_dir: str) -> str:
-    return reader.open_dataset(data_dir).shard_paths("train")[0]
-
-
-def flip_byte_in_middle(path: str) -> None:
-    data = bytearray(open(path, "rb").read())
-    data[len(data) // 2] ^= 0xFF
-    with open(path, "wb") as f:
-        f.write(bytes(data))
+from tests.reader.helpers import first_train_shard, flip_byte_in_middle
 
 
 def test_make_dataset_refuses_directory_without_manifest(dataset_copy):
@@ -75,16 +57,16 @@ def test_corrupt_record_raises_data_loss_and_verify_names_the_shard(dataset_copy
     assert [path for path, _ in damaged] == [shard]
 
 
-def test_verify_cli_exit_codes(image_dataset, dataset_copy):
-    ok = subprocess.run([sys.executable, "-m", "reader.verify", image_dataset],
-                        capture_output=True, text=True)
-    assert ok.returncode == 0 and "OK" in ok.stdout
+def test_verify_main_says_ok_and_returns_zero_for_an_intact_dataset(image_dataset, capsys):
+    assert verify.main([image_dataset]) == 0
+    assert capsys.readouterr().out.startswith(f"OK: every shard of {image_dataset} ")
+
+
+def test_verify_main_names_the_damaged_shard_and_returns_one(dataset_copy, capsys):
     shard = first_train_shard(dataset_copy)
     flip_byte_in_middle(shard)
-    bad = subprocess.run([sys.executable, "-m", "reader.verify", dataset_copy],
-                         capture_output=True, text=True)
-    assert bad.returncode == 1
-    assert f"DAMAGED {shard}" in bad.stdout
+    assert verify.main([dataset_copy]) == 1
+    assert capsys.readouterr().out.startswith(f"DAMAGED {shard}: ")
 
 
 def test_import_reader_does_not_import_apache_beam():
@@ -110,23 +92,9 @@ def test_skip_corrupt_reads_around_damage_and_verify_counts_the_loss(dataset_cop
     assert "records readable" in problem and "sha256" in problem
 
 
-BLOCK_TFT = """
-import sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "tensorflow_transform":
-            raise ImportError(f"No module named {name!r} (blocked by the test)")
-sys.meta_path.insert(0, Block())
-import reader
-try:
-    reader.transform_output(sys.argv[1])
-except ImportError as error:
-    print(error)
-"""
-
-
-def test_transform_output_without_tensorflow_transform_says_what_to_install(image_dataset):
-    result = subprocess.run([sys.executable, "-c", BLOCK_TFT, image_dataset],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "pip install 'tensorflow-transform" in result.stdout
+def test_transform_output_without_tensorflow_transform_says_what_to_install(
+        image_dataset, monkeypatch):
+    # A None entry in sys.modules makes ``import tensorflow_transform`` fail as if absent.
+    monkeypatch.setitem(sys.modules, "tensorflow_transform", None)
+    with pytest.raises(ImportError, match="pip install 'tensorflow-transform"):
+        reader.transform_output(image_dataset)

@@ -11,21 +11,13 @@ import tensorflow as tf
 
 import reader
 from reader import contract, pipeline
-from tests.conftest import TEST_IMAGE_SIZE
-from tests.reader.conftest import BASE_COLOURS, CLASS_SIZES, NUM_SHARDS
+from tests.job_runs import TEST_IMAGE_SIZE
+from tests.reader.helpers import BASE_COLOURS, CLASS_SIZES, NUM_SHARDS, manifest_keys
 
 
 def keys_of(dataset: tf.data.Dataset) -> list[str]:
     return [k.decode() for features, _ in dataset.as_numpy_iterator()
             for k in features["key"]]
-
-
-def manifest_keys(data_dir: str, split: str) -> list[str]:
-    info = reader.open_dataset(data_dir)
-    spec = {"key": info.feature_spec["key"]}
-    records = tf.data.TFRecordDataset(info.shard_paths(split), compression_type="GZIP")
-    return sorted(tf.io.parse_single_example(r, spec)["key"].numpy().decode()
-                  for r in records)
 
 
 def test_make_dataset_yields_batches_for_fit(image_dataset):
@@ -313,8 +305,10 @@ def test_make_dataset_data_service_job_splits_one_epoch_between_consumers(image_
                 active.remove(i)
                 continue
             seen[i] += [k.decode() for k in features["key"].numpy()]
+    # Together the consumers read the epoch exactly once (a consumer reading its own
+    # copy would duplicate keys). How the service deals the elements out depends on
+    # timing: on a loaded machine one consumer can take them all.
     assert sorted(seen[0] + seen[1]) == manifest_keys(image_dataset, "train")
-    assert seen[0] and seen[1]
 
 
 def test_read_config_rejects_data_service_job_without_service():

@@ -11,14 +11,14 @@ import pytest
 import tensorflow as tf
 
 from reader import preview
-from tests.reader.conftest import (
+from tests.reader.helpers import (
     BASE_COLOURS,
     FORECAST_HORIZON,
     FORECAST_WINDOW,
+    REPO_ROOT,
     series_label,
 )
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Fixture images are 16 px: shown enlarged 6 times, to 96 px tiles.
 TILE = 96
 
@@ -108,37 +108,26 @@ def test_window_preview_of_labelled_series_captions_the_label(labelled_series_da
         assert label == series_label(series_id)
 
 
-def test_preview_cli_draws_time_series(forecast_dataset, tmp_path):
+def test_preview_main_draws_time_series(forecast_dataset, tmp_path):
     out = str(tmp_path / "windows.png")
-    result = run_preview(forecast_dataset, "--out", out, "--n", "4")
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert preview.main([forecast_dataset, "--out", out, "--n", "4"]) == 0
     assert tf.io.decode_png(tf.io.read_file(out)).shape[0] > 100
 
 
-def test_preview_cli_refuses_augment_for_time_series(forecast_dataset, tmp_path):
-    result = run_preview(forecast_dataset, "--out", str(tmp_path / "x.png"), "--augment")
-    assert result.returncode == 2 and "images only" in result.stderr
+def test_preview_main_refuses_augment_for_time_series(forecast_dataset, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        preview.main([forecast_dataset, "--out", str(tmp_path / "x.png"), "--augment"])
+    assert info.value.code == 2
+    assert "images only" in capsys.readouterr().err
 
 
-BLOCK_MATPLOTLIB = """
-import sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "matplotlib":
-            raise ImportError(f"No module named {name!r} (blocked by the test)")
-sys.meta_path.insert(0, Block())
-import runpy
-sys.argv = ["reader.preview"] + sys.argv[1:]
-runpy.run_module("reader.preview", run_name="__main__")
-"""
-
-
-def test_preview_without_matplotlib_says_how_to_install_it(image_dataset, tmp_path):
-    result = subprocess.run([sys.executable, "-c", BLOCK_MATPLOTLIB, image_dataset,
-                             "--out", str(tmp_path / "x.png")],
-                            cwd=REPO_ROOT, capture_output=True, text=True)
-    assert result.returncode != 0
-    assert "pip install matplotlib" in result.stderr
+def test_preview_without_matplotlib_says_how_to_install_it(image_dataset, tmp_path,
+                                                           monkeypatch):
+    # A None entry in sys.modules makes ``import matplotlib`` fail as if absent.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError, match="pip install matplotlib"):
+        preview.main([image_dataset, "--out", str(tmp_path / "x.png")])
+    assert not os.path.exists(tmp_path / "x.png")
 
 
 def test_import_reader_does_not_import_matplotlib():

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 import reader
-from tests.reader.conftest import FORECAST_HORIZON, FORECAST_WINDOW, write_coloured_images
+from tests.reader.helpers import FORECAST_HORIZON, FORECAST_WINDOW, write_coloured_images
 
 RAW_STRING = tf.io.FixedLenFeature([], tf.string)
 

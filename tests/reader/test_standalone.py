@@ -10,10 +10,7 @@ import sys
 
 import pytest
 
-from tests.reader.conftest import BASE_COLOURS
-from tests.reader.test_pipeline import manifest_keys
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.reader.helpers import BASE_COLOURS, REPO_ROOT, manifest_keys
 
 # Runs in a fresh interpreter whose working folder holds only the copy of reader/.
 STANDALONE = """

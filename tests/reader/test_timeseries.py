@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 import reader
-from tests.reader.conftest import (
+from tests.reader.helpers import (
     FORECAST_HORIZON,
     FORECAST_WINDOW,
     LABELLED_WINDOW,

@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
 import struct
 import subprocess
 import sys
 
-import pytest
-
 import reader
 from reader import verify
-
-
-@pytest.fixture()
-def dataset_copy(image_dataset, tmp_path) -> str:
-    copy = str(tmp_path / "copy")
-    shutil.copytree(image_dataset, copy)
-    return copy
 
 
 def record_offsets(stream: bytes) -> list[int]:
@@ -43,21 +33,15 @@ def corrupt_record_data(shard: str, index: int) -> int:
     return data_start
 
 
-def run_verify(data_dir: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "reader.verify", data_dir],
-                          capture_output=True, text=True)
-
-
-def test_verify_cli_states_the_damage_in_words(dataset_copy):
+def test_verify_main_states_the_damage_in_words(dataset_copy, capsys):
     info = reader.open_dataset(dataset_copy)
     shard = info.shard_paths("train")[1]
     entry = info.manifest["splits"]["train"]["shards"][1]
     records = entry["num_records"]
     data_start = corrupt_record_data(shard, 2)
-    result = run_verify(dataset_copy)
-    assert result.returncode == 1
+    assert verify.main([dataset_copy]) == 1
     # tf.data stops reading a shard at its first bad record: the two before it remain.
-    assert result.stdout.splitlines() == [(
+    assert capsys.readouterr().out.splitlines() == [(
         f"DAMAGED {shard}: {os.path.getsize(shard):,} bytes, the manifest records "
         f"{entry['num_bytes']:,} (truncated or replaced); record 3 of {records} fails "
         f"its CRC check (at byte {data_start:,} of the decompressed stream); 2 of "
@@ -66,7 +50,9 @@ def test_verify_cli_states_the_damage_in_words(dataset_copy):
 
 def test_verify_cli_prints_no_tensorflow_internals(dataset_copy):
     corrupt_record_data(reader.open_dataset(dataset_copy).shard_paths("train")[0], 0)
-    result = run_verify(dataset_copy)
+    result = subprocess.run([sys.executable, "-m", "reader.verify", dataset_copy],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
     output = result.stdout + result.stderr
     assert "function_node" not in output and "[Op:" not in output
     assert "deprecated" not in output

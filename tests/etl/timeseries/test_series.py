@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -141,8 +142,9 @@ def test_cleaning_invalid_values_are_value_errors(kwargs, message):
     {}, {"duplicates": "reject", "missing": "interpolate", "max_gap": 0.5},
     {"missing": "ffill", "max_gap": "none"}, {"missing": "reject", "max_gap": 3},
 ])
-def test_cleaning_valid_values(kwargs):
-    Cleaning(**kwargs)
+def test_cleaning_valid_values_are_kept_as_given(kwargs):
+    cleaning = dataclasses.asdict(Cleaning(**kwargs))
+    assert {name: cleaning[name] for name in kwargs} == kwargs
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
