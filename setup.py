@@ -24,12 +24,15 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    # Test-time only: pytest runs the suite, hypothesis fuzzes the input validation,
-    # ruff keeps the tree lint-clean, Beam's dask extra runs the test that pins down
-    # why the jobs cannot run on Beam's DaskRunner (docs/RUNNING_AT_SCALE.md).
-    # (Pillow, a runtime dependency, also writes the fixture images in formats
-    # TensorFlow cannot encode: GIF, BMP, palette PNG.)
-    "test": ["pytest>=8", "ruff>=0.6", "hypothesis>=6", "apache-beam[dask]>=2.77,<2.78"],
+    # Test-time only: pytest runs the suite (pytest-xdist on two processes: most
+    # tests are small job runs that spend their time in one Python thread),
+    # hypothesis fuzzes the input validation, ruff keeps the tree lint-clean, Beam's
+    # dask extra runs the test that pins down why the jobs cannot run on Beam's
+    # DaskRunner (docs/RUNNING_AT_SCALE.md). (Pillow, a runtime dependency, also
+    # writes the fixture images in formats TensorFlow cannot encode: GIF, BMP,
+    # palette PNG.)
+    "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6", "hypothesis>=6",
+             "apache-beam[dask]>=2.77,<2.78"],
     # Sample data shipped inside packages (no download): scikit-learn's handwritten
     # digits and two photos, statsmodels' Mauna Loa CO2 series; matplotlib draws the
     # benchmark charts.
