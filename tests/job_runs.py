@@ -70,3 +70,19 @@ def rejected_records(out: str) -> list[dict]:
     path = os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)
     with open(path) as f:
         return [json.loads(line) for line in f]
+
+
+def run_main(monkeypatch, run, argv: list[str]) -> SystemExit:
+    """Runs a job's console entry (``common.main(run)``) as ``python -m`` would, with
+    ``argv``, in-process; returns the ``SystemExit`` it ends with (a string code is
+    what the interpreter prints to stderr before exiting with status 1)."""
+    import sys
+
+    import pytest
+
+    from pipelines import common
+
+    monkeypatch.setattr(sys, "argv", [run.__module__, *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        common.main(run)
+    return exit_info.value

@@ -15,10 +15,11 @@ import pytest
 import tensorflow as tf
 
 from etl.core import accounting, fault_injection
+from pipelines import images
 from reader import contract
 from tests import image_fixtures
 from tests.job_commands import start_job
-from tests.job_runs import TEST_IMAGE_SIZE, run_images_job
+from tests.job_runs import TEST_IMAGE_SIZE, run_images_job, run_main
 
 
 def rejected_reasons(out: str) -> dict[str, str]:
@@ -59,18 +60,16 @@ def test_job_fails_above_max_error_fraction_without_manifest(small_folder, tmp_p
     assert manifest["rejected"]["by_reason"] == {"unsupported_format": 4}
 
 
-def test_cli_reports_threshold_failure_in_one_line(small_folder, tmp_path):
+def test_cli_reports_threshold_failure_in_one_line(small_folder, tmp_path, monkeypatch,
+                                                   root_logging):
     root, _ = small_folder
     for i in range(4):
         with open(os.path.join(root, "cat", f"bad{i}.png"), "wb") as f:
             f.write(b"")
-    process = start_job("images", f"--input={root}", f"--output_dir={tmp_path / 'out'}",
-                        "--image_size=8", env={"TF_CPP_MIN_LOG_LEVEL": "3"})
-    _, stderr = process.communicate(timeout=600)
-    assert process.returncode == 1
-    last = stderr.strip().splitlines()[-1]
-    assert last.startswith("error: 4 of 37 inputs (10.8%) were rejected")
-    assert "empty_file x4" in last
+    exit_error = run_main(monkeypatch, images.run, [
+        f"--input={root}", f"--output_dir={tmp_path / 'out'}", "--image_size=8"])
+    assert exit_error.code.startswith("error: 4 of 37 inputs (10.8%) were rejected")
+    assert "\n" not in exit_error.code and "empty_file x4" in exit_error.code
 
 
 def test_manifest_rows_duplicates_escapes_and_missing_files(small_folder, tmp_path):

@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
-import sys
 
 import pytest
 
-from pipelines import common, flags, images, timeseries
-
-
-@pytest.fixture()
-def root_logging(monkeypatch):
-    """Restores the root logger's level and handler filters that ``common.main`` sets."""
-    root = logging.getLogger()
-    monkeypatch.setattr(root, "level", root.level)
-    for handler in root.handlers:
-        monkeypatch.setattr(handler, "filters", list(handler.filters))
+from pipelines import flags, images, timeseries
+from tests.job_runs import run_main
 
 
 @pytest.fixture()
@@ -29,18 +19,11 @@ def series_rows(tmp_path) -> str:
     return str(path)
 
 
-def run_main(monkeypatch, module, argv: list[str]) -> SystemExit:
-    monkeypatch.setattr(sys, "argv", [module.__name__, *argv])
-    with pytest.raises(SystemExit) as exit_info:
-        common.main(module.run)
-    return exit_info.value
-
-
 def test_images_misspelled_flag_exits_naming_flag_and_suggestion(
         image_folder, tmp_path, monkeypatch, root_logging):
     root, _, _ = image_folder
     out = tmp_path / "out"
-    exit_error = run_main(monkeypatch, images,
+    exit_error = run_main(monkeypatch, images.run,
                           [f"--input={root}", f"--output_dir={out}", "--imag_size=64"])
     # A string exit code: the interpreter prints it and exits with status 1.
     assert exit_error.code == ("error: Unknown argument --imag_size (did you mean "
@@ -51,7 +34,7 @@ def test_images_misspelled_flag_exits_naming_flag_and_suggestion(
 def test_timeseries_misspelled_flag_exits_naming_flag_and_suggestion(
         series_rows, tmp_path, monkeypatch, root_logging):
     out = tmp_path / "out"
-    exit_error = run_main(monkeypatch, timeseries,
+    exit_error = run_main(monkeypatch, timeseries.run,
                           [f"--input={series_rows}", f"--output_dir={out}",
                            "--window_size=3", "--num_shard=3"])
     assert exit_error.code == ("error: Unknown argument --num_shard (did you mean "

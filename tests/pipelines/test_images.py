@@ -30,6 +30,7 @@ from tests.job_runs import (
     read_split,
     rejected_records,
     run_images_job,
+    run_main,
     shard_digests,
 )
 
@@ -373,11 +374,11 @@ def test_images_job_default_gzip_level_follows_the_stored_records(image_folder, 
 
 # --- Front door and withheld datasets ------------------------------------------------
 
-def test_images_cli_reports_missing_input_flag(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "pipelines.images",
-                             f"--output_dir={tmp_path}"], capture_output=True, text=True)
-    assert result.returncode != 0
-    assert "--input is required" in result.stderr
+def test_images_cli_reports_missing_input_flag(tmp_path, monkeypatch, root_logging):
+    from pipelines import images
+
+    exit_error = run_main(monkeypatch, images.run, [f"--output_dir={tmp_path}"])
+    assert exit_error.code == "error: --input is required (see --help)."
 
 
 def test_images_job_fails_without_train_examples(tmp_path):
