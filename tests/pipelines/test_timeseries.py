@@ -15,6 +15,8 @@ import tensorflow as tf
 
 import reader
 from etl.core import accounting, sharding, splits
+from etl.timeseries.series import Cleaning
+from pipelines import runner_defaults, timeseries
 from reader import contract
 from tests.job_commands import REPO_ROOT
 from tests.job_runs import output_digests
@@ -262,20 +264,6 @@ def test_timeseries_job_missing_and_gap_policies(tmp_path):
     assert starts == [0, *range(6, 16), *range(1000, 1016)]
 
 
-def test_timeseries_job_interpolates_when_asked(tmp_path):
-    values = [float(i) for i in range(12)]
-    values[6] = None
-    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("i", values))
-    labels = write_jsonl(tmp_path / "labels.jsonl", [{"series_id": "i", "label": "x"}])
-    manifest = run_job(path, str(tmp_path / "out"), "--window_size=12", "--horizon=0",
-                       "--missing=interpolate", "--split_fractions=1,0,0",
-                       f"--series_labels={labels}", "--split_by=time")
-    [record] = read_records(str(tmp_path / "out"), manifest, "train")
-    norm = manifest["normalisation"]
-    restored = record["window"][:, 0] * norm["std"][0] + norm["mean"][0]
-    np.testing.assert_allclose(restored, np.arange(12.0), atol=1e-4)
-
-
 def test_timeseries_job_rejects_bad_rows_and_reconciles(tmp_path):
     rows = series_rows("r", [float(i) for i in range(30)])
     rows += [{"series_id": "r", "timestamp": "yesterday", "value": 1.0},
@@ -373,66 +361,21 @@ def test_timeseries_job_split_times_cut_every_series_at_the_same_instants(tmp_pa
     assert first_test == "2024-01-02T06:00:00"
 
 
-def test_timeseries_job_duplicates_reject_dead_letters_every_row_of_the_timestamp(tmp_path):
-    rows = series_rows("d", [float(i) for i in range(30)])
-    rows += [{"series_id": "d", "timestamp": 12, "value": 99.0},
-             {"series_id": "d", "timestamp": 12, "value": 98.0}]
-    path = write_jsonl(tmp_path / "rows.jsonl", rows)
-    out = str(tmp_path / "out")
-    manifest = run_job(path, out, "--window_size=4", "--horizon=1", "--duplicates=reject",
-                       "--split_fractions=1,0,0")
-    with open(os.path.join(out, "errors", "rejected.jsonl")) as f:
-        rejected = [json.loads(line) for line in f]
-    assert [(r["key"], r["reason"]) for r in rejected] == [("d@12", "duplicate_timestamp")] * 3
-    counts = manifest["timeseries"]["counts"]
-    assert (counts["rows_read"], counts["rows_rejected"], counts["rows_kept"]) == (32, 3, 29)
-    # Row 12 is gone, so the series splits into 0-11 and 13-29: 8 + 13 windows of span 5.
-    assert [int(s) for s in _starts(out, manifest, "train")] == sorted(
-        [*range(0, 8), *range(13, 26)], key=str)
-
-
-def test_timeseries_job_missing_ffill_copies_the_previous_value(tmp_path):
-    values = [float(i) for i in range(20)]
-    values[0] = values[7] = values[8] = None
-    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("f", values))
-    out = str(tmp_path / "out")
-    manifest = run_job(path, out, "--window_size=18", "--horizon=1", "--missing=ffill",
-                       "--split_fractions=1,0,0", "--max_gap=none")
-    [record] = read_records(out, manifest, "train")
-    norm = manifest["normalisation"]
-    stored = np.concatenate([record["window"][:, 0], record["target"][:, 0]])
-    restored = stored * norm["std"][0] + norm["mean"][0]
-    expected = pd.Series(values[1:], dtype=float).ffill().to_numpy()  # row 0 dropped
-    np.testing.assert_allclose(restored, expected, atol=1e-4)
-    counts = manifest["timeseries"]["counts"]
-    assert (counts["values_filled"], counts["rows_dropped_missing"]) == (2, 1)
-
-
-def test_timeseries_job_missing_drop_removes_the_row_and_splits_there(tmp_path):
-    values = [float(i) for i in range(30)]
-    values[10] = None
-    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("m", values))
-    out = str(tmp_path / "out")
-    manifest = run_job(path, out, "--window_size=4", "--horizon=1", "--missing=drop",
-                       "--split_fractions=1,0,0")
-    assert manifest["timeseries"]["counts"]["rows_dropped_missing"] == 1
-    assert manifest["timeseries"]["counts"]["gaps_split"] == 1
-    # Segments 0-9 and 11-29: 6 + 15 windows of span 5.
-    assert sorted(int(s) for s in _starts(out, manifest, "train")) == [
-        *range(0, 6), *range(11, 26)]
-
-
-def test_timeseries_job_max_gap_number_splits_at_longer_steps(tmp_path):
-    times = [*range(0, 20, 2), *range(23, 43, 2), *range(100, 120, 2)]  # steps 2, 3, 57
-    rows = [{"series_id": "g", "timestamp": t, "value": float(t)} for t in times]
-    path = write_jsonl(tmp_path / "rows.jsonl", rows)
-    out = str(tmp_path / "out")
-    manifest = run_job(path, out, "--window_size=3", "--horizon=1", "--max_gap=2.5",
-                       "--split_fractions=1,0,0")
-    assert manifest["timeseries"]["counts"]["gaps_split"] == 2
-    # Three 10-row segments: 7 windows of span 4 each, none across a gap.
-    starts = sorted(int(s) for s in _starts(out, manifest, "train"))
-    assert starts == [*range(0, 14, 2), *range(23, 37, 2), *range(100, 114, 2)]
+@pytest.mark.parametrize(("flags", "cleaning"), [
+    ((), Cleaning()),
+    (("--duplicates=reject",), Cleaning(duplicates="reject")),
+    (("--missing=ffill", "--max_gap=none"), Cleaning(missing="ffill", max_gap="none")),
+    (("--missing=interpolate",), Cleaning(missing="interpolate")),
+    (("--missing=reject", "--max_gap=2.5"), Cleaning(missing="reject", max_gap=2.5)),
+])
+def test_timeseries_cleaning_flags_reach_the_series_step(tmp_path, flags, cleaning):
+    # What each policy does to rows: tests/etl/timeseries/test_buckets.py.
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("a", [1.0, 2.0]))
+    options = runner_defaults.pipeline_options(
+        [f"--input={path}", f"--output_dir={tmp_path / 'out'}", "--window_size=4", *flags],
+        timeseries.TimeSeriesOptions)
+    job = timeseries.TimeSeriesJob.from_options(options.view_as(timeseries.TimeSeriesOptions))
+    assert job.settings.cleaning == cleaning
 
 
 def test_timeseries_job_reads_parquet_like_csv(tmp_path):
