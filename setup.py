@@ -24,7 +24,7 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    # Test-time only: pytest runs the suite (pytest-xdist on two processes: most
+    # Test-time only: pytest runs the suite (pytest-xdist on three processes: most
     # tests are small job runs that spend their time in one Python thread),
     # hypothesis fuzzes the input validation, ruff keeps the tree lint-clean, Beam's
     # dask extra runs the test that pins down why the jobs cannot run on Beam's

@@ -7,8 +7,9 @@ bash scripts/setup_env.sh
 
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 .venv/bin/ruff check .
-# Two test processes (TEST_WORKERS overrides; 0 runs in this process, as a debugger
-# wants). --dist loadfile keeps each module's tests, and the job runs its module
-# fixtures share, in one process. pytest exits 5 when it collects no test; set -e
-# turns that into a failure too.
-.venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
+# Three test processes (TEST_WORKERS overrides; 0 runs in this process, as a debugger
+# wants): tests often wait for a job command they started, and a third process keeps
+# two cores busy meanwhile (docs/TESTING.md has the measured times). --dist loadfile
+# keeps each module's tests, and the job runs its module fixtures share, in one
+# process. pytest exits 5 when it collects no test; set -e turns that into a failure.
+.venv/bin/python -m pytest -n "${TEST_WORKERS:-3}" --dist loadfile "$@"
