@@ -247,23 +247,6 @@ def test_timeseries_job_labelled_series_split_by_series(tmp_path):
     assert all(len(s) == 1 for s in seen.values()) and len(seen) == 30
 
 
-def test_timeseries_job_missing_and_gap_policies(tmp_path):
-    values = [float(i) for i in range(40)]
-    values[5] = None  # one missing value
-    rows = series_rows("g", values[:20]) + series_rows("g", values[20:], start=1000)
-    path = write_jsonl(tmp_path / "rows.jsonl", rows)
-    out = str(tmp_path / "out")
-    manifest = run_job(path, out, "--window_size=4", "--horizon=1", "--missing=reject",
-                       "--split_fractions=1,0,0")
-    counts = manifest["timeseries"]["counts"]
-    # Two gaps beyond 1.5 × the median step: 4 → 6 (row 5 rejected) and 19 → 1000.
-    assert counts["gaps_split"] == 2
-    assert manifest["rejected"]["by_reason"] == {"missing_value": 1}
-    starts = sorted(int(r["window_start"]) for r in read_records(out, manifest, "train"))
-    # Segments 0-4 | 6-19 | 1000-1019 hold 5, 14 and 20 rows; span 5 → 1 + 10 + 16.
-    assert starts == [0, *range(6, 16), *range(1000, 1016)]
-
-
 def test_timeseries_job_rejects_bad_rows_and_reconciles(tmp_path):
     rows = series_rows("r", [float(i) for i in range(30)])
     rows += [{"series_id": "r", "timestamp": "yesterday", "value": 1.0},

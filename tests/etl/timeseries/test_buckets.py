@@ -137,3 +137,16 @@ def test_missing_reject_dead_letters_the_row_and_counts_every_input_row_once(tmp
              runs=[("train", "r@0", 7, [float(v) for v in np.delete(values, 5)])],
              rejected=[("r@5", "missing_value")],
              counters={"rows_read": 12, "rows_rejected": 1, "rows_kept": 11})
+
+
+def test_missing_reject_and_auto_gaps_cut_at_the_rejected_row_and_at_long_steps(tmp_path):
+    values = [float(i) for i in range(40)]
+    values[5] = None
+    rows = _rows("g", values[:20]) + _rows("g", values[20:], times=range(1000, 1020))
+    # Two steps beyond 1.5 × the median step: 4 → 6 (row 5 rejected) and 19 → 1000.
+    # Pieces 0-4 | 6-19 | 1000-1019 hold 5, 14 and 20 rows; span 5 → 1 + 10 + 16 windows.
+    _process(tmp_path, rows, Cleaning(missing="reject"), Windowing(4, horizon=1),
+             runs=[("train", "g@0", 1, values[:5]), ("train", "g@6", 10, values[6:20]),
+                   ("train", "g@1000", 16, values[20:])],
+             rejected=[("g@5", "missing_value")],
+             counters={"gaps_split": 2, "rows_rejected": 1, "windows_train": 27})
