@@ -79,10 +79,3 @@ def assign_split(key: str, fractions: SplitFractions) -> str:
     if u < fractions.train + fractions.validation:
         return contract.VALIDATION
     return contract.TEST
-
-
-def split_index(element: tuple[str, object], num_partitions: int) -> int:
-    """``beam.Partition`` function for ``(split, value)`` pairs: the split's position
-    in ``contract.SPLITS``."""
-    del num_partitions
-    return contract.SPLITS.index(element[0])

@@ -260,15 +260,3 @@ def preprocess(image_bytes: tf.Tensor, size: int, image_format: str,
     return finish(image, image_bytes, size, image_format, jpeg_quality,
                   apply_exif_orientation=apply_exif_orientation, source_shape=source_shape,
                   ratio=ratio)
-
-
-def check_decodable(data: bytes) -> tuple[int, int]:
-    """Fully decodes ``data`` the way the transform will, returning (height, width).
-
-    Raises:
-        tf.errors.InvalidArgumentError: if TensorFlow cannot decode it.
-    """
-    # Eager on purpose: a single op needs no tracing, and eager errors carry the
-    # decoder's message without a graph traceback.
-    shape = decode_rgb(tf.constant(data)).shape
-    return int(shape[0]), int(shape[1])

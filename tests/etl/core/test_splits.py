@@ -111,8 +111,3 @@ def test_assign_split_frozen_examples():
                 for k in ("cat/0.png", "cat/1.png", "cat/6.png", "cat/8.png")}
     assert assigned == {"cat/0.png": "validation", "cat/1.png": "train",
                         "cat/6.png": "test", "cat/8.png": "train"}
-
-
-def test_split_index_follows_contract_order():
-    assert [splits.split_index((s, None), 3)
-            for s in ("train", "validation", "test")] == [0, 1, 2]

@@ -233,18 +233,17 @@ def test_preprocess_chains_decode_resize_crop_encode():
     assert out == bytes(RGB) * 64
 
 
-# --- check_decodable ------------------------------------------------------------------
-
 @pytest.mark.parametrize("kind", ["jpeg", "png", "gif", "bmp", "gray", "rgba"])
-def test_check_decodable_returns_height_and_width(kind):
-    assert codec.check_decodable(_encode(kind, 13, 21, RGB)) == (13, 21)
+def test_decode_rgb_gives_height_and_width_of_every_format(kind):
+    assert tuple(codec.decode_rgb(tf.constant(_encode(kind, 13, 21, RGB))).shape) == (
+        13, 21, 3)
 
 
 @pytest.mark.parametrize("kind", ["jpeg", "png"])
-def test_check_decodable_raises_on_truncated_data(kind):
+def test_decode_rgb_raises_on_truncated_data(kind):
     data = _encode(kind, 40, 40, RGB)
     with pytest.raises(tf.errors.InvalidArgumentError):
-        codec.check_decodable(data[: len(data) // 2])
+        codec.decode_rgb(tf.constant(data[: len(data) // 2]))
 
 
 @pytest.mark.parametrize("orientation", range(1, 9))
