@@ -40,6 +40,12 @@ class DatasetOptions(PipelineOptions):
                  "path,label[,split] (paths relative to it). pipelines.timeseries: a "
                  ".csv/.jsonl/.parquet file, or glob, of long-format rows.")
         parser.add_argument(
+            "--label_column", default="label",
+            help="pipelines.images (manifest input): the column holding each image's "
+                 "class name, or with --multi_label its set of names; none: no class "
+                 "label (needs --target_columns). pipelines.timeseries: the label column "
+                 "of the --series_labels file (its series column is --series_id_column).")
+        parser.add_argument(
             "--output_dir",
             help="Where shards, transform_fn/, transformed_metadata/, errors/ and "
                  "manifest.json are written (local path or gs://...).")

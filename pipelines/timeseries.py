@@ -68,9 +68,6 @@ class TimeSeriesOptions(common.DatasetOptions, PipelineOptions):
                             help="Optional .csv/.jsonl mapping series id → label (also "
                                  "accepted as --labels=<file>): classify windows by their "
                                  "series' label instead of forecasting.")
-        parser.add_argument("--label_column", default="label",
-                            help="Label column of the --labels file (its series column "
-                                 "is --series_id_column).")
         parser.add_argument("--window_size", type=int,
                             help="Rows per window (required).")
         parser.add_argument("--shift", type=int, default=1,
@@ -280,6 +277,9 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
               | "InputsEntry" >> InputsEntry())
     timeseries_entry = (processed[STATS], processed[LONGEST]) | "SummariseWindows" >> (
         summary.SummariseWindows(job.summary, parse_rejected))
+    # {"normalisation": ...}: the statistics the analysis fits, from the same moments.
+    normalisation_entry = processed[ANALYSIS] | "DescribeNormalisation" >> (
+        ts_preprocessing.DescribeNormalisation(job.preprocessing))
 
     # WindowRun: consecutive windows of a piece of a series, kept whole in one shard.
     _ = processed.runs | "Publish" >> PublishDataset(
@@ -292,14 +292,13 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         write_label="WindowTransformAndWrite",
         rejected=[read[dead_letters.REJECTED], processed[dead_letters.REJECTED],
                   pipeline | "LabelFileRejections" >> beam.Create(job.label_rejections)],
-        transform_written=transform_written, extras=[timeseries_entry, inputs],
+        transform_written=transform_written,
+        extras=[timeseries_entry, inputs, normalisation_entry],
         manifest=ManifestSpec(
             kind=contract.TIMESERIES, task=CLASSIFICATION if job.classification else FORECAST,
             preprocessing=job.describe(),
             check=functools.partial(accounting.check_timeseries,
-                                    max_error_fraction=job.output.max_error_fraction),
-            describe_transform=functools.partial(ts_preprocessing.describe_normalisation,
-                                                 config=job.preprocessing)))
+                                    max_error_fraction=job.output.max_error_fraction)))
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:

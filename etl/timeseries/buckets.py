@@ -19,10 +19,9 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 
-from etl.core import dead_letters
+from etl.core import dead_letters, exact_stats
 from etl.core.atomic_files import atomic_path
 from etl.core.dead_letters import Rejection
-from etl.timeseries import exact_stats
 from etl.timeseries import series as ts_series
 from etl.timeseries.chunks import ChunkRef, RowChunk, read_chunks
 from etl.timeseries.preprocessing import analysis_instance

@@ -1,13 +1,15 @@
 """tf.Transform preprocessing for time-series windows: z-score normalisation, labels.
 
 The analysis never sees a window. The series step sums every train row of a series
-once, exactly (``etl/timeseries/exact_stats.py``), and hands tf.Transform one small instance
+once, exactly (``etl/core/exact_stats.py``), and hands tf.Transform one small instance
 per series with train rows: those moments (``TRAIN_MOMENTS_KEY``, serialized), the
 series id and, with labels, the label and its number of train windows
 (``TRAIN_WINDOWS_KEY``, the vocabulary's weight). The analyzers merge them into the
-train mean and standard deviation, globally or per series. The same graph then
-normalises every split's windows and targets in the shard step, and, at serving
-time, raw windows (the analysis-only features are not needed there).
+train mean and standard deviation, globally (``etl/core/zscore.py``) or per series.
+The same graph then normalises every split's windows and targets in the shard step,
+and, at serving time, raw windows (the analysis-only features are not needed there).
+``DescribeNormalisation`` merges the same instances' moments beside the analysis into
+the manifest's ``normalisation`` entry: the global statistics the graph applies.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from etl.timeseries import exact_stats
+from etl.core import exact_stats, zscore
 from reader import contract
 from reader.contract import UNKNOWN_LABEL_ID
 
@@ -85,29 +87,6 @@ def analysis_instance(series_id: str, moments: exact_stats.Moments, label: str |
     return instance
 
 
-def _merge_batch(batch: list[np.ndarray], num_columns: int) -> exact_stats.Moments:
-    return exact_stats.merge_all(
-        (exact_stats.Moments.from_bytes(data) for data in batch[0]), num_columns)
-
-
-def _emit_mean_and_std(moments: exact_stats.Moments) -> Iterator[Any]:
-    mean, std = moments.mean_and_std()
-    yield beam.pvalue.TaggedOutput("mean", mean)
-    yield beam.pvalue.TaggedOutput("std", std)
-
-
-@beam.ptransform_fn
-def _ExactMeanAndStd(batches: beam.PCollection, num_columns: int
-                     ) -> tuple[beam.PCollection, ...]:
-    """Analyzer body: batches ``([serialized moments],)`` → mean ``[F]``, std ``[F]``."""
-    outputs = (
-        batches
-        | "MergeBatch" >> beam.Map(_merge_batch, num_columns=num_columns)
-        | "Sum" >> beam.CombineGlobally(exact_stats.MomentsCombineFn(num_columns))
-        | "MeanAndStd" >> beam.FlatMap(_emit_mean_and_std).with_outputs("mean", "std"))
-    return outputs.mean, outputs.std
-
-
 def _moments_by_key(batch: list[np.ndarray]
                     ) -> Iterator[tuple[bytes, exact_stats.Moments]]:
     moments, keys = batch
@@ -164,13 +143,6 @@ def _ExactMeanAndStdPerKey(batches: beam.PCollection, num_columns: int
     return outputs.keys, outputs.fingerprints, outputs.mean, outputs.std
 
 
-def _global_stats(moments: tf.Tensor, num_columns: int) -> tuple[tf.Tensor, tf.Tensor]:
-    mean, std = tft.experimental.ptransform_analyzer(
-        [moments], _ExactMeanAndStd(num_columns), [tf.float32, tf.float32],
-        [[num_columns], [num_columns]], name="exact_mean_and_std")
-    return mean, std
-
-
 def _per_series_stats(moments: tf.Tensor, series_ids: tf.Tensor, num_columns: int,
                       global_mean: tf.Tensor, global_std: tf.Tensor
                       ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -205,15 +177,14 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessin
     (``TRAIN_MOMENTS_KEY``), so they do not depend on how Beam batches the data.
     """
     moments = inputs[TRAIN_MOMENTS_KEY]
-    mean, std = _global_stats(moments, config.num_features)
+    mean, std = zscore.exact_mean_and_std(moments, config.num_features)
     window = inputs[contract.WINDOW_KEY]  # [batch, W, F]
     series_ids = inputs[contract.SERIES_ID_KEY]
     if config.per_series:
         mean, std = _per_series_stats(moments, series_ids, config.num_features, mean, std)
         mean, std = mean[:, None, :], std[:, None, :]
-    std = tf.where(std > 0, std, tf.ones_like(std))
     outputs = {
-        contract.WINDOW_KEY: (window - mean) / std,
+        contract.WINDOW_KEY: zscore.normalise(window, mean, std),
         contract.SERIES_ID_KEY: tf.identity(series_ids),
         contract.WINDOW_START_KEY: tf.identity(inputs[contract.WINDOW_START_KEY]),
         contract.SOURCE_KEY: tf.identity(inputs[contract.SOURCE_KEY]),
@@ -228,28 +199,36 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessin
             frequency_threshold=1)
         outputs[contract.LABEL_NAME_KEY] = tf.identity(labels)
     else:
-        outputs[contract.TARGET_KEY] = (inputs[contract.TARGET_KEY] - mean) / std
+        outputs[contract.TARGET_KEY] = zscore.normalise(inputs[contract.TARGET_KEY], mean, std)
     return outputs
 
 
-def describe_normalisation(transform_output: Any, config: SeriesPreprocessing
-                           ) -> dict[str, Any]:
-    """The train mean/std per value column, read back from the written transform_fn.
+def _moments(instance: dict[str, Any]) -> exact_stats.Moments:
+    return exact_stats.Moments.from_bytes(instance[TRAIN_MOMENTS_KEY])
 
-    The transform is affine (``z = (x - m) / s``), so two probe windows (all zeros,
-    all ones) give ``s = 1 / (z1 - z0)`` and ``m = -z0 * s``. Per-series statistics
-    live only in the transform_fn.
+
+def _normalisation_entry(summary: dict[str, list[float]]) -> dict[str, Any]:
+    return {"normalisation": {"per_series": False, **summary}}
+
+
+class DescribeNormalisation(beam.PTransform):
+    """Analysis instances → the manifest's single ``{"normalisation": ...}`` entry.
+
+    Global: ``{"per_series": False, "mean": [F], "std": [F]}``, the float32 values
+    ``preprocessing_fn`` applies (``zscore.SummariseMoments`` over the instances'
+    moments; ``std`` is the divisor: 1 for a constant column). Per series:
+    ``{"per_series": True}``; the statistics live only in the transform_fn.
     """
-    if config.per_series:
-        return {"normalisation": {"per_series": True}}
-    probe = {}
-    for name, spec in config.serving_feature_spec().items():
-        if spec.dtype == tf.string:
-            probe[name] = tf.constant([b"", b""])
-        else:
-            probe[name] = tf.stack([tf.zeros(spec.shape), tf.ones(spec.shape)])
-    z = transform_output.transform_raw_features(probe)[contract.WINDOW_KEY].numpy()
-    z0, z1 = z[0, 0].astype(np.float64), z[1, 0].astype(np.float64)
-    std = 1.0 / (z1 - z0)
-    return {"normalisation": {"per_series": False, "mean": (-z0 * std).tolist(),
-                              "std": std.tolist()}}
+
+    def __init__(self, config: SeriesPreprocessing) -> None:
+        super().__init__()
+        self._config = config
+
+    def expand(self, instances: beam.PCollection) -> beam.PCollection:
+        if self._config.per_series:
+            return instances.pipeline | "PerSeries" >> beam.Create(
+                [{"normalisation": {"per_series": True}}])
+        return (instances
+                | "TrainMoments" >> beam.Map(_moments)
+                | "Summarise" >> zscore.SummariseMoments(self._config.num_features)
+                | "NormalisationEntry" >> beam.Map(_normalisation_entry))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -111,6 +112,53 @@ def test_timeseries_job_window_and_target_layout(three_series):
     assert manifest["preprocessing"]["gzip_level"] == 6
 
 
+def float64_mean_and_std(values) -> tuple[np.float32, np.float32]:
+    """Population mean and std of float32 ``values`` in float64 (math.fsum), as float32."""
+    x = np.asarray(values, np.float32).astype(np.float64)
+    mean = math.fsum(x) / len(x)
+    return np.float32(mean), np.float32(math.sqrt(math.fsum((x - mean) ** 2) / len(x)))
+
+
+def test_timeseries_job_records_the_train_statistics_exactly_as_float32(three_series):
+    # Independent: the first round(0.8 n) rows of a and b by time (c, too short for a
+    # window, is rejected whole), parsed as float32, summed in float64.
+    path, _, manifest, lengths = three_series
+    by_series: dict[str, list[tuple[int, float]]] = {}
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            by_series.setdefault(row["series_id"], []).append((row["timestamp"],
+                                                               row["value"]))
+    train = [value for sid in ("a", "b")
+             for _, value in sorted(by_series[sid])[:round(0.8 * lengths[sid])]]
+    mean, std = float64_mean_and_std(train)
+    norm = manifest["normalisation"]
+    assert norm["per_series"] is False
+    assert (np.float32(norm["mean"][0]), np.float32(norm["std"][0])) == (mean, std)
+    # JSON holds the float32 values themselves, not a rounding of them.
+    assert (norm["mean"][0], norm["std"][0]) == (float(mean), float(std))
+
+
+def test_timeseries_job_transform_fn_applies_the_recorded_statistics(three_series):
+    import tensorflow_transform as tft
+
+    _, out, manifest, _ = three_series
+    mean, std = (np.float32(manifest["normalisation"][k][0]) for k in ("mean", "std"))
+    values = np.array([mean, mean + std, -3.5, 0.0, 1234.5, np.float32(0.1)], np.float32)
+    served = tft.TFTransformOutput(out).transform_raw_features({
+        contract.WINDOW_KEY: tf.constant(values.reshape(1, 6, 1)),
+        contract.TARGET_KEY: tf.constant(values[:3].reshape(1, 3, 1)),
+        contract.SERIES_ID_KEY: tf.constant([b"a"]),
+        contract.WINDOW_START_KEY: tf.constant([b"0"]),
+        contract.SOURCE_KEY: tf.constant([b"a@0"]),
+    })
+    window = served[contract.WINDOW_KEY].numpy()[0, :, 0]
+    assert window[0] == 0.0  # the recorded mean is the one subtracted
+    np.testing.assert_array_equal(window, (values - mean) / std)
+    np.testing.assert_array_equal(served[contract.TARGET_KEY].numpy()[0, :, 0],
+                                  (values[:3] - mean) / std)
+
+
 def test_timeseries_job_normaliser_uses_train_rows_only(tmp_path):
     # Train part ~ N(0, 1); the test part sits at 100. Train statistics must ignore it.
     rng = np.random.default_rng(1)
@@ -186,7 +234,7 @@ def test_per_series_lookup_in_job_and_serving_with_unseen_series_fallback(tmp_pa
 
 
 def test_per_series_analyzer_refuses_fingerprint_clashes(monkeypatch):
-    from etl.timeseries import exact_stats
+    from etl.core import exact_stats
     from etl.timeseries import preprocessing as timeseries_preprocessing
 
     monkeypatch.setattr(timeseries_preprocessing, "fingerprint",
@@ -309,8 +357,8 @@ def test_timeseries_job_normaliser_statistics_cover_every_train_row_once(tmp_pat
     train = pd.concat([f.head(round(0.8 * len(f))) for f in frames])["value"]
     values = train.to_numpy(np.float32).astype(np.float64)
     norm = manifest["normalisation"]
-    assert norm["mean"][0] == pytest.approx(values.mean(), rel=1e-6)
-    assert norm["std"][0] == pytest.approx(values.std(), rel=1e-6)
+    assert (np.float32(norm["mean"][0]), np.float32(norm["std"][0])) == (
+        float64_mean_and_std(values))
     # The test can tell: whole 10-row blocks of each train piece give other statistics.
     blocks = np.concatenate([f.head(round(0.8 * len(f)))["value"].to_numpy()[
         :round(0.8 * len(f)) // 10 * 10] for f in frames])

@@ -1,4 +1,4 @@
-"""etl/timeseries/exact_stats.py: exact, order-independent moments."""
+"""etl/core/exact_stats.py: exact, order-independent moments."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from etl.timeseries import exact_stats
+from etl.core import exact_stats
 
 
 def values(seed: int = 0) -> np.ndarray:
