@@ -37,10 +37,23 @@ COMPRESSION = "GZIP"
 # What an example holds (manifest ``kind``) and what its target is (manifest ``task``).
 IMAGES = "images"
 TIMESERIES = "timeseries"
-CLASSIFICATION = "classification"
-FORECAST = "forecast"
+CLASSIFICATION = "classification"  # one class id per example
+MULTI_LABEL = "multi_label"  # a set of class ids per example (images)
+REGRESSION = "regression"  # numeric targets only, no class (images)
+FORECAST = "forecast"  # the series' next rows (time series)
+TASKS: tuple[str, ...] = (CLASSIFICATION, MULTI_LABEL, REGRESSION, FORECAST)
 
-# Label id of a label that never occurs in the train split (classification).
+# Top-level manifest entries of image datasets, each present only when used:
+# numeric targets {"columns": [k names], "normalize", "mean": [k], "std": [k]} (stored
+# ``target`` = (raw - mean) / std with ZSCORE; as given with NO_NORMALIZATION), and
+# the string columns carried verbatim into each example, each its own feature.
+TARGETS_ENTRY = "targets"
+CARRIED_COLUMNS_ENTRY = "carried_columns"
+ZSCORE = "zscore"
+NO_NORMALIZATION = "none"
+
+# Label id of a label that never occurs in the train split (classification and
+# multi-label; the reader's multi-hot ignores it).
 UNKNOWN_LABEL_ID = -1
 
 # Stored image encodings (manifest ``preprocessing.image_format``); ``raw`` is the
@@ -66,6 +79,9 @@ IMAGE_KEY = "image"
 HEIGHT_KEY = "height"
 WIDTH_KEY = "width"
 CHANNELS_KEY = "channels"
+# ``label``/``label_name``: fixed [] (classification) or var_len, ids ascending
+# (multi-label); absent in regression. Image datasets with numeric targets add
+# ``target`` (TARGET_KEY below) float32 [k].
 LABEL_KEY = "label"
 LABEL_NAME_KEY = "label_name"
 SOURCE_KEY = "key"

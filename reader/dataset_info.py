@@ -8,10 +8,18 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from reader import contract
-from reader.contract import CLASSIFICATION, IMAGES, TIMESERIES
+from reader.contract import (
+    CLASSIFICATION,
+    IMAGES,
+    MULTI_LABEL,
+    REGRESSION,
+    TIMESERIES,
+    ZSCORE,
+)
 
 
 class DatasetError(ValueError):
@@ -39,13 +47,58 @@ class DatasetInfo:
 
     @property
     def task(self) -> str:
-        """``"classification"`` (int64 ``label``) or ``"forecast"`` (float ``target``)."""
+        """``"classification"`` (one int64 ``label``), ``"multi_label"`` (a set of
+        label ids), ``"regression"`` (numeric ``target`` only) or ``"forecast"``."""
         return self.manifest.get("task", CLASSIFICATION)
 
     @property
     def label_vocab(self) -> list[str]:
-        """Label names in id order."""
+        """Label names in id order ([] without classes)."""
         return list(self.manifest["label_vocab"])
+
+    @property
+    def num_classes(self) -> int:
+        """Classes of the label (the multi-hot's width); 0 without classes."""
+        return len(self.manifest["label_vocab"]) if self.has_classes else 0
+
+    @property
+    def has_classes(self) -> bool:
+        """Whether examples have a class label (single or multi-label)."""
+        return self.task in (CLASSIFICATION, MULTI_LABEL)
+
+    @property
+    def multi_label(self) -> bool:
+        """Whether each example has a set of classes (``make_dataset``: multi-hot)."""
+        return self.task == MULTI_LABEL
+
+    @property
+    def target_columns(self) -> list[str]:
+        """Names of the numeric targets stored as ``target`` ``float32 [k]`` (the
+        manifest's ``targets``); [] if none. Forecast targets are not listed here."""
+        return list(self.manifest.get(contract.TARGETS_ENTRY, {}).get("columns", []))
+
+    @property
+    def carried_columns(self) -> list[str]:
+        """String columns carried into each example, each a feature of its own."""
+        return list(self.manifest.get(contract.CARRIED_COLUMNS_ENTRY, []))
+
+    def denormalize_targets(self, stored: Any) -> np.ndarray:
+        """Stored (or predicted) targets ``[..., k]`` → the input's units (float64).
+
+        ``raw = stored * std + mean`` with the manifest's statistics when the targets
+        were z-scored; unchanged otherwise.
+
+        Raises:
+            ValueError: the dataset has no numeric targets.
+        """
+        if not self.target_columns:
+            raise ValueError(f"{self.data_dir!r} has no numeric targets.")
+        targets = self.manifest[contract.TARGETS_ENTRY]
+        values = np.asarray(stored, np.float64)
+        if targets.get("normalize") != ZSCORE:
+            return values
+        return (values * np.asarray(targets["std"], np.float64)
+                + np.asarray(targets["mean"], np.float64))
 
     @property
     def preprocessing(self) -> Mapping[str, Any]:
@@ -55,7 +108,8 @@ class DatasetInfo:
         return int(self._split(split)["num_records"])
 
     def label_counts(self, split: str) -> dict[str, int]:
-        """Examples per label name in ``split``."""
+        """Examples per label name in ``split``. Multi-label: examples whose set holds
+        the name, so the counts may sum to more (or less) than the records."""
         self._split(split)
         return dict(self.manifest["label_counts"].get(split, {}))
 
@@ -107,6 +161,33 @@ def _kind_of(manifest: Mapping[str, Any], data_dir: str) -> str:
                        f"reader version does not know how to decode.")
 
 
+def check_labels(manifest: Mapping[str, Any], data_dir: str) -> None:
+    """Checks that the manifest's task, targets and label features agree.
+
+    Raises:
+        DatasetError: an unknown task, or a task whose features are not there.
+    """
+    task = manifest.get("task", CLASSIFICATION)
+    if task not in contract.TASKS:
+        raise DatasetError(f"{data_dir!r} has task {task!r}, which this reader version "
+                           f"does not know (it reads {', '.join(contract.TASKS)}).")
+    features = manifest.get("features", {})
+    targets = manifest.get(contract.TARGETS_ENTRY)
+    if targets is not None:
+        shape = features.get(contract.TARGET_KEY, {}).get("shape")
+        if shape != [len(targets["columns"])]:
+            raise DatasetError(
+                f"{data_dir!r} lists target columns {targets['columns']} but its "
+                f"{contract.TARGET_KEY!r} feature has shape {shape}.")
+    elif task == REGRESSION:
+        raise DatasetError(f"{data_dir!r} is a regression dataset without a "
+                           f"{contract.TARGETS_ENTRY!r} entry in its manifest.")
+    label_kind = features.get(contract.LABEL_KEY, {}).get("kind")
+    if task == MULTI_LABEL and label_kind != "var_len":
+        raise DatasetError(f"{data_dir!r} is multi-label but its {contract.LABEL_KEY!r} "
+                           f"feature is {label_kind or 'missing'}, not var_len.")
+
+
 def check_shards(manifest: Mapping[str, Any], data_dir: str, splits: list[str],
                  verify: bool) -> None:
     """Checks that every listed shard exists with the recorded size (and sha256).
@@ -153,4 +234,5 @@ def open_dataset(data_dir: str, *, splits: list[str] | None = None,
     splits = list(manifest["splits"]) if splits is None else splits
     check_splits(manifest, data_dir, splits)
     check_shards(manifest, data_dir, splits, verify)
+    check_labels(manifest, data_dir)
     return DatasetInfo(data_dir=data_dir, manifest=manifest, kind=_kind_of(manifest, data_dir))

@@ -16,8 +16,7 @@ from typing import Any
 import tensorflow as tf
 
 from reader import augment as augment_lib
-from reader import contract, decoding
-from reader.contract import FORECAST
+from reader import contract, decoding, labels
 from reader.dataset_info import DatasetInfo, open_dataset
 from reader.read_config import ReadConfig
 
@@ -82,24 +81,31 @@ def make_dataset(
         snapshot: directory for ``Dataset.snapshot``: like ``cache`` but persists
             across program restarts and may exceed memory.
         balance: undersample to equal class frequencies, from the manifest's
-            per-class counts.
+            per-class counts (single-class datasets only).
         features: None gives the model input tensor (``image`` ``float32 [b, s, s, 3]``
-            in ``[0, 1]``, or ``window``); a list of feature names gives a dict.
+            in ``[0, 1]``, or ``window``); a list of stored feature names (carried
+            columns included) gives a dict; var_len ones (a multi-label dataset's
+            ``label`` ids and ``label_name``) are ``tf.RaggedTensor [b, None]``.
         drop_remainder: drop the last partial batch (static batch dimension).
         read_config: rarely needed options (sharding across input pipelines,
             tf.data service, determinism, shuffle buffer size, integrity checks,
             checkpointing); see ``reader.ReadConfig``.
 
     Returns:
-        ``tf.data.Dataset`` of ``(input, label)``: images ``float32 [b, s, s, 3]`` and
-        ``int64 [b]`` labels; time series ``float32 [b, W, F]`` windows and
-        ``float32 [b, H, F]`` targets (forecast) or ``int64 [b]`` labels.
+        ``tf.data.Dataset`` of ``(input, label)``: images ``float32 [b, s, s, 3]``;
+        time series ``float32 [b, W, F]`` windows. The label is what the dataset
+        holds (``reader.labels``): ``int64 [b]`` class ids (classification);
+        ``float32 [b, num_classes]`` multi-hot (multi-label, ids ``-1`` ignored);
+        ``float32 [b, k]`` stored targets (regression); the dict ``{"label": ...,
+        "target": float32 [b, k]}`` for classes with targets; ``float32 [b, H, F]``
+        (forecast).
 
     Raises:
         FileNotFoundError: no manifest (the job did not finish).
         reader.DatasetError: a shard is missing, truncated, or fails ``verify``.
-        ValueError: invalid arguments, a split the dataset does not have (the
-            message lists those it has) or an empty split.
+        ValueError: invalid arguments (e.g. ``balance`` without single class
+            labels), a split the dataset does not have (the message lists those it
+            has) or an empty split.
     """
     config = read_config or ReadConfig()
     info = open_dataset(data_dir, splits=[split], verify=config.verify)
@@ -110,7 +116,7 @@ def make_dataset(
     records = _read_records(plan)  # [serialized example], one epoch
     elements = _decode_and_store(records, plan)  # the same, or decoded dicts if stored
     elements = _epochs_shuffle_and_balance(elements, plan)
-    batches = _batch_to_model_input(elements, plan)  # (input [b, ...], label [b])
+    batches = _batch_to_model_input(elements, plan)  # (input [b, ...], label [b, ...])
     return _deliver(batches, plan)
 
 
@@ -169,8 +175,8 @@ def _plan(info: DatasetInfo, split: str, batch_size: int, *, shuffle: bool | Non
     if augmentation is not None and not kind.augmentable:
         raise ValueError(f"augment applies to images; {info.data_dir!r} holds "
                          f"{info.kind}.")
-    if balance and info.task == FORECAST:
-        raise ValueError("balance=True needs class labels; this is a forecasting dataset.")
+    if balance and (reason := labels.balance_error(info)):
+        raise ValueError(reason)
     deterministic = config.deterministic
     if deterministic is None and seed is not None:
         deterministic = True
@@ -336,11 +342,11 @@ def _batch_to_model_input(elements: tf.data.Dataset, plan: _Plan) -> tf.data.Dat
     batches = elements.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
     parse = decoding.parse_batch_fn(plan.info.feature_spec)
     kind = plan.kind
-    select = _select(plan.features, kind.input_key, kind.label_key)
+    select = _select(plan.features, kind.input_key, kind.label)
 
     def to_model_input(batch: Any) -> Any:
         parsed = batch if plan.stores_decoded else kind.decode(parse(batch))
-        features = kind.finish(parsed)
+        features = kind.finish(decoding.var_len_as_ragged(parsed))
         return features if plan.augmentation is not None else select(features)
 
     batches = batches.map(to_model_input, num_parallel_calls=AUTOTUNE)
@@ -401,10 +407,10 @@ def _augmented(batches: tf.data.Dataset, augmentation: augment_lib.Augmentation,
     return tf.data.Dataset.zip((batches, seeds)).map(apply, num_parallel_calls=AUTOTUNE)
 
 
-def _select(features: list[str] | None, primary: str, label_key: str
-            ) -> Callable[[dict[str, tf.Tensor]], tuple[Any, tf.Tensor]]:
-    def select(parsed: dict[str, tf.Tensor]) -> tuple[Any, tf.Tensor]:
-        label = parsed[label_key]
+def _select(features: list[str] | None, primary: str, label_of: labels.LabelFn
+            ) -> Callable[[dict[str, Any]], tuple[Any, Any]]:
+    def select(parsed: dict[str, Any]) -> tuple[Any, Any]:
+        label = label_of(parsed)
         if features is None:
             return parsed[primary], label
         return {name: parsed[name] for name in features}, label

@@ -4,7 +4,9 @@
                              [--augment] [--seed 0]
 
 Images are shown as stored (the pixels ``make_dataset`` decodes), captioned with the
-label name of their label id, each beside its augmented version with ``--augment``.
+name of their label id (every name of a multi-label set) and their numeric targets in
+the input's units (``column=value``, the manifest's z-scoring undone), each beside its
+augmented version with ``--augment``.
 Time-series windows are drawn in the input's units (the manifest's normalisation
 undone: ``x = z * std + mean``), followed by their forecast target, or captioned
 with their label. Which examples: ``make_dataset``'s shuffled order with ``--seed``,
@@ -20,6 +22,8 @@ import argparse
 import dataclasses
 import math
 import sys
+import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -47,12 +51,17 @@ class ImagePreview:
     Attributes:
         images: ``uint8 [n, s, s, 3]``, as stored.
         augmented: the same images augmented (``[n, s, s, 3]`` uint8), or None.
-        captions: label name of each image's label id.
+        captions: each image's label names (comma-separated; ``(no label)`` for an
+            empty multi-label set), then on a new line its targets, if any.
+        targets: ``float64 [n, k]`` numeric targets in the input's units, or None.
+        target_columns: the ``k`` target names.
     """
 
     images: np.ndarray
     augmented: np.ndarray | None
     captions: list[str]
+    targets: np.ndarray | None = None
+    target_columns: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,12 +93,44 @@ def label_caption(info: DatasetInfo, label: int, label_name: str) -> str:
     return f"{label_name} (not in train)"
 
 
+def labels_caption(info: DatasetInfo, labels: Sequence[int], label_names: Sequence[str]
+                   ) -> str:
+    """The names of a multi-label set, comma-separated; ``(no label)`` if empty."""
+    return ", ".join(label_caption(info, int(label), name)
+                     for label, name in zip(labels, label_names, strict=True)) or (
+        "(no label)")
+
+
+def targets_caption(columns: Sequence[str], values: Sequence[float]) -> str:
+    """``column=value`` for each target, 4 significant digits."""
+    return ", ".join(f"{column}={value:.4g}"
+                     for column, value in zip(columns, values, strict=True))
+
+
 def _first_examples(info: DatasetInfo, split: str, n: int, seed: int,
-                    features: list[str]) -> dict[str, np.ndarray]:
+                    features: list[str]) -> dict[str, Any]:
+    """The first batch's features: arrays, and lists of lists for var_len ones."""
     dataset = make_dataset(info.data_dir, split, batch_size=n, shuffle=True, seed=seed,
                            features=features)
     batch, _ = next(iter(dataset))
-    return {name: value.numpy() for name, value in batch.items()}
+    return {name: value.to_list() if isinstance(value, tf.RaggedTensor) else value.numpy()
+            for name, value in batch.items()}
+
+
+def _image_captions(info: DatasetInfo, batch: dict[str, Any],
+                    targets: np.ndarray | None) -> list[str]:
+    count = len(batch[contract.IMAGE_KEY])
+    lines: list[list[str]] = [[] for _ in range(count)]
+    if info.has_classes:
+        for i, (label, name) in enumerate(zip(batch[contract.LABEL_KEY],
+                                              batch[contract.LABEL_NAME_KEY], strict=True)):
+            lines[i].append(
+                labels_caption(info, label, [n.decode() for n in name]) if info.multi_label
+                else label_caption(info, int(label), name.decode()))
+    if targets is not None:
+        for i, values in enumerate(targets):
+            lines[i].append(targets_caption(info.target_columns, values))
+    return ["\n".join(parts) for parts in lines]
 
 
 def image_preview(data_dir: str, split: str = contract.TRAIN, n: int = 64,
@@ -98,8 +139,10 @@ def image_preview(data_dir: str, split: str = contract.TRAIN, n: int = 64,
     info = open_dataset(data_dir, splits=[split])
     if info.kind != IMAGES:
         raise ValueError(f"{data_dir!r} holds {info.kind}, not images.")
-    batch = _first_examples(info, split, n, seed, [contract.IMAGE_KEY, contract.LABEL_KEY,
-                                                   contract.LABEL_NAME_KEY])
+    names = [contract.IMAGE_KEY]
+    names += [contract.LABEL_KEY, contract.LABEL_NAME_KEY] if info.has_classes else []
+    names += [contract.TARGET_KEY] if info.target_columns else []
+    batch = _first_examples(info, split, n, seed, names)
     images = batch[contract.IMAGE_KEY]  # float32 in [0, 1]
     augmented = None
     if augment:
@@ -108,10 +151,10 @@ def image_preview(data_dir: str, split: str = contract.TRAIN, n: int = 64,
             tf.constant(images), tf.constant([seed, 1], tf.int64),
             augment_lib.Augmentation()).numpy()
         augmented = _to_uint8(augmented)
-    captions = [label_caption(info, int(label), name.decode())
-                for label, name in zip(batch[contract.LABEL_KEY],
-                                       batch[contract.LABEL_NAME_KEY], strict=True)]
-    return ImagePreview(_to_uint8(images), augmented, captions)
+    targets = (info.denormalize_targets(batch[contract.TARGET_KEY])
+               if info.target_columns else None)
+    return ImagePreview(_to_uint8(images), augmented, _image_captions(info, batch, targets),
+                        targets, info.target_columns)
 
 
 def _to_uint8(images: np.ndarray) -> np.ndarray:
@@ -176,13 +219,15 @@ class SheetLayout:
     """Where each example goes on an image sheet (pixels, origin top left).
 
     A cell is one tile, or two side by side (image, augmented) with ``GAP`` between,
-    above a caption strip; cells are ``GAP`` apart and the sheet has a ``GAP`` margin.
+    above ``caption_lines`` caption strips; cells are ``GAP`` apart and the sheet has a
+    ``GAP`` margin.
     """
 
     columns: int
     rows: int
     tile: int
     tiles_per_cell: int
+    caption_lines: int = 1
 
     @property
     def cell_width(self) -> int:
@@ -190,7 +235,12 @@ class SheetLayout:
 
     @property
     def cell_height(self) -> int:
-        return self.tile + CAPTION_HEIGHT
+        return self.tile + self.caption_lines * CAPTION_HEIGHT
+
+    @property
+    def caption_chars(self) -> int:
+        """Characters of a caption line that fit under a cell."""
+        return max(4, self.cell_width // 6)
 
     @property
     def width(self) -> int:
@@ -207,17 +257,27 @@ class SheetLayout:
                 GAP + column * (self.cell_width + GAP) + which * (self.tile + GAP))
 
 
-def sheet_layout(count: int, image_size: int, augmented: bool) -> SheetLayout:
+def sheet_layout(count: int, image_size: int, augmented: bool,
+                 captions: Sequence[str] = ()) -> SheetLayout:
+    """The layout of ``count`` examples, with room for the longest of ``captions``."""
     tiles_per_cell = 2 if augmented else 1
     columns = max(1, math.ceil(math.sqrt(count / tiles_per_cell)))
-    return SheetLayout(columns=columns, rows=math.ceil(count / columns),
-                       tile=tile_size(image_size), tiles_per_cell=tiles_per_cell)
+    layout = SheetLayout(columns=columns, rows=math.ceil(count / columns),
+                         tile=tile_size(image_size), tiles_per_cell=tiles_per_cell)
+    lines = max([len(wrap_caption(c, layout.caption_chars)) for c in captions] + [1])
+    return dataclasses.replace(layout, caption_lines=lines)
+
+
+def wrap_caption(caption: str, max_chars: int) -> list[str]:
+    """A caption's lines on the sheet: each of its lines wrapped at ``max_chars``."""
+    return [wrapped for line in caption.split("\n")
+            for wrapped in textwrap.wrap(line, max_chars, break_on_hyphens=False) or [""]]
 
 
 def contact_sheet(preview: ImagePreview) -> tuple[np.ndarray, SheetLayout]:
     """The sheet's pixels (``uint8 [height, width, 3]``, captions not drawn) and layout."""
     layout = sheet_layout(len(preview.images), preview.images.shape[1],
-                          preview.augmented is not None)
+                          preview.augmented is not None, preview.captions)
     sheet = np.full((layout.height, layout.width, 3), _BACKGROUND, np.uint8)
     versions = [preview.images] + ([preview.augmented] if preview.augmented is not None
                                    else [])
@@ -253,13 +313,13 @@ def save_image_sheet(preview: ImagePreview, out: str, title: str) -> SheetLayout
     height = layout.height + title_height
     fig.text(GAP / layout.width, 1 - (CAPTION_HEIGHT * 0.8) / height, title,
              fontsize=9, va="center", ha="left")
-    max_chars = max(4, layout.cell_width // 6)
     for index, caption in enumerate(preview.captions):
         top, left = layout.tile_origin(index)
-        text = caption if len(caption) <= max_chars else caption[:max_chars - 1] + "…"
-        # Figure coordinates grow upwards; the sheet sits at the bottom of the figure.
-        y = (layout.height - (top + layout.tile + CAPTION_HEIGHT / 2)) / height
-        fig.text(left / layout.width, y, text, fontsize=8, va="center", ha="left")
+        for line, text in enumerate(wrap_caption(caption, layout.caption_chars)):
+            # Figure coordinates grow upwards; the sheet sits at the bottom of the figure.
+            y = (layout.height - (top + layout.tile + CAPTION_HEIGHT * (line + 0.5))
+                 ) / height
+            fig.text(left / layout.width, y, text, fontsize=8, va="center", ha="left")
     fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return layout

@@ -1,5 +1,6 @@
-"""Datasets built once by the real jobs: a small imbalanced image dataset and two
-time-series datasets."""
+"""Datasets built once by the real jobs (a small imbalanced image dataset and two
+time-series datasets), and image datasets with multi-label sets, numeric targets and
+carried columns written directly in the on-disk format (tests/reader/label_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.reader.helpers import (
     write_coloured_images,
     write_jsonl,
 )
+from tests.reader.label_fixtures import CARRIED_COLUMNS, make_rows, write_dataset
 
 
 @pytest.fixture()
@@ -80,3 +82,36 @@ def labelled_series_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
                     f"--series_labels={labels_path}", f"--window_size={LABELLED_WINDOW}",
                     "--shift=5"])
     return out
+
+
+def _labelled(factory: pytest.TempPathFactory, name: str, task: str, **kwargs) -> str:
+    out = str(factory.mktemp(name))
+    write_dataset(out, make_rows(), task, **kwargs)
+    return out
+
+
+@pytest.fixture(scope="session")
+def multi_label_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Tag sets (some empty, some with a class not in train), carried columns."""
+    return _labelled(tmp_path_factory, "multi_label", "multi_label",
+                     carried=tuple(CARRIED_COLUMNS))
+
+
+@pytest.fixture(scope="session")
+def regression_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Two z-scored targets, no class."""
+    return _labelled(tmp_path_factory, "regression", "regression", num_targets=2)
+
+
+@pytest.fixture(scope="session")
+def class_targets_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One class per image and one target stored as given."""
+    return _labelled(tmp_path_factory, "class_targets", "classification", num_targets=1,
+                     normalize="none")
+
+
+@pytest.fixture(scope="session")
+def multi_label_targets_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Tag sets and two z-scored targets."""
+    return _labelled(tmp_path_factory, "multi_label_targets", "multi_label",
+                     num_targets=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from tests.reader.helpers import (
     REPO_ROOT,
     series_label,
 )
+from tests.reader.label_fixtures import UNSEEN_TAG, make_rows
 
 # Fixture images are 16 px: shown enlarged 6 times, to 96 px tiles.
 TILE = 96
@@ -140,3 +142,69 @@ def test_import_reader_does_not_import_matplotlib():
 @pytest.mark.parametrize("image_size", [16, 96, 224])
 def test_tile_size_enlarges_small_images_and_shrinks_large_ones(image_size):
     assert preview.tile_size(image_size) == {16: 96, 96: 96, 224: 160}[image_size]
+
+
+def rows_shown(shown: preview.ImagePreview) -> list[dict]:
+    """The label_fixtures row of each shown image: its pixels hold the row's index."""
+    rows = {row["index"]: row for row in make_rows()}
+    return [rows[int(image[0, 0, 0]) + 256 * int(image[0, 0, 1])] for image in shown.images]
+
+
+def tags_line(tags: list[str], vocab: list[str]) -> str:
+    """Names in stored order (ids ascending, -1 first), unseen ones marked."""
+    ordered = sorted((vocab.index(t) if t in vocab else -1, t) for t in tags)
+    return ", ".join(t if i >= 0 else f"{t} (not in train)" for i, t in ordered) or (
+        "(no label)")
+
+
+def test_image_preview_captions_every_label_and_raw_target(multi_label_targets_dataset):
+    shown = preview.image_preview(multi_label_targets_dataset, "validation", n=40, seed=0)
+    with open(os.path.join(multi_label_targets_dataset, "manifest.json")) as f:
+        vocab = json.load(f)["label_vocab"]
+    assert shown.target_columns == ["age", "score"] and len(shown.captions) == 40
+    unseen = 0
+    for caption, targets, row in zip(shown.captions, shown.targets, rows_shown(shown),
+                                     strict=True):
+        # De-normalised with the manifest's mean and std: the input's values.
+        np.testing.assert_allclose(targets, row["targets"], rtol=1e-6)
+        age, score = row["targets"]
+        assert caption == f"{tags_line(row['tags'], vocab)}\nage={age:.4g}, score={score:.4g}"
+        unseen += UNSEEN_TAG in row["tags"]
+    assert unseen > 0 and "(no label)" in "".join(shown.captions)
+
+
+def test_image_preview_of_regression_captions_the_targets(regression_dataset):
+    shown = preview.image_preview(regression_dataset, "test", n=6, seed=0)
+    for caption, row in zip(shown.captions, rows_shown(shown), strict=True):
+        assert caption == "age={:.4g}, score={:.4g}".format(*row["targets"])
+
+
+def test_image_preview_of_class_and_target_captions_both(class_targets_dataset):
+    shown = preview.image_preview(class_targets_dataset, "test", n=6, seed=0)
+    for caption, row in zip(shown.captions, rows_shown(shown), strict=True):
+        assert caption == f"{row['colour']}\nage={row['targets'][0]:.4g}"
+
+
+def test_wrap_caption_wraps_each_line_at_word_boundaries():
+    assert preview.wrap_caption("cat, dog, outdoor, night\nage=31.5, score=2.25", 16) == [
+        "cat, dog,", "outdoor, night", "age=31.5,", "score=2.25"]
+    assert preview.wrap_caption("red", 16) == ["red"]
+
+
+def test_contact_sheet_makes_room_for_the_longest_caption():
+    images = np.zeros((3, 8, 8, 3), np.uint8)  # 8 px: 96 px tiles, 16 characters a line
+    shown = preview.ImagePreview(images, None, ["a", "b\nc", "x"])
+    sheet, layout = preview.contact_sheet(shown)
+    assert layout.caption_lines == 2
+    # 2 x 2 cells, each a tile above two 16 px caption lines.
+    assert sheet.shape == (4 + 2 * (TILE + 2 * 16 + 4), 4 + 2 * (TILE + 4), 3)
+    assert layout.tile_origin(2) == (4 + TILE + 2 * 16 + 4, 4)
+
+
+def test_preview_main_draws_multi_label_sheets(multi_label_targets_dataset, tmp_path):
+    out = str(tmp_path / "tags.png")
+    assert preview.main([multi_label_targets_dataset, "--out", out, "--n", "4"]) == 0
+    shown = preview.image_preview(multi_label_targets_dataset, "train", n=4, seed=0)
+    _, layout = preview.contact_sheet(shown)
+    assert tf.io.decode_png(tf.io.read_file(out)).shape[:2] == (32 + layout.height,
+                                                                layout.width)
