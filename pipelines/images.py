@@ -28,13 +28,14 @@ from etl.core.dead_letters import REJECTED
 from etl.core.inputs import InputsEntry
 from etl.core.publish import ManifestSpec, PublishDataset
 from etl.images import accounting, codec, loading
+from etl.images import labels as image_labels
 from etl.images import preprocessing as image_preprocessing
+from etl.images.label_entries import DescribeTargetsAndCarried
 from etl.images.shard_plan import PlanImageShards
 from etl.images.shards import TransformAndWriteImageShard, default_gzip_level
 from etl.images.sources import ImageRecord, ReadImageRecords, assign_split, check_input
 from pipelines import common
 from reader import contract
-from reader.contract import CLASSIFICATION
 
 # TensorFlow reads it when it starts (its first op), in this process and in the worker
 # processes the local runner starts, which inherit the environment.
@@ -91,6 +92,35 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
             help="Optional text file, one label per line: images with any other label "
                  "are rejected (unknown_label).")
         parser.add_argument(
+            "--multi_label", action="store_true",
+            help="Manifest input: the label column holds a set of class names per image "
+                 "(JSONL: an array of strings; CSV: names split on --label_separator). "
+                 "Duplicates collapse; an empty set is allowed. Stored as the sorted "
+                 "class ids; make_dataset gives multi-hot labels.")
+        parser.add_argument(
+            "--label_separator", default=image_labels.DEFAULT_SEPARATOR,
+            help="With --multi_label in a CSV manifest: what separates class names "
+                 "(default %(default)s).")
+        parser.add_argument(
+            "--require_label", action="store_true",
+            help="With --multi_label: reject images whose set of class names is empty "
+                 "(missing_label).")
+        parser.add_argument(
+            "--target_columns",
+            help="Comma-separated manifest columns of numeric targets (JSON numbers, or "
+                 "CSV text that parses as a finite float32), stored as float32 [k] "
+                 "'target'. A missing, non-numeric or non-finite value is rejected "
+                 "(missing_target, invalid_target, non_finite_target).")
+        parser.add_argument(
+            "--normalize_targets", default="zscore", choices=("zscore", "none"),
+            help="zscore: store (x - mean) / std with the train split's exact mean and "
+                 "population std, both recorded in the manifest; none: store targets as "
+                 "given.")
+        parser.add_argument(
+            "--carry_columns",
+            help="Comma-separated manifest columns of text copied into each example "
+                 "unchanged, one string feature per column (ids, captions, URLs).")
+        parser.add_argument(
             "--allow_paths_outside_root", action="store_true",
             help="Read inputs that resolve outside the input root (the folder, or the "
                  "manifest's folder): manifest paths with ../, absolute paths or other "
@@ -124,6 +154,7 @@ class ImageJob:
     limits: loading.InputLimits
     allowed_labels: frozenset[str] | None
     allow_outside_root: bool
+    columns: image_labels.LabelColumns = image_labels.ONE_CLASS
 
     @classmethod
     def from_options(cls, options: ImagesOptions) -> ImageJob:
@@ -136,7 +167,8 @@ class ImageJob:
         output = common.OutputSettings.from_options(
             options, default_name="images",
             default_gzip_level=default_gzip_level(options.image_format, options.image_size))
-        check_input(options.input)
+        columns = _label_columns(options)
+        check_input(options.input, columns)
         return cls(
             input=options.input,
             preprocessing=image_preprocessing.ImagePreprocessing(
@@ -151,6 +183,7 @@ class ImageJob:
                 strict_decoding=not options.lenient_decoding),
             allowed_labels=_read_vocabulary(options.label_vocabulary),
             allow_outside_root=options.allow_paths_outside_root,
+            columns=columns,
         )
 
     def describe_preprocessing(self) -> dict[str, Any]:
@@ -169,8 +202,30 @@ class ImageJob:
                 if self.limits.strict_decoding
                 else "stored as TensorFlow decodes it (--lenient_decoding)"),
             "label_vocabulary": sorted(self.allowed_labels) if self.allowed_labels else None,
+            "labels": self.columns.describe(),
             "max_error_fraction": self.output.max_error_fraction,
         }
+
+
+def _column_list(value: str | None) -> tuple[str, ...]:
+    """A comma-separated flag value → its column names (None → none)."""
+    return tuple(part.strip() for part in value.split(",")) if value else ()
+
+
+def _label_columns(options: ImagesOptions) -> image_labels.LabelColumns:
+    """The label, target and carried columns the flags name.
+
+    Raises:
+        ValueError: naming the flag at fault.
+    """
+    label_column = options.label_column.strip()
+    return image_labels.LabelColumns(
+        label_column=None if label_column == image_labels.NO_LABEL else label_column,
+        multi_label=options.multi_label, label_separator=options.label_separator,
+        require_label=options.require_label,
+        target_columns=_column_list(options.target_columns),
+        normalize_targets=options.normalize_targets == "zscore",
+        carry_columns=_column_list(options.carry_columns))
 
 
 def _read_vocabulary(path: str | None) -> frozenset[str] | None:
@@ -188,10 +243,15 @@ def _read_vocabulary(path: str | None) -> frozenset[str] | None:
     return labels
 
 
-def _train_labels(record: ImageRecord) -> Iterator[dict[str, str]]:
-    # Exactly the analyzers' input columns (checked in build_pipeline).
+def _train_instances(record: ImageRecord, columns: image_labels.LabelColumns
+                     ) -> Iterator[dict[str, Any]]:
     if record.split == contract.TRAIN:
-        yield {contract.RAW_LABEL_KEY: record.label}
+        yield image_preprocessing.analysis_instance(record, columns)
+
+
+def _only(instance: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    # Exactly the analyzers' input columns (AnalyzeAndWriteTransformFn feeds those).
+    return {name: instance[name] for name in names}
 
 
 def _decide_split(record: ImageRecord, fractions: splits.SplitFractions,
@@ -206,12 +266,14 @@ def _analyze_labels(job: ImageJob) -> AnalyzeAndWriteTransformFn:
         AssertionError: if the preprocessing's analyzers would read image bytes.
     """
     preprocessing_fn = functools.partial(image_preprocessing.preprocessing_fn,
-                                         config=job.preprocessing)
-    analyze = AnalyzeAndWriteTransformFn(preprocessing_fn, image_preprocessing.RAW_FEATURE_SPEC,
-                                         job.output.output_dir, job.output.tft_temp_dir)
-    if analyze.analyze_columns != [contract.RAW_LABEL_KEY]:
+                                         config=job.preprocessing, columns=job.columns)
+    analyze = AnalyzeAndWriteTransformFn(
+        preprocessing_fn, image_preprocessing.raw_feature_spec(job.columns),
+        job.output.output_dir, job.output.tft_temp_dir,
+        serving_feature_spec=image_preprocessing.serving_feature_spec(job.columns))
+    if contract.RAW_IMAGE_KEY in analyze.analyze_columns:
         raise AssertionError(
-            f"The image analyzers must read only {contract.RAW_LABEL_KEY!r} (image bytes "
+            f"The image analyzers must not read {contract.RAW_IMAGE_KEY!r} (image bytes "
             f"never enter the analysis); they read {analyze.analyze_columns}.")
     return analyze
 
@@ -231,7 +293,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     output_dir = job.output.output_dir
     analyze = _analyze_labels(job)
     records, listing_rejected = pipeline | "ReadImageRecords" >> ReadImageRecords(
-        job.input, job.allow_outside_root)
+        job.input, job.allow_outside_root, job.columns)
     # Every listed input is a record or a listing rejection: that count is the inputs.
     inputs = (
         (records, listing_rejected)
@@ -244,11 +306,16 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         _decide_split, fractions=job.output.fractions,
         allowed_labels=job.allowed_labels).with_outputs(REJECTED, main="records")
     split_records = decided.records
+    # The analysis instance of each train image: its label and target moments.
+    train_instances = split_records | "TrainInstances" >> beam.FlatMap(
+        _train_instances, columns=job.columns)
     transform_written = (
-        split_records
-        | "TrainLabels" >> beam.FlatMap(_train_labels)
+        train_instances
+        | "AnalyzedColumns" >> beam.Map(_only, analyze.analyze_columns)
         | "AnalyzeLabels" >> analyze
     )
+    extras = [inputs, *(train_instances
+                        | "DescribeTargets" >> DescribeTargetsAndCarried(job.columns))]
 
     _ = split_records | "Publish" >> PublishDataset(
         output_dir, job.output.name,
@@ -257,12 +324,13 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
                              num_shards=job.output.num_shards),
         write_shard=TransformAndWriteImageShard(
             output_dir, job.output.name, job.output.gzip_level,
-            job.limits, shared.Shared(), job.preprocessing),
+            job.limits, shared.Shared(), job.preprocessing, columns=job.columns),
         write_label="TransformAndWrite",
         rejected=[listing_rejected, decided[REJECTED]],
-        transform_written=transform_written, extras=[inputs],
+        transform_written=transform_written, extras=extras,
         manifest=ManifestSpec(
-            kind=contract.IMAGES, task=CLASSIFICATION, preprocessing=job.describe_preprocessing(),
+            kind=contract.IMAGES, task=job.columns.task,
+            preprocessing=job.describe_preprocessing(),
             check=functools.partial(accounting.check_images,
                                     max_error_fraction=job.output.max_error_fraction)))
 

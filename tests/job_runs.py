@@ -6,6 +6,8 @@ import glob
 import hashlib
 import os
 
+import numpy as np
+
 from reader import contract
 
 # Small images keep the DirectRunner tests fast; the code path is the same at 224.
@@ -50,9 +52,14 @@ def read_split(out: str, manifest: dict, split: str) -> dict[str, dict]:
     dataset = (tf.data.TFRecordDataset(files, compression_type="GZIP")
                .batch(64).map(lambda records: tf.io.parse_example(records, spec)))
     rows: dict[str, dict] = {}
-    for batch in dataset.as_numpy_iterator():
-        for i in range(len(batch["key"])):
-            row = {name: values[i] for name, values in batch.items()}
+    for batch in dataset:
+        # A var_len feature (a set of label ids) becomes one array per example.
+        arrays = {name: (np.array(tf.RaggedTensor.from_sparse(values).to_list(),
+                                  dtype=object)
+                         if isinstance(values, tf.SparseTensor) else values.numpy())
+                  for name, values in batch.items()}
+        for i in range(len(arrays["key"])):
+            row = {name: values[i] for name, values in arrays.items()}
             rows[row["key"].decode()] = row
     return rows
 

@@ -56,15 +56,18 @@ class RecordBatchBuilder:
     """Instance dicts → ``pa.RecordBatch`` in TFXIO's in-memory tf.Example layout.
 
     Every ``FixedLenFeature`` becomes a ``large_list`` column holding, per instance,
-    its values flattened row-major: exactly the batch tf.Transform builds itself from
-    instance dicts (``ExampleProtoCoder`` then tfx_bsl's tf.Example decoder), without
-    the round trip through serialized tf.Examples.
+    its values flattened row-major (a ``VarLenFeature``: its list of values): exactly
+    the batch tf.Transform builds itself from instance dicts (``ExampleProtoCoder``
+    then tfx_bsl's tf.Example decoder), without the round trip through serialized
+    tf.Examples.
     """
 
     def __init__(self, feature_spec: Mapping[str, Any], arrow_schema: pa.Schema) -> None:
         self._feature_names = list(arrow_schema.names)
         self._schema = arrow_schema
-        self._sizes = {name: int(np.prod(feature_spec[name].shape, dtype=np.int64))
+        # Values per instance; None for a variable-length feature.
+        self._sizes = {name: (int(np.prod(feature_spec[name].shape, dtype=np.int64))
+                              if hasattr(feature_spec[name], "shape") else None)
                        for name in self._feature_names}
 
     @property
@@ -87,10 +90,10 @@ class RecordBatchBuilder:
                             type=value_type)
             counts = [array.size for array in arrays]
         for count in counts:
-            if count != size:
+            if size is not None and count != size:
                 raise ValueError(f"Feature {name!r} must have {size} value(s) per "
                                  f"instance, got {count}.")
-        offsets = pa.array(np.arange(len(values) + 1, dtype=np.int64) * size)
+        offsets = pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
         return pa.LargeListArray.from_arrays(offsets, flat, type=list_type)
 
     def build(self, instances: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:

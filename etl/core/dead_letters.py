@@ -49,6 +49,11 @@ PATH_OUTSIDE_ROOT = "path_outside_root"
 UNKNOWN_LABEL = "unknown_label"
 # Image fidelity.
 CORRUPT_IMAGE_DATA = "corrupt_image_data"
+# Numeric targets and carried columns of image manifests.
+MISSING_TARGET = "missing_target"
+INVALID_TARGET = "invalid_target"
+NON_FINITE_TARGET = "non_finite_target"
+INVALID_CARRIED_VALUE = "invalid_carried_value"
 
 REASONS: tuple[str, ...] = (
     UNREADABLE_FILE, EMPTY_FILE, UNDECODABLE_IMAGE, UNSUPPORTED_FORMAT,
@@ -57,7 +62,8 @@ REASONS: tuple[str, ...] = (
     INCONSISTENT_TIMESTAMPS, DUPLICATE_TIMESTAMP, MISSING_VALUE, SERIES_TOO_SHORT,
     UNLABELLED_SERIES, CONFLICTING_LABEL, FILE_TOO_LARGE, IMAGE_TOO_LARGE, DUPLICATE_KEY,
     PATH_OUTSIDE_ROOT, UNKNOWN_LABEL, CORRUPT_IMAGE_DATA, VALUE_OUT_OF_RANGE,
-    WINDOW_OUT_OF_RANGE,
+    WINDOW_OUT_OF_RANGE, MISSING_TARGET, INVALID_TARGET, NON_FINITE_TARGET,
+    INVALID_CARRIED_VALUE,
 )
 # Examples of each reason kept in the manifest and in error messages.
 EXAMPLES_PER_REASON = 3

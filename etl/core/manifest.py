@@ -21,10 +21,8 @@ from etl.core import accounting, fault_injection
 from etl.core.atomic_files import write_text_atomically
 from etl.core.sharding import ShardEntry
 from reader import contract
-from reader.contract import CLASSIFICATION
+from reader.contract import CLASSIFICATION, MULTI_LABEL
 
-# Called with the written tft.TFTransformOutput; returns extra manifest entries.
-TransformDescriber = Callable[[Any], Mapping[str, Any]]
 # Called with the finished manifest dict; raises to stop it from being published.
 ManifestCheck = Callable[[Mapping[str, Any]], None]
 
@@ -50,19 +48,18 @@ class ManifestSpec:
     """What the manifest says about the job, besides what the tail measures.
 
     ``kind`` says what an example holds (``"images"``, ``"timeseries"``), ``task``
-    what its target is (``"classification"``: a label vocabulary exists, or
-    ``"forecast"``); ``preprocessing`` is every preprocessing parameter, recorded
-    verbatim. ``check`` (a module-level function of the finished manifest dict)
-    raises an ``accounting.WithheldError`` to withhold it; without one, only an
-    empty train split does. ``describe_transform`` (a module-level function of the
-    written ``TFTransformOutput``) returns extra top-level entries.
+    what its target is (``"classification"`` or ``"multi_label"``: a label
+    vocabulary exists; ``"regression"``, ``"forecast"``); ``preprocessing`` is every
+    preprocessing parameter, recorded verbatim. ``check`` (a module-level function of
+    the finished manifest dict) raises an ``accounting.WithheldError`` to withhold
+    it; without one, only an empty train split does. Extra top-level entries come
+    from the job's ``extras`` PCollections (``WriteManifest``).
     """
 
     kind: str
     task: str
     preprocessing: Mapping[str, Any]
     check: ManifestCheck | None = None
-    describe_transform: TransformDescriber | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,18 +134,17 @@ def require_train(manifest: Mapping[str, Any]) -> None:
     accounting.check_train_split(manifest, EMPTY_TRAIN)
 
 
-def _read_transform_output(output_dir: str, task: str) -> tuple[dict[str, Any], list[str],
-                                                                 Any]:
-    """(feature spec as JSON, label vocabulary, TFTransformOutput) of the written output."""
+def _read_transform_output(output_dir: str, task: str) -> tuple[dict[str, Any], list[str]]:
+    """(feature spec as JSON, label vocabulary) of the written transform output."""
     import tensorflow_transform as tft
 
     transform_output = tft.TFTransformOutput(output_dir)
     features = contract.feature_spec_to_json(transform_output.transformed_feature_spec())
-    vocab = [] if task != CLASSIFICATION else [
+    vocab = [] if task not in (CLASSIFICATION, MULTI_LABEL) else [
         token.decode("utf-8") if isinstance(token, bytes) else str(token)
         for token in transform_output.vocabulary_by_name(contract.LABEL_VOCABULARY_NAME)
     ]
-    return features, vocab, transform_output
+    return features, vocab
 
 
 def _merge_extras(extras: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -167,10 +163,8 @@ def _write_manifest(unused: None, *, output_dir: str, name: str, spec: ManifestS
                     rejected: dict[str, Any], transform_written: list[Any],
                     extras: list[Mapping[str, Any]]) -> str:
     del unused, transform_written  # Only ordering: the transform output is final.
-    features, vocab, transform_output = _read_transform_output(output_dir, spec.task)
+    features, vocab = _read_transform_output(output_dir, spec.task)
     extra = _merge_extras(extras)
-    if spec.describe_transform is not None:
-        extra.update(spec.describe_transform(transform_output))
     try:
         manifest = ManifestContent(
             name=name, kind=spec.kind, task=spec.task, shards=shards,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import itertools
 import posixpath
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -28,18 +29,34 @@ from etl.core.dead_letters import Rejection
 from reader import contract
 
 
+def rows_of(value: Any) -> np.ndarray:
+    """A batch output as NumPy: a dense tensor as is; a 2-D ``SparseTensor`` (a
+    variable-length feature) as an object array of each row's values, in order."""
+    import tensorflow as tf
+
+    if not isinstance(value, tf.SparseTensor):
+        return value.numpy()
+    values = value.values.numpy()
+    bounds = np.searchsorted(value.indices[:, 0].numpy(),
+                             np.arange(int(value.dense_shape[0]) + 1))
+    rows = np.empty(len(bounds) - 1, dtype=object)
+    for row, (start, end) in enumerate(itertools.pairwise(bounds)):
+        rows[row] = values[start:end]
+    return rows
+
+
 @dataclasses.dataclass(frozen=True)
 class PrunedTransform:
     """An exported ``transform_fn`` pruned to compute ``output_keys`` from some of
     its raw inputs: called with a batch of those inputs (name → tensor), it returns
-    each output as a NumPy array. Thread-safe."""
+    each output as a NumPy array (:func:`rows_of`). Thread-safe."""
 
     output_keys: tuple[str, ...]
     apply: Callable[[dict[str, Any]], dict[str, Any]]
 
     def __call__(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         outputs = self.apply(inputs)
-        return {name: outputs[name].numpy() for name in self.output_keys}
+        return {name: rows_of(outputs[name]) for name in self.output_keys}
 
 
 def load_transform_fn(transform_fn_dir: str, input_keys: Sequence[str],

@@ -1,8 +1,10 @@
 """tf.Transform preprocessing for images: the ``preprocessing_fn`` and its config.
 
-Analyzers (the label vocabulary) are fit on the train split's labels only; the
-exported ``transform_fn`` is then what the job applies to every image of every split
-(``etl/images/shards.py``) and what serving applies to raw image bytes.
+Analyzers (the label vocabulary, the numeric targets' mean and standard deviation)
+are fit on the train split only; the exported ``transform_fn`` is then what the job
+applies to every image of every split (``etl/images/shards.py``) and what serving
+applies to raw image bytes. ``LabelColumns`` (``etl/images/labels.py``) decides which
+label, target and carried features exist.
 """
 
 from __future__ import annotations
@@ -10,18 +12,70 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from etl.core import exact_stats, zscore
 from etl.images import codec
+from etl.images.labels import ONE_CLASS, LabelColumns
+from etl.images.sources import ImageRecord
 from reader import contract
-from reader.contract import RAW_IMAGE_KEY, RAW_LABEL_KEY, RAW_SOURCE_KEY, UNKNOWN_LABEL_ID
+from reader.contract import (
+    RAW_IMAGE_KEY,
+    RAW_LABEL_KEY,
+    RAW_SOURCE_KEY,
+    TARGET_KEY,
+    UNKNOWN_LABEL_ID,
+)
 
-RAW_FEATURE_SPEC: dict[str, tf.io.FixedLenFeature] = {
-    RAW_IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
-    RAW_LABEL_KEY: tf.io.FixedLenFeature([], tf.string),
-    RAW_SOURCE_KEY: tf.io.FixedLenFeature([], tf.string),
-}
+# Raw feature only the analysis reads: a train image's targets as exact moments
+# (``etl/core/exact_stats.py``), merged into the train mean and standard deviation.
+TRAIN_TARGET_MOMENTS_KEY = "train_target_moments"
+
+
+def serving_feature_spec(columns: LabelColumns = ONE_CLASS) -> dict[str, Any]:
+    """Spec of a raw image: what the shard step and serving feed ``transform_fn``.
+
+    ``image`` and ``key`` always; ``label`` (a string, or with ``--multi_label`` a
+    variable-length list of strings) unless ``--label_column=none``; ``target``
+    ``float32 [k]`` with ``--target_columns``; one string per carried column.
+    """
+    spec: dict[str, Any] = {
+        RAW_IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
+        RAW_SOURCE_KEY: tf.io.FixedLenFeature([], tf.string),
+    }
+    if columns.label_column is not None:
+        spec[RAW_LABEL_KEY] = (tf.io.VarLenFeature(tf.string) if columns.multi_label
+                               else tf.io.FixedLenFeature([], tf.string))
+    if columns.target_columns:
+        spec[TARGET_KEY] = tf.io.FixedLenFeature([len(columns.target_columns)], tf.float32)
+    for name in columns.carry_columns:
+        spec[name] = tf.io.FixedLenFeature([], tf.string)
+    return spec
+
+
+def raw_feature_spec(columns: LabelColumns = ONE_CLASS) -> dict[str, Any]:
+    """The serving spec plus the analysis-only features."""
+    spec = serving_feature_spec(columns)
+    if columns.target_columns and columns.normalize_targets:
+        spec[TRAIN_TARGET_MOMENTS_KEY] = tf.io.FixedLenFeature([], tf.string)
+    return spec
+
+
+RAW_FEATURE_SPEC = raw_feature_spec(ONE_CLASS)
+
+
+def analysis_instance(record: ImageRecord, columns: LabelColumns) -> dict[str, Any]:
+    """What the analysis may read of a train image: its label (one name, or a set)
+    and its targets' exact moments; never its bytes."""
+    instance: dict[str, Any] = {RAW_SOURCE_KEY: record.key}
+    if columns.label_column is not None:
+        instance[RAW_LABEL_KEY] = record.label
+    if columns.target_columns and columns.normalize_targets:
+        moments = exact_stats.moments_of(np.array([record.targets], np.float32))
+        instance[TRAIN_TARGET_MOMENTS_KEY] = moments.to_bytes()
+    return instance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,20 +137,55 @@ class ImagePreprocessing:
         }
 
 
+def _label_features(labels: Any, columns: LabelColumns) -> dict[str, Any]:
+    """``label`` (vocabulary id, or sorted ids of a set) and ``label_name``."""
+    ids = tft.compute_and_apply_vocabulary(
+        labels, vocab_filename=contract.LABEL_VOCABULARY_NAME,
+        default_value=UNKNOWN_LABEL_ID)
+    if not columns.multi_label:
+        return {contract.LABEL_KEY: ids, contract.LABEL_NAME_KEY: tf.identity(labels)}
+    # Each row's ids ascending, its names in the same order: sort by (row, id).
+    rows = ids.indices[:, 0]
+    by_id = tf.argsort(ids.values, stable=True)
+    order = tf.gather(by_id, tf.argsort(tf.gather(rows, by_id), stable=True))
+    return {
+        contract.LABEL_KEY: tf.SparseTensor(ids.indices, tf.gather(ids.values, order),
+                                            ids.dense_shape),
+        contract.LABEL_NAME_KEY: tf.SparseTensor(labels.indices,
+                                                 tf.gather(labels.values, order),
+                                                 labels.dense_shape),
+    }
+
+
+def _target_features(inputs: dict[str, Any], columns: LabelColumns) -> dict[str, Any]:
+    """``target``, z-scored by the train split's exact statistics unless
+    ``--normalize_targets=none``."""
+    targets = inputs[TARGET_KEY]
+    if columns.normalize_targets:
+        mean, std = zscore.exact_mean_and_std(inputs[TRAIN_TARGET_MOMENTS_KEY],
+                                              len(columns.target_columns),
+                                              name="exact_target_mean_and_std")
+        targets = zscore.normalise(targets, mean, std)
+    return {TARGET_KEY: tf.identity(targets)}
+
+
 def preprocessing_fn(inputs: dict[str, tf.Tensor], *,
-                     config: ImagePreprocessing = ImagePreprocessing()
-                     ) -> dict[str, tf.Tensor]:
-    """Maps a batch of raw images (``RAW_FEATURE_SPEC``) to the stored features.
+                     config: ImagePreprocessing = ImagePreprocessing(),
+                     columns: LabelColumns = ONE_CLASS) -> dict[str, tf.Tensor]:
+    """Maps a batch of raw images (``raw_feature_spec(columns)``) to the stored features.
 
     Args:
-        inputs: ``image`` (encoded file bytes), ``label`` (class name) and ``key``
-            (source key), each a ``[batch]`` tensor.
+        inputs: ``image`` (encoded file bytes) and ``key`` (source key), each a
+            ``[batch]`` tensor, and the label, target and carried inputs
+            ``columns`` names (:func:`serving_feature_spec`).
         config: image size and stored format; bind it with ``functools.partial``.
+        columns: which label, target and carried features exist.
 
     Returns:
         The features of docs/FORMAT.md: ``image`` (bytes in ``config.image_format``),
-        ``height``, ``width``, ``channels``, ``label`` (vocabulary id),
-        ``label_name`` and ``key``.
+        ``height``, ``width``, ``channels``, ``key``; ``label`` (vocabulary id, or
+        ascending ids of a set) and ``label_name`` unless there is no label column;
+        ``target`` with target columns; each carried column as given.
     """
     raw_images = inputs[RAW_IMAGE_KEY]
     images = tf.map_fn(
@@ -105,20 +194,23 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *,
             apply_exif_orientation=config.apply_exif_orientation,
             alpha_background=config.alpha_background),
         raw_images, fn_output_signature=tf.TensorSpec([], tf.string))
-    labels = inputs[RAW_LABEL_KEY]
+    keys = inputs[RAW_SOURCE_KEY]
     # Everything but the image is computed from the other inputs, so the job can map
     # labels of images it has already finished without feeding (or decoding) their
     # bytes (etl/images/shards.py).
-    batch = tf.shape(labels)[:1]
+    batch = tf.shape(keys)[:1]
     size = tf.constant(config.image_size, tf.int64)
-    return {
+    outputs = {
         contract.IMAGE_KEY: images,
         contract.HEIGHT_KEY: tf.fill(batch, size),
         contract.WIDTH_KEY: tf.fill(batch, size),
         contract.CHANNELS_KEY: tf.fill(batch, tf.constant(3, tf.int64)),
-        contract.LABEL_KEY: tft.compute_and_apply_vocabulary(
-            labels, vocab_filename=contract.LABEL_VOCABULARY_NAME,
-            default_value=UNKNOWN_LABEL_ID),
-        contract.LABEL_NAME_KEY: tf.identity(labels),
-        contract.SOURCE_KEY: tf.identity(inputs[RAW_SOURCE_KEY]),
+        contract.SOURCE_KEY: tf.identity(keys),
     }
+    if columns.label_column is not None:
+        outputs.update(_label_features(inputs[RAW_LABEL_KEY], columns))
+    if columns.target_columns:
+        outputs.update(_target_features(inputs, columns))
+    for name in columns.carry_columns:
+        outputs[name] = tf.identity(inputs[name])
+    return outputs

@@ -31,7 +31,7 @@ import apache_beam as beam
 from etl.core import hashing
 from etl.core.examples import serialize_example
 from etl.core.shard_plan import PlanShards
-from etl.images import codec, loading
+from etl.images import codec, labels, loading
 from etl.images.preprocessing import ImagePreprocessing
 from etl.images.sources import ImageRecord
 from reader import contract
@@ -147,7 +147,11 @@ def fits_one_shard(num_records: int, key_bytes: int, label_bytes: int,
 
 
 def _sizes(record: ImageRecord) -> tuple[int, int, int]:
-    return 1, len(record.key.encode("utf-8")), len(record.label.encode("utf-8"))
+    # Everything stored besides the image and the key counts as "label" bytes: class
+    # names, targets (4 bytes each) and carried text.
+    text = (*labels.label_names(record.label), *record.carried)
+    label_bytes = sum(len(t.encode("utf-8")) for t in text) + 4 * len(record.targets)
+    return 1, len(record.key.encode("utf-8")), label_bytes
 
 
 def _by_split(record: ImageRecord) -> tuple[str, ImageRecord]:

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from apache_beam.utils import shared
@@ -42,8 +43,10 @@ from etl.core.dead_letters import Rejection
 from etl.core.examples import serialize_example
 from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
 from etl.images import codec, loading
+from etl.images import labels as image_labels
 from etl.images.batches import FinishImages, Loaded, batches, decode_batch, load_record
-from etl.images.preprocessing import ImagePreprocessing
+from etl.images.labels import ONE_CLASS, LabelColumns
+from etl.images.preprocessing import ImagePreprocessing, serving_feature_spec
 from etl.images.sources import ImageRecord
 from reader import contract
 
@@ -76,6 +79,33 @@ def default_gzip_level(image_format: str, image_size: int) -> int:
     return sharding.DEFAULT_GZIP_LEVEL
 
 
+def raw_inputs(records: Sequence[ImageRecord], columns: LabelColumns) -> dict[str, Any]:
+    """The raw inputs of ``records`` besides their image bytes, as ``transform_fn``
+    takes them (``serving_feature_spec(columns)``): a set of class names as a
+    ``SparseTensor`` row, targets as ``float32 [batch, k]``."""
+    import tensorflow as tf
+
+    inputs: dict[str, Any] = {
+        contract.RAW_SOURCE_KEY: tf.constant([r.key for r in records], tf.string)}
+    if columns.label_column is not None and columns.multi_label:
+        names = [image_labels.label_names(r.label) for r in records]
+        indices = [[row, i] for row, row_names in enumerate(names)
+                   for i in range(len(row_names))]
+        inputs[contract.RAW_LABEL_KEY] = tf.SparseTensor(
+            tf.constant(indices, tf.int64, shape=[len(indices), 2]),
+            tf.constant([n for row_names in names for n in row_names], tf.string),
+            [len(records), max((len(n) for n in names), default=0)])
+    elif columns.label_column is not None:
+        inputs[contract.RAW_LABEL_KEY] = tf.constant([r.label for r in records], tf.string)
+    if columns.target_columns:
+        inputs[contract.TARGET_KEY] = tf.constant(
+            np.array([r.targets for r in records], np.float32).reshape(
+                len(records), len(columns.target_columns)))
+    for index, name in enumerate(columns.carry_columns):
+        inputs[name] = tf.constant([r.carried[index] for r in records], tf.string)
+    return inputs
+
+
 class ImageTransform:
     """The exported ``transform_fn`` applied to batches of loaded images, eagerly.
 
@@ -88,14 +118,16 @@ class ImageTransform:
     instance per process serves every thread (see :class:`TransformAndWriteImageShard`).
     """
 
-    def __init__(self, transform_fn_dir: str, preprocessing: ImagePreprocessing) -> None:
-        self._apply = load_transform_fn(transform_fn_dir, [
-            contract.RAW_IMAGE_KEY, contract.RAW_LABEL_KEY, contract.RAW_SOURCE_KEY])
+    def __init__(self, transform_fn_dir: str, preprocessing: ImagePreprocessing,
+                 columns: LabelColumns = ONE_CLASS) -> None:
+        inputs = sorted(serving_feature_spec(columns))
+        self._apply = load_transform_fn(transform_fn_dir, inputs)
         self.output_keys = list(self._apply.output_keys)
         self._apply_without_image = load_transform_fn(
-            transform_fn_dir, [contract.RAW_LABEL_KEY, contract.RAW_SOURCE_KEY],
+            transform_fn_dir, [key for key in inputs if key != contract.RAW_IMAGE_KEY],
             [key for key in self.output_keys if key != contract.IMAGE_KEY])
         self._finish = FinishImages(preprocessing)
+        self._columns = columns
 
     def __call__(self, batch: Sequence[Loaded]) -> dict[str, np.ndarray]:
         """Transformed features of ``batch``: feature name → ``[len(batch)]`` array.
@@ -105,13 +137,8 @@ class ImageTransform:
         """
         import tensorflow as tf
 
-        def common(items: Sequence[Loaded]) -> dict[str, tf.Tensor]:
-            return {
-                contract.RAW_LABEL_KEY: tf.constant([item.record.label for item in items],
-                                                    tf.string),
-                contract.RAW_SOURCE_KEY: tf.constant([item.record.key for item in items],
-                                                     tf.string),
-            }
+        def common(items: Sequence[Loaded]) -> dict[str, Any]:
+            return raw_inputs([item.record for item in items], self._columns)
 
         parts: list[tuple[list[int], dict[str, np.ndarray]]] = []
         whole = [i for i, item in enumerate(batch) if item.pixels is None]
@@ -133,7 +160,8 @@ class ImageTransform:
         for indices, values in parts:
             for name, column in values.items():
                 if name not in merged:
-                    merged[name] = np.empty(len(batch), dtype=column.dtype)
+                    merged[name] = np.empty((len(batch), *column.shape[1:]),
+                                            dtype=column.dtype)
                 merged[name][indices] = column
         return merged
 
@@ -289,12 +317,14 @@ class TransformAndWriteImageShard(ShardStep):
     def __init__(self, output_dir: str, name: str, gzip_level: int,
                  limits: loading.InputLimits, transform_handle: shared.Shared,
                  preprocessing: ImagePreprocessing, transform_threads: int = 2,
-                 read_threads: int | None = None) -> None:
+                 read_threads: int | None = None, columns: LabelColumns = ONE_CLASS
+                 ) -> None:
         if transform_threads < 1:
             raise ValueError(f"transform_threads must be >= 1, got {transform_threads}.")
         super().__init__(output_dir, name, gzip_level, transform_handle)
         self._limits = limits
         self._preprocessing = preprocessing
+        self._columns = columns
         self._transform_threads = transform_threads
         self._read_threads = read_threads
 
@@ -311,7 +341,7 @@ class TransformAndWriteImageShard(ShardStep):
         super().teardown()
 
     def load_transform(self, transform_fn_dir: str) -> ImageTransform:
-        return ImageTransform(transform_fn_dir, self._preprocessing)
+        return ImageTransform(transform_fn_dir, self._preprocessing, self._columns)
 
     def transform_blocks(self, units: Iterable[ImageRecord], transform: ImageTransform
                          ) -> Iterator[ShardBlock]:
@@ -329,7 +359,7 @@ class TransformAndWriteImageShard(ShardStep):
                 continue
             record, serialized = outcome
             examples.append(serialized)
-            labels.append(record.label)
+            labels.extend(image_labels.label_names(record.label))
             if len(examples) >= BATCH_ROWS:
                 yield ShardBlock(examples, labels, rejections)
                 examples, labels, rejections = [], [], []

@@ -7,7 +7,9 @@ Accepted layouts (see docs/IMAGE_JOB.md, "Input layouts"):
   name (train, validation/val/valid, test), that split is used instead of hashing.
 * ``manifest.csv`` with a header row, or ``manifest.jsonl`` with one object a line:
   columns/fields ``path`` (relative to the manifest's folder, absolute, or a URI such
-  as ``gs://...``), ``label``, and optional ``split``.
+  as ``gs://...``), ``label``, and optional ``split``; ``LabelColumns`` says which
+  columns hold class labels, numeric targets and carried text
+  (``etl/images/labels.py``, docs/LABELS.md).
 
 The key of an example is its path relative to the root (folder input) or the
 ``path`` value as written (manifest input), with ``/`` separators. Files and folders
@@ -32,24 +34,36 @@ from apache_beam.io import fileio
 
 from etl.core import dead_letters, splits, text_rows
 from etl.core.dead_letters import Rejection
+from etl.images import labels
+from etl.images.labels import Label, LabelColumns
 from etl.images.paths import has_scheme, list_local_files, normalise_root, resolves_inside
 
 PATH_COLUMN = "path"
-LABEL_COLUMN = "label"
 SPLIT_COLUMN = "split"
-MANIFEST_COLUMNS: tuple[str, ...] = (PATH_COLUMN, LABEL_COLUMN, SPLIT_COLUMN)
 
 REJECTED = dead_letters.REJECTED
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageRecord:
-    """One image input before it is read: where it is, its key, label and split."""
+    """One image input before it is read: where it is, its key, label and split.
+
+    ``label`` is one class name, a sorted tuple of names (``--multi_label``) or None
+    (``--label_column=none``); ``targets`` and ``carried`` hold the values of
+    ``--target_columns`` and ``--carry_columns``, in the flags' order.
+    """
 
     key: str
     uri: str
-    label: str
+    label: Label
     split: str | None = None  # None: assigned later from a hash of the key.
+    targets: tuple[float, ...] = ()
+    carried: tuple[str, ...] = ()
+
+    def sort_key(self) -> tuple[Any, ...]:
+        """Orders records of one key (duplicates) by everything they hold."""
+        return (self.uri, labels.label_names(self.label), self.targets, self.carried,
+                self.split or "")
 
 
 def assign_split(record: ImageRecord, fractions: splits.SplitFractions,
@@ -59,25 +73,14 @@ def assign_split(record: ImageRecord, fractions: splits.SplitFractions,
     An explicit split (folder or column) wins; otherwise a stable hash of the key
     decides. From here on the split travels on the record itself.
     """
-    if allowed_labels is not None and record.label not in allowed_labels:
+    unknown = sorted(set(labels.label_names(record.label)) - (allowed_labels or set()))
+    if allowed_labels is not None and unknown:
         return Rejection(key=record.key, source=record.uri, reason=dead_letters.UNKNOWN_LABEL,
-                         message=f"Label {record.label!r} is not in --label_vocabulary.")
+                         message=f"Label {', '.join(map(repr, unknown))} is not in "
+                                 f"--label_vocabulary.")
     if record.split is not None:
         return record
     return dataclasses.replace(record, split=splits.assign_split(record.key, fractions))
-
-
-def validate_label(label: Any) -> str | None:
-    """Reason code if ``label`` is unusable as a class name, else None.
-
-    Labels become lines of tf.Transform's text vocabulary file, so they must be
-    non-empty and free of line breaks.
-    """
-    if label is None or (isinstance(label, str) and not label.strip()):
-        return dead_letters.MISSING_LABEL
-    if not isinstance(label, str) or "\n" in label or "\r" in label:
-        return dead_letters.INVALID_LABEL
-    return None
 
 
 def detect_split_layout(root: str) -> bool:
@@ -144,7 +147,9 @@ def record_from_folder_path(path: str, root: str, split_layout: bool,
 
 
 def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
-                    allow_outside_root: bool = False) -> ImageRecord | Rejection:
+                    allow_outside_root: bool = False,
+                    columns: LabelColumns = labels.ONE_CLASS, from_csv: bool = True
+                    ) -> ImageRecord | Rejection:
     """Validates one manifest row (already parsed into a mapping).
 
     Paths are resolved against the manifest's folder (the input root). A path that
@@ -171,11 +176,10 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
                          message=f"{path!r} resolves outside the manifest's folder "
                                  f"{manifest_dir!r} (symbolic links followed); pass "
                                  f"--allow_paths_outside_root to read it.")
-    label = row.get(LABEL_COLUMN)
-    reason = validate_label(label)
-    if reason is not None:
-        return Rejection(key=key, source=source, reason=reason,
-                         message=f"Label {label!r} is empty or contains a line break.")
+    try:
+        label, targets, carried = columns.parse(row, from_csv)
+    except labels.RowError as e:
+        return Rejection(key=key, source=source, reason=e.reason, message=str(e))
     split_value = row.get(SPLIT_COLUMN)
     split = None
     if split_value not in (None, ""):
@@ -184,11 +188,13 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
         except ValueError as e:
             return Rejection(key=key, source=source, reason=dead_letters.INVALID_SPLIT,
                              message=str(e))
-    return ImageRecord(key=key, uri=uri, label=label.strip(), split=split)
+    return ImageRecord(key=key, uri=uri, label=label, split=split, targets=targets,
+                       carried=carried)
 
 
-def read_csv_header(manifest_path: str) -> tuple[str, ...]:
-    """The CSV header, checked to contain ``path`` and ``label``.
+def read_csv_header(manifest_path: str, columns: LabelColumns = labels.ONE_CLASS
+                    ) -> tuple[str, ...]:
+    """The CSV header, checked to contain ``path`` and ``columns``' columns.
 
     Raises:
         ValueError: naming the columns found if a required one is missing.
@@ -197,11 +203,12 @@ def read_csv_header(manifest_path: str) -> tuple[str, ...]:
         header = text_rows.read_csv_header(manifest_path)
     except ValueError as e:
         raise ValueError(f"Manifest {manifest_path!r} has an unreadable header: {e}") from None
-    missing = [c for c in (PATH_COLUMN, LABEL_COLUMN) if c not in header]
+    required = (PATH_COLUMN, *columns.required_columns())
+    missing = [c for c in required if c not in header]
     if missing:
         raise ValueError(
             f"Manifest {manifest_path!r} lacks column(s) {missing}; its header is "
-            f"{list(header)}. Required: {PATH_COLUMN!r}, {LABEL_COLUMN!r}; optional: "
+            f"{list(header)}. Required: {', '.join(map(repr, required))}; optional: "
             f"{SPLIT_COLUMN!r}."
         )
     return header
@@ -212,29 +219,36 @@ def is_manifest(input_path: str) -> bool:
     return input_path.lower().endswith((".csv", ".jsonl"))
 
 
-def check_input(input_path: str) -> None:
+def check_input(input_path: str, columns: LabelColumns = labels.ONE_CLASS) -> None:
     """Validates the input before anything runs (layout, manifest header).
 
     Raises:
-        ValueError: if the input is missing or has an unusable layout or header.
+        ValueError: if the input is missing or has an unusable layout or header, or
+            ``columns`` asks a folder for more than one class per image.
     """
     import tensorflow as tf
 
     if not tf.io.gfile.exists(input_path):
         raise ValueError(f"--input {input_path!r} does not exist.")
     if not is_manifest(input_path):
+        if not columns.is_default:
+            raise ValueError(
+                f"--input {input_path!r} is a folder, which gives one class per image "
+                f"(its class folder); --multi_label, --label_column, --target_columns "
+                f"and --carry_columns read a .csv or .jsonl manifest.")
         detect_split_layout(normalise_root(input_path))
     elif input_path.lower().endswith(".csv"):
-        read_csv_header(input_path)
+        read_csv_header(input_path, columns)
 
 
 class _ParseManifestLine(beam.DoFn):
     def __init__(self, manifest_path: str, header: tuple[str, ...] | None,
-                 allow_outside_root: bool) -> None:
+                 allow_outside_root: bool, columns: LabelColumns) -> None:
         self._manifest_path = manifest_path
         self._manifest_dir = posixpath.dirname(manifest_path)
         self._header = header  # None: JSON Lines.
         self._allow_outside_root = allow_outside_root
+        self._columns = columns
 
     def process(self, numbered_line: tuple[int, str]) -> Iterator[Any]:
         line_number, line = numbered_line
@@ -249,7 +263,8 @@ class _ParseManifestLine(beam.DoFn):
                 message=f"Cannot parse manifest line: {line[:200]!r}")
         else:
             result = record_from_row(row, self._manifest_dir, source,
-                                     self._allow_outside_root)
+                                     self._allow_outside_root, self._columns,
+                                     from_csv=self._header is not None)
         yield from dead_letters.route(result)
 
 
@@ -271,7 +286,7 @@ def _keep_first_of_duplicates(element: tuple[str, Iterable[ImageRecord]]
     """One record per key: the first by (uri, label, split); the others are dead
     letters (``duplicate_key``), so a listed image never silently appears twice."""
     key, records = element
-    ordered = sorted(records, key=lambda r: (r.uri, r.label, r.split or ""))
+    ordered = sorted(records, key=ImageRecord.sort_key)
     yield ordered[0]
     for extra in ordered[1:]:
         yield from dead_letters.route(Rejection(
@@ -287,10 +302,12 @@ class ReadImageRecords(beam.PTransform):
     duplicate keys). Every listed input ends in exactly one of the two.
     """
 
-    def __init__(self, input_path: str, allow_outside_root: bool = False) -> None:
+    def __init__(self, input_path: str, allow_outside_root: bool = False,
+                 columns: LabelColumns = labels.ONE_CLASS) -> None:
         super().__init__()
         self._input = input_path
         self._allow_outside_root = allow_outside_root
+        self._columns = columns
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> tuple[beam.PCollection, ...]:
         if not is_manifest(self._input):
@@ -321,7 +338,8 @@ class ReadImageRecords(beam.PTransform):
             )
             return listed.records, listed[REJECTED]
         path = self._input if has_scheme(self._input) else os.path.abspath(self._input)
-        header = read_csv_header(path) if path.lower().endswith(".csv") else None
+        header = (read_csv_header(path, self._columns) if path.lower().endswith(".csv")
+                  else None)
         parsed = (
             pbegin
             | "StartManifest" >> beam.Create([path])
@@ -331,7 +349,8 @@ class ReadImageRecords(beam.PTransform):
                 text_rows.numbered_lines, skip_header=header is not None)
             | "ReshuffleManifestLines" >> beam.Reshuffle()
             | "ParseManifestLines" >> beam.ParDo(
-                _ParseManifestLine(path, header, self._allow_outside_root)).with_outputs(
+                _ParseManifestLine(path, header, self._allow_outside_root,
+                                   self._columns)).with_outputs(
                     REJECTED, main="records")
         )
         unique = (

@@ -640,9 +640,9 @@ def _image_reading(preprocessing_fn):
     """``preprocessing_fn`` plus an analyzer of the image bytes."""
     from etl.images import preprocessing as image_preprocessing
 
-    def image_reading_fn(inputs, *, config=None):
+    def image_reading_fn(inputs, *, config=None, **options):
         outputs = preprocessing_fn(
-            inputs, config=config or image_preprocessing.ImagePreprocessing())
+            inputs, config=config or image_preprocessing.ImagePreprocessing(), **options)
         outputs["mean_length"] = tft.mean(tf.strings.length(inputs["image"]))
         return outputs
 

@@ -1,0 +1,162 @@
+"""etl/images/labels.py: what a manifest row's label, target and carried columns become."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from etl.images import labels
+from etl.images.labels import LabelColumns, RowError
+
+MULTI = LabelColumns(label_column="tags", multi_label=True)
+
+
+def _reason(call) -> str:
+    with pytest.raises(RowError) as error:
+        call()
+    return error.value.reason
+
+
+# --- Multi-label sets ----------------------------------------------------------------
+
+def test_csv_label_set_is_split_on_the_separator_sorted_and_deduplicated():
+    assert MULTI.parse({"tags": "outdoor|cat| cat |dog"}, from_csv=True)[0] == (
+        "cat", "dog", "outdoor")
+
+
+def test_csv_label_set_ignores_empty_pieces_and_may_be_empty():
+    assert MULTI.parse({"tags": "|cat||"}, from_csv=True)[0] == ("cat",)
+    assert MULTI.parse({"tags": ""}, from_csv=True)[0] == ()
+
+
+def test_csv_label_set_uses_the_given_separator():
+    columns = LabelColumns(label_column="tags", multi_label=True, label_separator=";")
+    assert columns.parse({"tags": "a|b;c"}, from_csv=True)[0] == ("a|b", "c")
+
+
+def test_jsonl_label_set_is_an_array_of_names():
+    assert MULTI.parse({"tags": ["b", "a", "b"]}, from_csv=False)[0] == ("a", "b")
+    assert MULTI.parse({"tags": []}, from_csv=False)[0] == ()
+
+
+@pytest.mark.parametrize("value, reason", [
+    (["cat", 3], "invalid_label"),
+    (["cat", ""], "missing_label"),
+    (["cat", "  "], "invalid_label"),
+    (["ca\nt"], "invalid_label"),
+    ("cat", "invalid_label"),
+    (None, "missing_label"),
+])
+def test_jsonl_label_set_rejects_what_is_not_an_array_of_names(value, reason):
+    assert _reason(lambda: MULTI.parse({"tags": value}, from_csv=False)) == reason
+
+
+def test_require_label_rejects_an_empty_set():
+    columns = LabelColumns(label_column="tags", multi_label=True, require_label=True)
+    assert _reason(lambda: columns.parse({"tags": ""}, from_csv=True)) == "missing_label"
+
+
+def test_a_list_as_single_label_names_the_multi_label_flag():
+    with pytest.raises(RowError, match="--multi_label"):
+        labels.ONE_CLASS.parse({"label": ["a", "b"]}, from_csv=False)
+
+
+# --- Numeric targets -----------------------------------------------------------------
+
+TARGETS = LabelColumns(label_column=None, target_columns=("age", "score"))
+
+
+def test_targets_are_read_in_flag_order_as_float32_values():
+    _, targets, _ = TARGETS.parse({"score": "0.1", "age": " 42 "}, from_csv=True)
+    assert targets == (42.0, float(np.float32(0.1)))
+    assert TARGETS.parse({"score": 0.1, "age": 42}, from_csv=False)[1] == targets
+
+
+@pytest.mark.parametrize("value, from_csv, reason", [
+    ("", True, "missing_target"),
+    (None, False, "missing_target"),
+    ("abc", True, "invalid_target"),
+    ("abc", False, "invalid_target"),
+    ("3.5", False, "invalid_target"),
+    (True, False, "invalid_target"),
+    ("nan", True, "non_finite_target"),
+    ("inf", True, "non_finite_target"),
+    ("1e39", True, "non_finite_target"),
+    (math.nan, False, "non_finite_target"),
+    (1e39, False, "non_finite_target"),
+    (10**400, False, "non_finite_target"),
+])
+def test_unusable_targets_get_their_reason(value, from_csv, reason):
+    row = {"age": value, "score": "1" if from_csv else 1}
+    assert _reason(lambda: TARGETS.parse(row, from_csv)) == reason
+
+
+def test_an_absent_target_field_is_missing():
+    assert _reason(lambda: TARGETS.parse({"score": 1}, False)) == "missing_target"
+
+
+def test_largest_float32_is_a_finite_target():
+    largest = float(np.finfo(np.float32).max)
+    assert TARGETS.parse({"age": largest, "score": -largest}, False)[1] == (
+        largest, -largest)
+
+
+# --- Carried columns -----------------------------------------------------------------
+
+CARRY = LabelColumns(carry_columns=("id", "caption"))
+
+
+def test_carried_text_is_kept_unchanged():
+    row = {"label": "a", "id": " 007 ", "caption": "a, \"b\"\nc"}
+    assert CARRY.parse(row, from_csv=False)[2] == (" 007 ", "a, \"b\"\nc")
+
+
+@pytest.mark.parametrize("value", [None, 7, ["a"]])
+def test_carried_value_that_is_not_text_is_rejected(value):
+    row = {"label": "a", "id": value, "caption": ""}
+    assert _reason(lambda: CARRY.parse(row, from_csv=False)) == "invalid_carried_value"
+
+
+# --- The columns' own rules ----------------------------------------------------------
+
+def test_tasks_follow_the_columns():
+    assert labels.ONE_CLASS.task == "classification"
+    assert MULTI.task == "multi_label"
+    assert TARGETS.task == "regression"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"label_column": None}, "--target_columns"),
+    ({"label_column": None, "multi_label": True, "target_columns": ("a",)}, "--multi_label"),
+    ({"require_label": True}, "--multi_label"),
+    ({"label_separator": ""}, "--label_separator"),
+    ({"target_columns": ("a", "a")}, "named twice"),
+    ({"target_columns": ("label",)}, "named twice"),
+    ({"carry_columns": ("path",)}, "named twice"),
+    ({"carry_columns": ("image",)}, "overwrite stored features"),
+    ({"carry_columns": ("target",)}, "overwrite stored features"),
+])
+def test_unusable_column_choices_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LabelColumns(**kwargs)
+
+
+def test_csv_header_must_hold_every_named_column(tmp_path):
+    from etl.images.sources import read_csv_header
+
+    path = tmp_path / "m.csv"
+    path.write_text("path,tags,age\n")
+    columns = LabelColumns(label_column="tags", multi_label=True,
+                           target_columns=("age", "score"))
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['score'\]"):
+        read_csv_header(str(path), columns)
+
+
+def test_a_folder_input_refuses_label_columns(tmp_path):
+    from etl.images.sources import check_input
+
+    (tmp_path / "cat").mkdir()
+    with pytest.raises(ValueError, match="is a folder"):
+        check_input(str(tmp_path), MULTI)
