@@ -119,9 +119,9 @@ class LabelColumns:
             "label_separator": self.label_separator if self.multi_label else None,
             "require_label": self.require_label,
             "target_columns": list(self.target_columns),
-            "normalize_targets": ("zscore: (x - train mean) / train std (population; "
-                                  "std 0 -> 1), exact train statistics"
-                                  if self.normalize_targets else "none: stored as given"),
+            "normalize_targets": None if not self.target_columns else (
+                "zscore: (x - train mean) / train std (population; std 0 -> 1), exact "
+                "train statistics" if self.normalize_targets else "none: stored as given"),
             "carry_columns": list(self.carry_columns),
         }
 

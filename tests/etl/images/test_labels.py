@@ -160,3 +160,17 @@ def test_a_folder_input_refuses_label_columns(tmp_path):
     (tmp_path / "cat").mkdir()
     with pytest.raises(ValueError, match="is a folder"):
         check_input(str(tmp_path), MULTI)
+
+
+def test_label_vocabulary_rejects_a_set_naming_an_unlisted_class():
+    from etl.core import splits
+    from etl.images.sources import ImageRecord, assign_split
+
+    fractions = splits.SplitFractions.parse("0.8,0.1,0.1")
+    allowed = frozenset({"cat", "dog"})
+    kept = ImageRecord("a.jpg", "/a.jpg", ("cat", "dog"), split="train")
+    assert assign_split(kept, fractions, allowed) == kept
+    rejected = assign_split(ImageRecord("b.jpg", "/b.jpg", ("cat", "emu", "owl")),
+                            fractions, allowed)
+    assert (rejected.reason, rejected.message) == (
+        "unknown_label", "Label 'emu', 'owl' is not in --label_vocabulary.")
