@@ -37,7 +37,8 @@ class DatasetOptions(PipelineOptions):
             "--input",
             help="pipelines.images: an image folder (<root>/<class>/<image> or "
                  "<root>/<split>/<class>/<image>) or a .csv/.jsonl manifest with columns "
-                 "path,label[,split] (paths relative to it). pipelines.timeseries: a "
+                 "path,label[,split] (paths relative to it; label sets, numeric targets "
+                 "and carried columns: docs/LABELS.md). pipelines.timeseries: a "
                  ".csv/.jsonl/.parquet file, or glob, of long-format rows.")
         parser.add_argument(
             "--label_column", default="label",

@@ -45,7 +45,8 @@ INTRA_OP_THREADS_ENV = "TF_NUM_INTRAOP_THREADS"
 class ImagesOptions(common.DatasetOptions, PipelineOptions):
     """Options of the image job. --input: an image folder (<root>/<class>/<image> or
     <root>/<split>/<class>/<image>) or a manifest .csv/.jsonl with columns
-    path,label[,split] (paths relative to the manifest's folder)."""
+    path,label[,split] (paths relative to the manifest's folder), and the label-set,
+    target and carried columns the flags name (docs/LABELS.md)."""
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
