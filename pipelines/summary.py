@@ -12,6 +12,16 @@ def _mib(num_bytes: int) -> str:
     return f"{num_bytes / (1024 * 1024):.2f} MiB"
 
 
+def _label_parts(manifest: Mapping[str, Any], task: str) -> list[str]:
+    """What the examples' labels are: the class count and/or the target shape."""
+    parts = []
+    if task in (contract.CLASSIFICATION, contract.MULTI_LABEL):
+        parts.append(f"{len(manifest['label_vocab'])} labels")
+    if contract.TARGET_KEY in manifest["features"]:
+        parts.append(f"target shape {manifest['features'][contract.TARGET_KEY]['shape']}")
+    return parts
+
+
 def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: float) -> str:
     """Records, shards and bytes per split, rejections, and where the output is."""
     lines = [f"Wrote dataset {manifest['name']!r} to {output_dir}",
@@ -27,12 +37,8 @@ def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: floa
     for split, why in manifest.get("timeseries", {}).get("empty_splits", {}).items():
         lines.append(f"  {split}: no windows: {why}")
     task = manifest.get("task", contract.CLASSIFICATION)
-    if task == contract.CLASSIFICATION:
-        target = f"{len(manifest['label_vocab'])} labels"
-    else:
-        shape = manifest["features"][contract.TARGET_KEY]["shape"]
-        target = f"target shape {shape}"
-    lines.append(f"  {manifest.get('kind', contract.IMAGES)} {task}, {target}; manifest: "
+    lines.append(f"  {manifest.get('kind', contract.IMAGES)} {task}, "
+                 f"{', '.join(_label_parts(manifest, task))}; manifest: "
                  f"{output_dir.rstrip('/')}/{contract.MANIFEST_FILENAME}")
     lines.append(f"  wall time: {elapsed_s:.1f} s")
     return "\n".join(lines)

@@ -163,8 +163,7 @@ def _check_name(name: Any, what: str) -> str:
         raise RowError(dead_letters.INVALID_LABEL,
                        f"{what} {name!r} contains a line break.")
     if not name.strip():
-        raise RowError(dead_letters.INVALID_LABEL if name else dead_letters.MISSING_LABEL,
-                       f"{what} {name!r} is empty.")
+        raise RowError(dead_letters.INVALID_LABEL, f"{what} {name!r} is blank.")
     return name.strip()
 
 

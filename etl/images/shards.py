@@ -205,9 +205,22 @@ def _transform_loaded(transform: Callable[[Sequence[Loaded]], dict[str, np.ndarr
                           reason=dead_letters.UNDECODABLE_IMAGE,
                           message=f"TensorFlow cannot decode this {image_format} file: "
                                   f"{loading.tf_error_detail(e.message)}")]
-    return [(item.record, serialize_example({name: values[i]
-                                             for name, values in outputs.items()}))
+    return [_outcome(item.record, {name: values[i] for name, values in outputs.items()})
             for i, item in enumerate(batch)]
+
+
+def _outcome(record: ImageRecord, features: dict[str, Any]) -> Outcome:
+    """The serialized example, or a ``non_finite_target`` rejection where a finite
+    target left float32's range when normalised (a value far from a tiny train
+    spread): an infinite target would silently break training."""
+    target = features.get(contract.TARGET_KEY)
+    if target is not None and not np.all(np.isfinite(target)):
+        return Rejection(key=record.key, source=record.uri,
+                         reason=dead_letters.NON_FINITE_TARGET,
+                         message=f"Targets {list(record.targets)} normalise to "
+                                 f"{target.tolist()} with the train mean and std (beyond "
+                                 f"float32); use --normalize_targets=none or rescale them.")
+    return record, serialize_example(features)
 
 
 

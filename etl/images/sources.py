@@ -252,9 +252,10 @@ class _ParseManifestLine(beam.DoFn):
 
     def process(self, numbered_line: tuple[int, str]) -> Iterator[Any]:
         line_number, line = numbered_line
-        if not line.strip():
-            return  # Blank lines are not rows.
-        source = f"{self._manifest_path}:{line_number}"
+        if line.strip():  # Blank lines are not rows.
+            yield from self._parse(line, f"{self._manifest_path}:{line_number}")
+
+    def _parse(self, line: str, source: str) -> Iterator[Any]:
         row = (text_rows.parse_jsonl_line(line) if self._header is None
                else text_rows.parse_csv_line(line, self._header))
         if row is None:
@@ -283,8 +284,9 @@ class _FolderPathToRecord(beam.DoFn):
 
 def _keep_first_of_duplicates(element: tuple[str, Iterable[ImageRecord]]
                               ) -> Iterator[Any]:
-    """One record per key: the first by (uri, label, split); the others are dead
-    letters (``duplicate_key``), so a listed image never silently appears twice."""
+    """One record per key: the first by ``ImageRecord.sort_key`` (uri, label, targets,
+    carried values, split); the others are dead letters (``duplicate_key``), so a
+    listed image never silently appears twice."""
     key, records = element
     ordered = sorted(records, key=ImageRecord.sort_key)
     yield ordered[0]

@@ -43,7 +43,7 @@ def test_jsonl_label_set_is_an_array_of_names():
 
 @pytest.mark.parametrize("value, reason", [
     (["cat", 3], "invalid_label"),
-    (["cat", ""], "missing_label"),
+    (["cat", ""], "invalid_label"),
     (["cat", "  "], "invalid_label"),
     (["ca\nt"], "invalid_label"),
     ("cat", "invalid_label"),

@@ -154,3 +154,17 @@ def test_process_shard_outcomes_keep_input_order_whatever_the_concurrency(
 def test_default_gzip_level_refuses_an_unknown_format():
     with pytest.raises(ValueError, match="Unknown image format 'webp'"):
         default_gzip_level("webp", 224)
+
+
+def test_a_target_normalised_beyond_float32_is_a_dead_letter():
+    from etl.images.shards import _outcome
+
+    record = ImageRecord("a.png", "/a.png", None, "test", targets=(1e10,))
+    rejected = _outcome(record, {"key": b"a.png",
+                                 "target": np.array([np.inf], np.float32)})
+    assert isinstance(rejected, Rejection) and rejected.reason == "non_finite_target"
+    kept = _outcome(record, {"key": b"a.png", "target": np.array([2.5], np.float32)})
+    assert kept == (record, tf.train.Example(features=tf.train.Features(feature={
+        "key": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"a.png"])),
+        "target": tf.train.Feature(float_list=tf.train.FloatList(value=[2.5])),
+    })).SerializeToString(deterministic=True))
