@@ -255,8 +255,9 @@ def _only(instance: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
     return {name: instance[name] for name in names}
 
 
-def _decide_split(record: ImageRecord, fractions: splits.SplitFractions,
-                  allowed_labels: frozenset[str] | None) -> Iterator[Any]:
+def decide_split(record: ImageRecord, fractions: splits.SplitFractions,
+                 allowed_labels: frozenset[str] | None) -> Iterator[Any]:
+    """The record with its split set, or its ``unknown_label`` rejection (tagged)."""
     return dead_letters.route(assign_split(record, fractions, allowed_labels))
 
 
@@ -279,6 +280,36 @@ def _analyze_labels(job: ImageJob) -> AnalyzeAndWriteTransformFn:
     return analyze
 
 
+class AnalyzeTrainImages(beam.PTransform):
+    """Split-assigned ``ImageRecord``s → ``(transform_written, *manifest entries)``.
+
+    The train records' analysis instances (label, target moments; never image
+    bytes) fit tf.Transform's analyzers, which write ``transform_fn/``; the same
+    instances give the manifest's ``targets`` and ``carried_columns`` entries
+    (``etl/images/label_entries.py``), so the recorded statistics are the applied ones.
+
+    Raises:
+        AssertionError: at construction, if the analyzers would read image bytes.
+    """
+
+    def __init__(self, job: ImageJob) -> None:
+        super().__init__()
+        self._columns = job.columns
+        self._analyze = _analyze_labels(job)
+
+    def expand(self, split_records: beam.PCollection) -> tuple[beam.PCollection, ...]:
+        train_instances = split_records | "TrainInstances" >> beam.FlatMap(
+            _train_instances, columns=self._columns)
+        transform_written = (
+            train_instances
+            | "AnalyzedColumns" >> beam.Map(_only, self._analyze.analyze_columns)
+            | "AnalyzeAndWrite" >> self._analyze
+        )
+        entries = train_instances | "DescribeTargets" >> DescribeTargetsAndCarried(
+            self._columns)
+        return (transform_written, *entries)
+
+
 def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     """Adds the image job's transforms to ``pipeline``.
 
@@ -292,7 +323,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         AssertionError: if the preprocessing's analyzers would read image bytes.
     """
     output_dir = job.output.output_dir
-    analyze = _analyze_labels(job)
+    analyze = AnalyzeTrainImages(job)
     records, listing_rejected = pipeline | "ReadImageRecords" >> ReadImageRecords(
         job.input, job.allow_outside_root, job.columns)
     # Every listed input is a record or a listing rejection: that count is the inputs.
@@ -304,19 +335,11 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     )
     # ImageRecord with its split set, from here to its shard.
     decided = records | "AssignSplits" >> beam.FlatMap(
-        _decide_split, fractions=job.output.fractions,
+        decide_split, fractions=job.output.fractions,
         allowed_labels=job.allowed_labels).with_outputs(REJECTED, main="records")
     split_records = decided.records
-    # The analysis instance of each train image: its label and target moments.
-    train_instances = split_records | "TrainInstances" >> beam.FlatMap(
-        _train_instances, columns=job.columns)
-    transform_written = (
-        train_instances
-        | "AnalyzedColumns" >> beam.Map(_only, analyze.analyze_columns)
-        | "AnalyzeLabels" >> analyze
-    )
-    extras = [inputs, *(train_instances
-                        | "DescribeTargets" >> DescribeTargetsAndCarried(job.columns))]
+    transform_written, *entries = split_records | "AnalyzeLabels" >> analyze
+    extras = [inputs, *entries]
 
     _ = split_records | "Publish" >> PublishDataset(
         output_dir, job.output.name,
