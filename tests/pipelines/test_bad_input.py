@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etl.core import accounting, fault_injection
+from etl.core import fault_injection
 from pipelines import images
 from reader import contract
 from tests import image_fixtures
@@ -42,16 +42,18 @@ def write_manifest(root: str, rows: list[tuple[str, str]]) -> str:
     return path
 
 
-def test_job_fails_above_max_error_fraction_without_manifest(small_folder, tmp_path):
+def test_job_above_max_error_fraction_fails_in_one_line_and_publishes_nothing(
+        small_folder, tmp_path, monkeypatch, root_logging):
     root, good = small_folder
     for i in range(4):  # 4 bad of 37: 10.8% > 10%
         with open(os.path.join(root, "cat", f"bad{i}.png"), "wb") as f:
             f.write(b"not an image at all")
     out = tmp_path / "out"
-    with pytest.raises(accounting.TooManyRejectionsError,
-                       match=r"above --max_error_fraction=0\.1") as info:
-        run_images_job(root, str(out))
-    assert "unsupported_format x4" in str(info.value)
+    exit_error = run_main(monkeypatch, images.run, [
+        f"--input={root}", f"--output_dir={out}", f"--image_size={TEST_IMAGE_SIZE}"])
+    assert exit_error.code.startswith("error: 4 of 37 inputs (10.8%) were rejected")
+    assert "above --max_error_fraction=0.1" in exit_error.code
+    assert "\n" not in exit_error.code and "unsupported_format x4" in exit_error.code
     assert not (out / contract.MANIFEST_FILENAME).exists()
     # The dead letters are there to debug with; a higher threshold publishes.
     assert len(rejected_reasons(str(out))) == 4
@@ -60,20 +62,13 @@ def test_job_fails_above_max_error_fraction_without_manifest(small_folder, tmp_p
     assert manifest["rejected"]["by_reason"] == {"unsupported_format": 4}
 
 
-def test_cli_reports_threshold_failure_in_one_line(small_folder, tmp_path, monkeypatch,
-                                                   root_logging):
-    root, _ = small_folder
-    for i in range(4):
-        with open(os.path.join(root, "cat", f"bad{i}.png"), "wb") as f:
-            f.write(b"")
-    exit_error = run_main(monkeypatch, images.run, [
-        f"--input={root}", f"--output_dir={tmp_path / 'out'}", "--image_size=8"])
-    assert exit_error.code.startswith("error: 4 of 37 inputs (10.8%) were rejected")
-    assert "\n" not in exit_error.code and "empty_file x4" in exit_error.code
-
-
-def test_manifest_rows_duplicates_escapes_and_missing_files(small_folder, tmp_path):
-    root, good = small_folder
+@pytest.fixture(scope="module")
+def bad_rows_run(tmp_path_factory):
+    """One manifest run with a fixed vocabulary and every kind of bad row:
+    (output dir, manifest, good images)."""
+    tmp_path = tmp_path_factory.mktemp("bad_rows")
+    root = str(tmp_path / "in")
+    good = image_fixtures.write_image_folder(root, copies=1)
     outside = tmp_path / "outside.png"
     shutil.copy(os.path.join(root, good[0].key), outside)
     rows = [(g.key, g.label) for g in good]
@@ -82,28 +77,32 @@ def test_manifest_rows_duplicates_escapes_and_missing_files(small_folder, tmp_pa
              (str(outside), "cat"),                # absolute path outside it
              ("cat/missing.png", "cat")]           # listed but absent
     manifest_path = write_manifest(root, rows)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("cat\ndog\n")
     out = str(tmp_path / "out")
-    manifest = run_images_job(manifest_path, out, "--max_error_fraction=0.5")
+    manifest = run_images_job(manifest_path, out, f"--label_vocabulary={vocab}",
+                              "--max_error_fraction=0.5")
+    return out, manifest, good
+
+
+def test_manifest_rows_duplicates_escapes_and_missing_files(bad_rows_run):
+    out, manifest, good = bad_rows_run
+    birds = [g for g in good if g.label == "bird"]
     assert manifest["rejected"]["by_reason"] == {
-        "duplicate_key": 1, "path_outside_root": 2, "unreadable_file": 1}
+        "duplicate_key": 1, "path_outside_root": 2, "unreadable_file": 1,
+        "unknown_label": len(birds)}
     reasons = rejected_reasons(out)
     assert reasons["../outside.png"] == "path_outside_root"
     assert reasons["cat/missing.png"] == "unreadable_file"
     # Exactly one row per duplicated key was written.
     written = sum(manifest["splits"][s]["num_records"] for s in contract.SPLITS)
-    assert written == len(good)
+    assert written == len(good) - len(birds)
     assert manifest["inputs"] == written + manifest["rejected"]["count"]
 
 
-def test_label_outside_fixed_vocabulary_is_rejected(small_folder, tmp_path):
-    root, good = small_folder
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("cat\ndog\n")
-    out = str(tmp_path / "out")
-    manifest = run_images_job(root, out, f"--label_vocabulary={vocab}",
-                              "--max_error_fraction=0.5")
+def test_label_outside_fixed_vocabulary_is_rejected(bad_rows_run):
+    out, _, good = bad_rows_run
     birds = [g.key for g in good if g.label == "bird"]
-    assert manifest["rejected"]["by_reason"] == {"unknown_label": len(birds)}
     assert sorted(k for k, r in rejected_reasons(out).items() if r == "unknown_label") == \
         sorted(birds)
 
