@@ -13,11 +13,13 @@ Detection argument for the command tests: the abort needs a harness thread still
 tearing down when the main thread finalizes, which load makes likely (without the
 join, about one run in two aborted with one spinning process per core beside it).
 The LOOPBACK round runs the image and the time-series command at the same time *and*
-one spinning process per core, so every exit happens under at least that load, and
-each command reaches the teardown: both write shards through the exported
-``transform_fn``. One LOOPBACK round gives two exits, so a reintroduced race passes
-one run of the suite unnoticed with probability about 1/4; the cause itself is
-checked on every run by ``test_loopback_run_leaves_no_sdk_harness_thread``. The
+a spinning process, beside the suite's other test processes (three on two cores in
+CI), so every exit happens with more runnable processes than cores, and each command
+reaches the teardown: both write shards through the exported
+``transform_fn``. One LOOPBACK round gives two exits, so a reintroduced race may
+pass one run of the suite unnoticed (about 1/4 at the load measured above); the
+cause itself is checked on every run by
+``test_loopback_run_leaves_no_sdk_harness_thread``. The
 subprocess-worker harness lives in its own process (no in-process teardown to race,
 so no load is added): its round checks that its commands exit 0 and write the same
 bytes.
@@ -52,7 +54,7 @@ SUBPROCESS_WORKER = (
     "--environment_type=beam:env:harness_subprocess_python:v1",
     f"--environment_config={sys.executable} -m apache_beam.runners.worker.sdk_worker_main",
 )
-# (environment flags, whether the commands run beside one spinning process per core).
+# (environment flags, whether the commands run beside a spinning process).
 ENVIRONMENTS = {"loopback": (LOOPBACK, True), "subprocess_worker": (SUBPROCESS_WORKER, False)}
 JOBS = ("images", "timeseries")
 
@@ -82,9 +84,12 @@ class CommandRun:
 
 @contextlib.contextmanager
 def busy_cores() -> Iterator[None]:
-    """One spinning process per core for the duration of the block."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                for _ in range(os.cpu_count() or 1)]
+    """A spinning process for the duration of the block.
+
+    One, not one per core: the suite's other test processes load the cores too, and
+    each spinner costs the whole suite a core for the round (~50 s, measured).
+    """
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
     try:
         yield
     finally:
