@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# One thread per op, the jobs' own default (pipelines/images.py), which they cannot
+# set in a test process where TensorFlow has already started: three test processes
+# on two cores otherwise each add a per-op pool of spinning threads.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 import pytest
 
