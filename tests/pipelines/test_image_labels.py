@@ -302,6 +302,10 @@ def test_keras_learns_a_numeric_target_better_than_the_mean(digit_rows, tmp_path
     manifest = run_images_job(path, out, "--label_column=none", "--target_columns=value",
                               "--normalize_targets=none")
     assert manifest["task"] == "regression" and "label" not in manifest["features"]
+    # --normalize_targets=none: the stored target is the given value, as float32.
+    stored = all_records(out, manifest)
+    assert {key: features["target"].tolist() for key, (_, features) in stored.items()} == {
+        row["path"]: [float(np.float32(row["value"]))] for row in rows}
     tf.keras.utils.set_random_seed(3)
     model = _mlp(1, None)
     model.compile(tf.keras.optimizers.Adam(3e-3), "mse")
