@@ -185,6 +185,22 @@ def job_env(code_dir: str = REPO_ROOT) -> dict[str, str]:
                                                         os.environ.get("PYTHONPATH")]))}
 
 
+def float64_mean_and_std(values: Any) -> tuple[Any, Any]:
+    """Per column of ``[rows, columns]`` float32 values: the population mean and std
+    summed in float64 with ``math.fsum`` (two passes), independently of the jobs'
+    exact integer sums; what the statistics checks compare the manifests with."""
+    import math
+
+    import numpy as np
+
+    means, stds = [], []
+    for column in np.asarray(values).T.astype(np.float64):
+        mean = math.fsum(column) / len(column)
+        means.append(mean)
+        stds.append(math.sqrt(math.fsum((column - mean) ** 2) / len(column)))
+    return np.array(means), np.array(stds)
+
+
 def read_json(path: str) -> Any:
     with open(path) as f:
         return json.load(f)

@@ -27,7 +27,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import time
 import numpy as np
 from bench_common import (
     code_version,
+    float64_mean_and_std,
     job_env,
     machine,
     read_json,
@@ -80,16 +80,6 @@ def train_values(input_path: str, first_validation: np.datetime64) -> np.ndarray
     keep = (times < first_validation) & (texts != "")
     return np.array([float(text) for text in texts[keep]], np.float64).astype(
         np.float32)[:, None]
-
-
-def float64_mean_and_std(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per column: population mean and std of float32 values, math.fsum in float64."""
-    means, stds = [], []
-    for column in values.T.astype(np.float64):
-        mean = math.fsum(column) / len(column)
-        means.append(mean)
-        stds.append(math.sqrt(math.fsum((column - mean) ** 2) / len(column)))
-    return np.array(means), np.array(stds)
 
 
 def probed_mean_and_std(output_dir: str, flags: dict[str, object]

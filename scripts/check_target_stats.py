@@ -54,7 +54,7 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
-from bench_common import code_version, machine, read_json
+from bench_common import code_version, float64_mean_and_std, machine, read_json
 
 TARGET_COLUMNS = ("age", "price", "visits")
 SPLIT_NAMES = ("train", "validation", "test")
@@ -113,16 +113,6 @@ def independent_train_values(seed: int, rows: int, chunk_rows: int) -> np.ndarra
         parts.append(np.array([float(text) for text in train.ravel()],
                               np.float64).reshape(train.shape).astype(np.float32))
     return np.concatenate(parts)
-
-
-def float64_mean_and_std(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per column: population mean and std of float32 values, math.fsum in float64."""
-    means, stds = [], []
-    for column in values.T.astype(np.float64):
-        mean = math.fsum(column) / len(column)
-        means.append(mean)
-        stds.append(math.sqrt(math.fsum((column - mean) ** 2) / len(column)))
-    return np.array(means), np.array(stds)
 
 
 # --- the job side ------------------------------------------------------------------------
