@@ -250,11 +250,6 @@ def _train_instances(record: ImageRecord, columns: image_labels.LabelColumns
         yield image_preprocessing.analysis_instance(record, columns)
 
 
-def _only(instance: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    # Exactly the analyzers' input columns (AnalyzeAndWriteTransformFn feeds those).
-    return {name: instance[name] for name in names}
-
-
 def decide_split(record: ImageRecord, fractions: splits.SplitFractions,
                  allowed_labels: frozenset[str] | None) -> Iterator[Any]:
     """The record with its split set, or its ``unknown_label`` rejection (tagged)."""
@@ -300,11 +295,7 @@ class AnalyzeTrainImages(beam.PTransform):
     def expand(self, split_records: beam.PCollection) -> tuple[beam.PCollection, ...]:
         train_instances = split_records | "TrainInstances" >> beam.FlatMap(
             _train_instances, columns=self._columns)
-        transform_written = (
-            train_instances
-            | "AnalyzedColumns" >> beam.Map(_only, self._analyze.analyze_columns)
-            | "AnalyzeAndWrite" >> self._analyze
-        )
+        transform_written = train_instances | "AnalyzeAndWrite" >> self._analyze
         entries = train_instances | "DescribeTargets" >> DescribeTargetsAndCarried(
             self._columns)
         return (transform_written, *entries)

@@ -67,9 +67,10 @@ RAW_FEATURE_SPEC = raw_feature_spec(ONE_CLASS)
 
 
 def analysis_instance(record: ImageRecord, columns: LabelColumns) -> dict[str, Any]:
-    """What the analysis may read of a train image: its label (one name, or a set)
-    and its targets' exact moments; never its bytes."""
-    instance: dict[str, Any] = {RAW_SOURCE_KEY: record.key}
+    """What the analysis reads of a train image, exactly its analyzers' input
+    columns: its label (one name, or a set) and its targets' exact moments; never its
+    bytes."""
+    instance: dict[str, Any] = {}
     if columns.label_column is not None:
         instance[RAW_LABEL_KEY] = record.label
     if columns.target_columns and columns.normalize_targets:

@@ -137,19 +137,18 @@ class ImageTransform:
         """
         import tensorflow as tf
 
-        def common(items: Sequence[Loaded]) -> dict[str, Any]:
-            return raw_inputs([item.record for item in items], self._columns)
-
         parts: list[tuple[list[int], dict[str, np.ndarray]]] = []
         whole = [i for i, item in enumerate(batch) if item.pixels is None]
         if whole:
             items = [batch[i] for i in whole]
             parts.append((whole, self._apply({contract.RAW_IMAGE_KEY: tf.constant(
-                [item.data for item in items], tf.string), **common(items)})))
+                [item.data for item in items], tf.string),
+                **raw_inputs([item.record for item in items], self._columns)})))
         finished = [i for i, item in enumerate(batch) if item.pixels is not None]
         if finished:
             items = [batch[i] for i in finished]
-            values = self._apply_without_image(common(items))
+            values = self._apply_without_image(
+                raw_inputs([item.record for item in items], self._columns))
             values[contract.IMAGE_KEY] = np.array(
                 self._finish([item.pixels for item in items], [item.data for item in items]),
                 dtype=object)
