@@ -13,7 +13,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
-from etl.core import accounting, sharding, splits
+from etl.core import accounting, resume, sharding, splits, versions
 from etl.core.output_dir import prepare_output_dir
 from pipelines import runner_defaults, summary
 from reader.contract import load_manifest
@@ -84,6 +84,18 @@ class DatasetOptions(PipelineOptions):
             "--overwrite", action="store_true",
             help="Replace a finished dataset already in --output_dir (refused otherwise).")
         parser.add_argument(
+            "--no_resume", action="store_true",
+            help="Start clean: ignore the shards an interrupted run into --output_dir "
+                 "finished. By default a rerun with the same input and options keeps "
+                 "them (each verified by its recorded size and sha256) and writes only "
+                 "the rest (docs/RESUME_AND_APPEND.md).")
+        parser.add_argument(
+            "--append", action="store_true",
+            help="pipelines.images: add the inputs a finished dataset in --output_dir "
+                 "does not hold yet, as new shards beside the old ones, preprocessed by "
+                 "its transform_fn; publishes the next dataset version "
+                 "(docs/RESUME_AND_APPEND.md).")
+        parser.add_argument(
             "--tft_temp_dir",
             help="tf.Transform scratch directory (must be shared storage on a "
                  "distributed runner). Default: <output_dir>/tmp.")
@@ -124,6 +136,7 @@ class OutputSettings:
     tft_temp_dir: str
     overwrite: bool
     max_error_fraction: float
+    resume: bool = True
 
     @classmethod
     def from_options(cls, options: Any, default_name: str,
@@ -147,6 +160,7 @@ class OutputSettings:
             tft_temp_dir=options.tft_temp_dir or os.path.join(options.output_dir, "tmp"),
             overwrite=options.overwrite,
             max_error_fraction=options.max_error_fraction,
+            resume=not options.no_resume,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -188,11 +202,13 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
         print("Dry run: job graph built and validated; nothing submitted or written.")
         return {}
     started = time.monotonic()
-    prepare_output_dir(job.output.output_dir, job.output.overwrite)
+    version = getattr(job, "version", versions.FIRST_VERSION)
+    prepare_output_dir(job.output.output_dir, job.output.overwrite, job.output.resume,
+                       append=version.appends)
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, job)
     try:
-        runner_defaults.run_to_completion(pipeline)
+        result = runner_defaults.run_to_completion(pipeline)
     except Exception as e:
         # Every runner reports a failed step in its own words; a withheld dataset
         # is recognised by the record the manifest step left, with its type.
@@ -202,8 +218,13 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
         raise
     elapsed = time.monotonic() - started
     runner_defaults.remove_temp_dir(job.output.tft_temp_dir)
+    resume.remove_progress(job.output.output_dir)
     manifest = load_manifest(job.output.output_dir)
-    print(summary.format_summary(job.output.output_dir, manifest, elapsed))
+    counts = summary.run_counts(result)
+    if manifest.get("dataset_version", 1) < version.number:
+        print(summary.format_nothing_new(job.output.output_dir, manifest, counts))
+    else:
+        print(summary.format_summary(job.output.output_dir, manifest, elapsed, counts))
     return manifest
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import posixpath
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,9 +23,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, splits
+from etl.core import dead_letters, splits, versions
 from etl.core.analysis import AnalyzeAndWriteTransformFn
-from etl.core.dead_letters import REJECTED
+from etl.core.dead_letters import REJECTED, Rejection
 from etl.core.inputs import InputsEntry
 from etl.core.publish import ManifestSpec, PublishDataset
 from etl.images import accounting, codec, loading
@@ -156,6 +157,8 @@ class ImageJob:
     allowed_labels: frozenset[str] | None
     allow_outside_root: bool
     columns: image_labels.LabelColumns = image_labels.ONE_CLASS
+    # The version this run publishes: the first, or (--append) the next one.
+    version: versions.DatasetVersion = versions.FIRST_VERSION
 
     @classmethod
     def from_options(cls, options: ImagesOptions) -> ImageJob:
@@ -170,7 +173,7 @@ class ImageJob:
             default_gzip_level=default_gzip_level(options.image_format, options.image_size))
         columns = _label_columns(options)
         check_input(options.input, columns)
-        return cls(
+        job = cls(
             input=options.input,
             preprocessing=image_preprocessing.ImagePreprocessing(
                 image_size=options.image_size, image_format=options.image_format,
@@ -186,6 +189,13 @@ class ImageJob:
             allow_outside_root=options.allow_paths_outside_root,
             columns=columns,
         )
+        if not options.append:
+            return job
+        if options.overwrite:
+            raise ValueError("--append adds to the dataset in --output_dir and "
+                             "--overwrite replaces it: pass one of them.")
+        return dataclasses.replace(job, version=versions.DatasetVersion.appending_to(
+            output.output_dir, contract.IMAGES, output.name, job.describe_preprocessing()))
 
     def describe_preprocessing(self) -> dict[str, Any]:
         """Every parameter that shapes the output, for the manifest."""
@@ -301,6 +311,51 @@ class AnalyzeTrainImages(beam.PTransform):
         return (transform_written, *entries)
 
 
+def reject_labels_not_in_dataset(record: ImageRecord, vocabulary: frozenset[str],
+                                 version: int) -> Iterator[Any]:
+    """``--append``: the record, or (tagged) its ``label_not_in_dataset`` rejection
+    when it names a class the dataset's vocabulary lacks: the shards already written
+    hold ids of that vocabulary, so a new class needs a rebuild."""
+    missing = image_labels.names_not_in(record.label, vocabulary)
+    if not missing:
+        return iter([record])
+    return dead_letters.route(Rejection(
+        key=record.key, source=record.uri, reason=dead_letters.LABEL_NOT_IN_DATASET,
+        message=f"Label {', '.join(map(repr, missing))} is not in the dataset's label "
+                f"vocabulary (fit by its first version); --append cannot add a class "
+                f"to dataset version {version - 1}: rebuild it with --overwrite to "
+                f"include it."))
+
+
+def _list_inputs(pipeline: beam.Pipeline, job: ImageJob
+                 ) -> tuple[beam.PCollection, beam.PCollection]:
+    """``(records, rejections)`` of the listing: every input, or (``--append``) the
+    inputs the dataset does not hold yet, a class it lacks rejected."""
+    records, rejected = pipeline | "ReadImageRecords" >> ReadImageRecords(
+        job.input, job.allow_outside_root, job.columns)
+    if not job.version.appends:
+        return records, rejected
+    held = [posixpath.join(job.output.output_dir, relpath)
+            for relpath in job.version.held_key_files()]
+    records = records | "DropHeldRecords" >> beam.ParDo(versions.DropHeldInputs(held))
+    rejected = rejected | "DropHeldRejections" >> beam.ParDo(versions.DropHeldInputs(held))
+    if job.columns.label_column is None:
+        return records, rejected
+    checked = records | "RejectNewLabels" >> beam.FlatMap(
+        reject_labels_not_in_dataset,
+        vocabulary=frozenset(job.version.previous["label_vocab"]),
+        version=job.version.number).with_outputs(REJECTED, main="records")
+    return checked.records, ((rejected, checked[REJECTED])
+                             | "FlattenNewLabelRejections" >> beam.Flatten())
+
+
+def _existing_transform(pipeline: beam.Pipeline, job: ImageJob) -> beam.PCollection:
+    """``--append``: the dataset's ``transform_fn``, as the shard steps' signal that
+    it is on disk (it is: the first version wrote it)."""
+    return pipeline | "ExistingTransformFn" >> beam.Create(
+        [posixpath.join(job.output.output_dir, contract.TRANSFORM_FN_DIRNAME)])
+
+
 def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     """Adds the image job's transforms to ``pipeline``.
 
@@ -314,9 +369,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         AssertionError: if the preprocessing's analyzers would read image bytes.
     """
     output_dir = job.output.output_dir
-    analyze = AnalyzeTrainImages(job)
-    records, listing_rejected = pipeline | "ReadImageRecords" >> ReadImageRecords(
-        job.input, job.allow_outside_root, job.columns)
+    records, listing_rejected = _list_inputs(pipeline, job)
     # Every listed input is a record or a listing rejection: that count is the inputs.
     inputs = (
         (records, listing_rejected)
@@ -329,7 +382,13 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         decide_split, fractions=job.output.fractions,
         allowed_labels=job.allowed_labels).with_outputs(REJECTED, main="records")
     split_records = decided.records
-    transform_written, *entries = split_records | "AnalyzeLabels" >> analyze
+    if job.version.appends:
+        # No analysis: the dataset's transform_fn (vocabulary, statistics) maps the
+        # new images, and its manifest entries stay.
+        transform_written, entries = _existing_transform(pipeline, job), []
+    else:
+        transform_written, *entries = split_records | "AnalyzeLabels" >> AnalyzeTrainImages(
+            job)
     extras = [inputs, *entries]
 
     _ = split_records | "Publish" >> PublishDataset(
@@ -338,7 +397,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
                              target_shard_bytes=job.output.target_shard_bytes,
                              num_shards=job.output.num_shards),
         write_shard=TransformAndWriteImageShard(
-            output_dir, job.output.name, job.output.gzip_level,
+            output_dir, versions.shard_prefix(job.output.name, job.version.number),
+            job.output.gzip_level,
             job.limits, shared.Shared(), job.preprocessing, columns=job.columns),
         write_label="TransformAndWrite",
         rejected=[listing_rejected, decided[REJECTED]],
@@ -347,7 +407,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
             kind=contract.IMAGES, task=job.columns.task,
             preprocessing=job.describe_preprocessing(),
             check=functools.partial(accounting.check_images,
-                                    max_error_fraction=job.output.max_error_fraction)))
+                                    max_error_fraction=job.output.max_error_fraction)),
+        version=job.version, key_index=True)
 
 
 def run_ops_on_one_thread_each() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from apache_beam import Pipeline
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.runner import PipelineState
+from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipelines import flags
 
@@ -51,8 +51,9 @@ def pipeline_options(argv: Sequence[str] | None,
     return options
 
 
-def run_to_completion(pipeline: Pipeline) -> None:
-    """Runs ``pipeline`` and waits; raises if it ends in any state but DONE."""
+def run_to_completion(pipeline: Pipeline) -> PipelineResult:
+    """Runs ``pipeline`` and waits; returns its result (metrics); raises if it ends
+    in any state but DONE."""
     try:
         result = pipeline.run()
         state = result.wait_until_finish()
@@ -61,6 +62,7 @@ def run_to_completion(pipeline: Pipeline) -> None:
     if state != PipelineState.DONE:
         raise RuntimeError(f"Pipeline finished in state {state}, not DONE; see the "
                            f"runner's logs. No manifest was published.")
+    return result
 
 
 def join_sdk_harness_threads(timeout_s: float = HARNESS_SHUTDOWN_TIMEOUT_S

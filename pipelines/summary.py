@@ -2,10 +2,53 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from reader import contract
+
+
+@dataclasses.dataclass(frozen=True)
+class RunCounts:
+    """What a run's steps counted: shards kept from the interrupted run it resumed,
+    shards transformed and written, the inputs those held, and (``--append``) the
+    listed inputs the dataset already held."""
+
+    kept: int = 0
+    transformed: int = 0
+    inputs_transformed: int = 0
+    already_held: int = 0
+
+
+def run_counts(result: Any) -> RunCounts | None:
+    """The counters of a finished pipeline (None where the runner reports none)."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from etl.core import dead_letters, resume, versions
+
+    try:
+        counters = result.metrics().query(
+            MetricsFilter().with_namespace(dead_letters.METRICS_NAMESPACE))["counters"]
+    except (AttributeError, NotImplementedError, KeyError):
+        return None
+    totals: dict[str, int] = {}
+    for counter in counters:
+        name = counter.key.metric.name
+        totals[name] = totals.get(name, 0) + (counter.committed or 0)
+    return RunCounts(kept=totals.get(resume.SHARDS_KEPT_COUNTER, 0),
+                     transformed=totals.get(resume.SHARDS_TRANSFORMED_COUNTER, 0),
+                     inputs_transformed=totals.get(resume.UNITS_TRANSFORMED_COUNTER, 0),
+                     already_held=totals.get(versions.HELD_COUNTER, 0))
+
+
+def format_nothing_new(output_dir: str, manifest: Mapping[str, Any],
+                       counts: RunCounts | None) -> str:
+    """The one line of an append that found no input the dataset lacks."""
+    held = f" (all {counts.already_held} listed inputs)" if counts else ""
+    return (f"Nothing to append: the dataset in {output_dir} (version "
+            f"{manifest.get('dataset_version', 1)}) already holds every input{held}; "
+            f"nothing was written.")
 
 
 def _mib(num_bytes: int) -> str:
@@ -22,8 +65,10 @@ def _label_parts(manifest: Mapping[str, Any], task: str) -> list[str]:
     return parts
 
 
-def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: float) -> str:
-    """Records, shards and bytes per split, rejections, and where the output is."""
+def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: float,
+                   counts: RunCounts | None = None) -> str:
+    """Records, shards and bytes per split, rejections, what a resumed run kept, and
+    where the output is."""
     lines = [f"Wrote dataset {manifest['name']!r} to {output_dir}",
              f"  {'split':<11}{'records':>9}{'shards':>8}{'bytes':>14}"]
     for split in contract.SPLITS:
@@ -32,13 +77,26 @@ def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: floa
                      f"{_mib(entry['num_bytes']):>14}")
     rejected = manifest["rejected"]
     reasons = ", ".join(f"{r}={n}" for r, n in rejected["by_reason"].items()) or "none"
+    files = (contract.REJECTED_FILENAME if manifest.get("dataset_version", 1) == 1
+             else "rejected*.jsonl (one file per version)")
     lines.append(f"  rejected: {rejected['count']} ({reasons}); details in "
-                 f"{contract.ERRORS_DIRNAME}/{contract.REJECTED_FILENAME}")
+                 f"{contract.ERRORS_DIRNAME}/{files}")
     for split, why in manifest.get("timeseries", {}).get("empty_splits", {}).items():
         lines.append(f"  {split}: no windows: {why}")
     task = manifest.get("task", contract.CLASSIFICATION)
     lines.append(f"  {manifest.get('kind', contract.IMAGES)} {task}, "
                  f"{', '.join(_label_parts(manifest, task))}; manifest: "
                  f"{output_dir.rstrip('/')}/{contract.MANIFEST_FILENAME}")
+    version = manifest.get("dataset_version", 1)
+    if version > 1:
+        added = manifest["history"][-1]
+        lines.append(f"  version {version} added {added['inputs']} inputs: "
+                     f"{sum(added['written'].values())} written, {added['rejected']} "
+                     f"rejected" + (f"; {counts.already_held} listed inputs were already "
+                                    f"in the dataset" if counts else ""))
+    if counts is not None and counts.kept:
+        lines.append(f"  resumed: {counts.kept} shard(s) kept from the interrupted "
+                     f"run, {counts.transformed} transformed "
+                     f"({counts.inputs_transformed} inputs)")
     lines.append(f"  wall time: {elapsed_s:.1f} s")
     return "\n".join(lines)

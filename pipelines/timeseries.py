@@ -23,7 +23,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import dead_letters
+from etl.core import dead_letters, fingerprint
 from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import Rejection
 from etl.core.inputs import InputsEntry
@@ -176,6 +176,10 @@ class TimeSeriesJob:
             ValueError: naming the flag (or file) at fault.
         """
         common.require(options, "input", "window_size")
+        if options.append:
+            raise ValueError("--append adds images to an image dataset; a time-series "
+                             "dataset is rebuilt (--overwrite): new rows change its "
+                             "series' windows, gaps and splits (docs/RESUME_AND_APPEND.md).")
         output = common.OutputSettings.from_options(options, default_name="timeseries")
         values = tuple(v.strip() for v in options.value_columns.split(",") if v.strip())
         if not values:
@@ -294,6 +298,10 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
                   pipeline | "LabelFileRejections" >> beam.Create(job.label_rejections)],
         transform_written=transform_written,
         extras=[timeseries_entry, inputs, normalisation_entry],
+        # The rows shape the windows: every input file's size and mtime, and the
+        # labels read from the labels file, identify them for a resumed run.
+        inputs={"files": fingerprint.files_identity(plan.files),
+                "labels": [list(pair) for pair in job.labels]},
         manifest=ManifestSpec(
             kind=contract.TIMESERIES, task=CLASSIFICATION if job.classification else FORECAST,
             preprocessing=job.describe(),

@@ -9,6 +9,7 @@
 6. ``shard_plan``, ``sharding``: shard counts, shard assignment, GZIP TFRecord shard files.
 7. ``shard_step``: the frame of every job's shard step, and the ``transform_fn`` loader.
 8. ``accounting``: the pieces of a job's check: errors, reconciliation, error fraction.
-9. ``manifest``, ``publish``: the tail every job ends with, the manifest written last.
+9. ``manifest``, ``publish``: the tail every job ends with, the manifest written last;
+   ``fingerprint``, ``resume``: what a run will produce, and the shards a rerun keeps.
 10. ``output_dir``, ``atomic_files``, ``fault_injection``: files and test pause points.
 """

@@ -54,6 +54,8 @@ MISSING_TARGET = "missing_target"
 INVALID_TARGET = "invalid_target"
 NON_FINITE_TARGET = "non_finite_target"
 INVALID_CARRIED_VALUE = "invalid_carried_value"
+# --append: a class the dataset's label vocabulary (fit by its first version) lacks.
+LABEL_NOT_IN_DATASET = "label_not_in_dataset"
 
 REASONS: tuple[str, ...] = (
     UNREADABLE_FILE, EMPTY_FILE, UNDECODABLE_IMAGE, UNSUPPORTED_FORMAT,
@@ -63,7 +65,7 @@ REASONS: tuple[str, ...] = (
     UNLABELLED_SERIES, CONFLICTING_LABEL, FILE_TOO_LARGE, IMAGE_TOO_LARGE, DUPLICATE_KEY,
     PATH_OUTSIDE_ROOT, UNKNOWN_LABEL, CORRUPT_IMAGE_DATA, VALUE_OUT_OF_RANGE,
     WINDOW_OUT_OF_RANGE, MISSING_TARGET, INVALID_TARGET, NON_FINITE_TARGET,
-    INVALID_CARRIED_VALUE,
+    INVALID_CARRIED_VALUE, LABEL_NOT_IN_DATASET,
 )
 # Examples of each reason kept in the manifest and in error messages.
 EXAMPLES_PER_REASON = 3
@@ -171,11 +173,15 @@ def _write_part(element: tuple[int, Iterable[Rejection]], parts_dir: str) -> tup
 
 
 def _concatenate_parts(parts: list[tuple[int, str]], path: str, parts_dir: str,
-                       summary: dict[str, Any]) -> dict[str, Any]:
+                       summary: dict[str, Any], write_empty: bool = True
+                       ) -> dict[str, Any]:
     """Streams the parts, in part order, into ``path`` (constant memory); returns
-    ``summary``. With no rejection there is no part, and the file is empty."""
+    ``summary``. With no rejection there is no part, and the file is empty (or, if
+    not ``write_empty``, not written)."""
     import tensorflow as tf
 
+    if not parts and not write_empty:
+        return summary
     with atomic_path(path) as tmp_path, tf.io.gfile.GFile(tmp_path, "wb") as out:
         out.write(b"")  # GFile creates the file on first write, even an empty one.
         for _, part in sorted(parts):
@@ -188,7 +194,8 @@ def _concatenate_parts(parts: list[tuple[int, str]], path: str, parts_dir: str,
 
 
 class WriteRejections(beam.PTransform):
-    """Writes all rejections to ``<output_dir>/errors/rejected.jsonl``, deterministically.
+    """Writes all rejections to ``<output_dir>/errors/rejected.jsonl`` (or ``relpath``:
+    an appended version's own file), deterministically.
 
     Returns a single-element PCollection ``{"count": N, "by_reason": {...},
     "examples": {reason: [{"key", "message"}, ...]}}`` for the manifest.
@@ -200,14 +207,17 @@ class WriteRejections(beam.PTransform):
     single part, so the whole file is sorted by key.
     """
 
-    def __init__(self, output_dir: str, per_part: int = REJECTIONS_PER_PART) -> None:
+    def __init__(self, output_dir: str, per_part: int = REJECTIONS_PER_PART,
+                 relpath: str | None = None, write_empty: bool = True) -> None:
         super().__init__()
         if per_part < 1:
             raise ValueError(f"per_part must be >= 1, got {per_part}.")
         errors_dir = posixpath.join(output_dir, contract.ERRORS_DIRNAME)
-        self._path = posixpath.join(errors_dir, contract.REJECTED_FILENAME)
+        self._path = posixpath.join(
+            output_dir, relpath or f"{contract.ERRORS_DIRNAME}/{contract.REJECTED_FILENAME}")
         self._parts_dir = posixpath.join(errors_dir, _PARTS_DIRNAME)
         self._per_part = per_part
+        self._write_empty = write_empty
 
     def expand(self, rejections: beam.PCollection) -> beam.PCollection:
         # {"count", "by_reason", "examples"}
@@ -231,4 +241,4 @@ class WriteRejections(beam.PTransform):
         # the summary, once errors/rejected.jsonl is written
         return written | "ConcatenateRejectionParts" >> beam.Map(
             _concatenate_parts, path=self._path, parts_dir=self._parts_dir,
-            summary=beam.pvalue.AsSingleton(summary))
+            summary=beam.pvalue.AsSingleton(summary), write_empty=self._write_empty)

@@ -17,7 +17,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import accounting, fault_injection
+from etl.core import accounting, fault_injection, versions
 from etl.core.atomic_files import write_text_atomically
 from etl.core.sharding import ShardEntry
 from reader import contract
@@ -158,19 +158,32 @@ def _merge_extras(extras: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _write_manifest(unused: None, *, output_dir: str, name: str, spec: ManifestSpec,
-                    shards: list[ShardEntry],
+                    version: versions.DatasetVersion, shards: list[ShardEntry],
                     label_counts: list[tuple[tuple[str, str], int]],
                     rejected: dict[str, Any], transform_written: list[Any],
-                    extras: list[Mapping[str, Any]]) -> str:
+                    keys_written: list[str | None],
+                    extras: list[Mapping[str, Any]]) -> str | None:
+    """Writes the manifest; returns its path, or None for an append that added
+    nothing (the published manifest is left as it was)."""
     del unused, transform_written  # Only ordering: the transform output is final.
     features, vocab = _read_transform_output(output_dir, spec.task)
     extra = _merge_extras(extras)
+    manifest = ManifestContent(
+        name=name, kind=spec.kind, task=spec.task, shards=shards,
+        label_counts=label_counts, rejected=rejected, features=features,
+        label_vocab=vocab, preprocessing=spec.preprocessing,
+        versions=library_versions(), extra=extra).to_dict()
+    rejected_file = versions.rejected_relpath(version.number)
+    manifest["dataset_version"] = version.number
+    manifest["history"] = [versions.history_entry(
+        version.number, manifest,
+        keys=versions.key_index_relpath(version.number) if any(keys_written) else None,
+        rejected=rejected_file if rejected["count"] or not version.appends else None)]
+    if version.previous is not None:
+        if manifest["inputs"] == 0:
+            return None
+        manifest = versions.merge(version.previous, manifest)
     try:
-        manifest = ManifestContent(
-            name=name, kind=spec.kind, task=spec.task, shards=shards,
-            label_counts=label_counts, rejected=rejected, features=features,
-            label_vocab=vocab, preprocessing=spec.preprocessing,
-            versions=library_versions(), extra=extra).to_dict()
         # Raises to withhold the manifest (accounting, error rate, empty train).
         (spec.check or require_train)(manifest)
     except accounting.WithheldError as e:
@@ -195,11 +208,14 @@ class WriteManifest(beam.PTransform):
 
     def __init__(self, output_dir: str, name: str, spec: ManifestSpec, *,
                  transform_written: beam.PCollection,
-                 extras: Sequence[beam.PCollection] = ()) -> None:
+                 keys_written: beam.PCollection | None = None,
+                 extras: Sequence[beam.PCollection] = (),
+                 version: versions.DatasetVersion = versions.FIRST_VERSION) -> None:
         super().__init__()
         self._write = functools.partial(_write_manifest, output_dir=output_dir, name=name,
-                                        spec=spec)
+                                        spec=spec, version=version)
         self._transform_written = transform_written
+        self._keys_written = keys_written
         self._extras = tuple(extras)
 
     def expand(self, measured: tuple[beam.PCollection, beam.PCollection, beam.PCollection]
@@ -219,5 +235,7 @@ class WriteManifest(beam.PTransform):
                 label_counts=beam.pvalue.AsList(label_counts),
                 rejected=beam.pvalue.AsSingleton(rejected),
                 transform_written=beam.pvalue.AsList(self._transform_written),
+                keys_written=(beam.pvalue.AsList(self._keys_written)
+                              if self._keys_written is not None else []),
                 extras=extras)
         )

@@ -4,20 +4,24 @@ A job hands ``PublishDataset`` small *units* (image records, window runs: anythi
 with a ``split`` and a ``key``), a plan (units → ``(split, num_shards)``) and its
 fused shard writer (a DoFn from ``((split, shard), [unit])`` to the shard's pending
 file, emitting one shard result and tagged ``Rejection``s). The tail places each
-unit in shard ``stable_hash64(key, "shard") % num_shards`` of its split, runs the
-writer once per shard, renames the written shards to their final names, writes
-every dead letter and, last, the manifest, which the job's check may withhold.
+unit in shard ``stable_hash64(key, "shard") % num_shards`` of its split, decides
+whether the run resumes an interrupted one (``etl.core.resume``), runs the writer
+once per shard (keeping the shards a resumed run finished), renames the written
+shards to their final names, writes every dead letter and, last, the manifest,
+which the job's check may withhold.
 Only units, plans and results cross its stage boundaries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import apache_beam as beam
 
-from etl.core import dead_letters, sharding
+from etl.core import dead_letters, fingerprint, resume, sharding, versions
 from etl.core.manifest import ManifestSpec, WriteManifest
+from reader import contract
 
 __all__ = ["ManifestSpec", "PublishDataset"]
 
@@ -25,6 +29,18 @@ __all__ = ["ManifestSpec", "PublishDataset"]
 def _label_counts(result: sharding.ShardResult) -> Iterator[tuple[tuple[str, str], int]]:
     for label, count in result.label_counts:
         yield (result.split, label), count
+
+
+def _job_identity(name: str, spec: ManifestSpec, inputs: Mapping[str, Any] | None,
+                  version: versions.DatasetVersion) -> dict[str, Any]:
+    """What of the job shapes its shards, for the resume fingerprint. The error
+    threshold only decides whether the finished shards are published, so a rerun
+    with another one keeps them."""
+    preprocessing = {key: value for key, value in spec.preprocessing.items()
+                     if key != "max_error_fraction"}
+    return {"name": name, "kind": spec.kind, "task": spec.task,
+            "preprocessing": preprocessing, "inputs": dict(inputs or {}),
+            "dataset_version": version.number}
 
 
 class PublishDataset(beam.PTransform):
@@ -44,6 +60,8 @@ class PublishDataset(beam.PTransform):
             manifest wait for it.
         extras: single-element PCollections of extra manifest entries (dicts).
         manifest: the job's kind, task, preprocessing, check and describer.
+        inputs: what identifies the job's input beyond its units, for the resume
+            fingerprint (e.g. the time series' files with their sizes and mtimes).
 
     Returns:
         A single-element PCollection holding the manifest's path.
@@ -52,24 +70,49 @@ class PublishDataset(beam.PTransform):
     def __init__(self, output_dir: str, name: str, *, plan: beam.PTransform,
                  write_shard: beam.DoFn, write_label: str,
                  rejected: Sequence[beam.PCollection], transform_written: beam.PCollection,
-                 extras: Sequence[beam.PCollection], manifest: ManifestSpec) -> None:
+                 extras: Sequence[beam.PCollection], manifest: ManifestSpec,
+                 inputs: Mapping[str, Any] | None = None,
+                 version: versions.DatasetVersion = versions.FIRST_VERSION,
+                 key_index: bool = False) -> None:
         super().__init__()
         self._plan = plan
-        self._write_shards = sharding.WriteShardGroups(
-            output_dir, name, write_shard=write_shard, write_label=write_label,
-            side_inputs={"transform_written": beam.pvalue.AsList(transform_written)})
+        self._output_dir = output_dir
+        self._name = name
+        self._write_shard = write_shard
+        self._write_label = write_label
+        self._transform_written = transform_written
+        self._identity = fingerprint.run_identity(
+            _job_identity(name, manifest, inputs, version))
+        self._version = version
+        self._key_index = key_index
+        # An append's run must never touch the shards already published.
+        self._protected = frozenset(
+            shard["path"] for split in contract.SPLITS
+            for shard in (version.previous or {}).get("splits", {}).get(split, {}).get(
+                "shards", ()))
         self._rejected = tuple(rejected)
-        self._write_rejections = dead_letters.WriteRejections(output_dir)
-        self._write_manifest = WriteManifest(output_dir, name, manifest,
-                                             transform_written=transform_written,
-                                             extras=extras)
+        self._write_rejections = dead_letters.WriteRejections(
+            output_dir, relpath=versions.rejected_relpath(version.number),
+            write_empty=not version.appends)
+        self._manifest = manifest
+        self._extras = extras
 
     def expand(self, units: beam.PCollection) -> beam.PCollection:
         # (split, num_shards), for every split with units
         num_shards = units | "PlanShards" >> self._plan
+        # True when this run resumes an interrupted one; decided before any shard.
+        resuming = ((units, num_shards)
+                    | "StartOrResume" >> resume.StartOrResume(
+                        self._output_dir, self._identity, self._protected))
+        write_shards = sharding.WriteShardGroups(
+            self._output_dir, versions.shard_prefix(self._name, self._version.number),
+            write_shard=self._write_shard,
+            write_label=self._write_label,
+            side_inputs={"transform_written": beam.pvalue.AsList(self._transform_written),
+                         "resuming": beam.pvalue.AsSingleton(resuming)})
         # ShardEntry; ShardResult; Rejection
         shards, results, write_rejected = (
-            (units, num_shards) | "WriteShards" >> self._write_shards)
+            (units, num_shards) | "WriteShards" >> write_shards)
         # ((split, label_name), count)
         label_counts = (
             results
@@ -77,11 +120,22 @@ class PublishDataset(beam.PTransform):
             | "SumLabelCounts" >> beam.CombinePerKey(sum)
         )
         # {"count", "by_reason", "examples"}
-        rejected_summary = (
-            (*self._rejected, write_rejected)
-            | "FlattenRejections" >> beam.Flatten()
-            | "WriteRejections" >> self._write_rejections
-        )
-        # the manifest's path
+        rejections = ((*self._rejected, write_rejected)
+                      | "FlattenRejections" >> beam.Flatten())
+        rejected_summary = rejections | "WriteRejections" >> self._write_rejections
+        keys_written = None
+        if self._key_index:
+            # The path of this version's key index (None: no key)
+            keys_written = (
+                (units | "UnitKeys" >> beam.Map(lambda unit: unit.key),
+                 rejections | "RejectedKeys" >> beam.Map(lambda rejection: rejection.key))
+                | "FlattenKeys" >> beam.Flatten()
+                | "WriteKeyIndex" >> versions.WriteKeyIndex(self._output_dir,
+                                                            self._version.number))
+        write_manifest = WriteManifest(
+            self._output_dir, self._name, self._manifest,
+            transform_written=self._transform_written, keys_written=keys_written,
+            extras=self._extras, version=self._version)
+        # the manifest's path (None: an append that added nothing)
         return ((shards, label_counts, rejected_summary)
-                | "WriteManifest" >> self._write_manifest)
+                | "WriteManifest" >> write_manifest)

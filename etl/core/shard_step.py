@@ -6,8 +6,11 @@ A job's shard step is a :class:`ShardStep` that says how to load the exported
 serialized examples (:meth:`ShardStep.transform_blocks`). The frame does the rest
 the same way for every job: it waits for the transform output, loads it once per
 process, writes the blocks to the shard's pending file on a writer thread while the
-next block is prepared, counts what was written, routes the rejections and emits
-the shard's ``ShardResult``.
+next block is prepared, counts what was written, routes the rejections, records the
+finished shard for a resumed run (``etl.core.resume``) and emits the shard's
+``ShardResult``. When the run resumes an interrupted one whose record of the shard
+still verifies, the frame emits the recorded result and rejections instead, and the
+shard's inputs are not read.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import itertools
 import posixpath
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,7 +28,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, sharding
+from etl.core import dead_letters, fault_injection, fingerprint, resume, sharding
 from etl.core.dead_letters import Rejection
 from reader import contract
 
@@ -117,24 +121,53 @@ class ShardStep(beam.DoFn):
         """The shard's examples, in shard order, a block at a time."""
         raise NotImplementedError
 
-    def shard_written(self, result: sharding.ShardResult, num_shards: dict[str, int]
-                      ) -> None:
-        """Called once a shard is written, before its result is emitted."""
+    def input_identities(self, units: Sequence[Any]) -> list[str]:
+        """What of each unit shapes the shard (``fingerprint.unit_identity``), for the
+        shard's resume record; a job whose units name files adds what shows the file
+        is unchanged."""
+        return [fingerprint.unit_identity(unit) for unit in units]
+
+    def shard_written(self, result: sharding.ShardResult, num_shards: dict[str, int],
+                      kept: bool) -> None:
+        """Called once a shard is written (or ``kept`` from the interrupted run this
+        one resumes), before its result is emitted."""
 
     def setup(self) -> None:
         self._write_pool = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="WriteShard")
-        self._written = beam.metrics.Metrics.counter(dead_letters.METRICS_NAMESPACE,
-                                                     self.WRITTEN_COUNTER)
+        counter = functools.partial(beam.metrics.Metrics.counter,
+                                    dead_letters.METRICS_NAMESPACE)
+        self._written = counter(self.WRITTEN_COUNTER)
+        self._shards_kept = counter(resume.SHARDS_KEPT_COUNTER)
+        self._shards_transformed = counter(resume.SHARDS_TRANSFORMED_COUNTER)
+        self._units_transformed = counter(resume.UNITS_TRANSFORMED_COUNTER)
 
     def teardown(self) -> None:
         self._write_pool.shutdown(wait=True)
 
     def process(self, element: tuple[tuple[str, int], Iterable[Any]],
-                num_shards: dict[str, int], transform_written: list[Any]
-                ) -> Iterator[Any]:
+                num_shards: dict[str, int], transform_written: list[Any],
+                resuming: bool = False) -> Iterator[Any]:
         del transform_written  # Only ordering: the transform_fn is final on disk.
-        (split, shard), units = element
+        (split, shard), grouped = element
+        units = list(grouped)
+        inputs_sha256 = fingerprint.shard_inputs_digest(self.input_identities(units))
+        if resuming:
+            kept = resume.kept_shard(self._output_dir, split, shard, inputs_sha256)
+            if kept is not None:
+                self._shards_kept.inc()
+                for rejection in kept.rejections:
+                    yield from dead_letters.route(rejection)
+                result = sharding.ShardResult(
+                    split, shard, kept.path if kept.num_records else None,
+                    kept.num_records, kept.num_bytes, kept.sha256, kept.label_counts)
+                self.shard_written(result, num_shards, kept=True)
+                yield result
+                return
+        yield from self._write(split, shard, units, inputs_sha256, num_shards)
+
+    def _write(self, split: str, shard: int, units: list[Any], inputs_sha256: str,
+               num_shards: dict[str, int]) -> Iterator[Any]:
         transform_dir = posixpath.join(self._output_dir, contract.TRANSFORM_FN_DIRNAME)
         transform = self._transform_handle.acquire(
             lambda: self.load_transform(transform_dir), tag=transform_dir)
@@ -151,8 +184,16 @@ class ShardStep(beam.DoFn):
                 labels.update(block.labels)
                 rejections.extend(block.rejections)
         self._written.inc(writer.num_records)
+        self._shards_transformed.inc()
+        self._units_transformed.inc(len(units))
+        result = sharding.ShardResult.of(split, shard, relpath, writer, labels.items())
+        resume.record_shard(self._output_dir, resume.ShardRecord(
+            split=split, shard=shard, path=relpath, num_records=result.num_records,
+            num_bytes=result.num_bytes, sha256=result.sha256,
+            label_counts=result.label_counts, rejections=tuple(rejections),
+            inputs_sha256=inputs_sha256))
+        fault_injection.pause_point(fault_injection.SHARD_RECORDED)
         for rejection in rejections:
             yield from dead_letters.route(rejection)
-        result = sharding.ShardResult.of(split, shard, relpath, writer, labels.items())
-        self.shard_written(result, num_shards)
+        self.shard_written(result, num_shards, kept=False)
         yield result

@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 import apache_beam as beam
 from apache_beam.io.tfrecordio import _TFRecordUtil
 
-from etl.core import dead_letters, fault_injection, hashing
+from etl.core import dead_letters, fault_injection, hashing, resume
 from etl.core.atomic_files import publish, temp_path_for
 from reader import contract
 
@@ -271,14 +271,19 @@ def finalize_shards(results: Iterable[ShardResult], output_dir: str, name: str
         if result.num_records:
             by_split.setdefault(result.split, []).append(result)
     entries = []
+    renames = []
     for split in contract.SPLITS:
         written = sorted(by_split.get(split, []), key=lambda r: r.shard)
         for index, result in enumerate(written):
             relpath = contract.shard_relpath(name, split, index, len(written))
-            tf.io.gfile.rename(posixpath.join(output_dir, result.path),
-                               posixpath.join(output_dir, relpath), overwrite=True)
+            renames.append((result.path, relpath))
             entries.append(ShardEntry(split, index, relpath, result.num_records,
                                       result.num_bytes, result.sha256))
+    # Recorded first, so that a run resuming this one can undo them.
+    resume.record_renames(output_dir, renames)
+    for pending, final in renames:
+        tf.io.gfile.rename(posixpath.join(output_dir, pending),
+                           posixpath.join(output_dir, final), overwrite=True)
     return entries
 
 

@@ -5,7 +5,7 @@
 3. ``loading``: read a file, check limits and format, strict JPEG decode at the DCT scale.
 4. ``exif``, ``codec``: orientation, decode → resize → crop → encode (graph ops).
 5. ``preprocessing``: the tf.Transform ``preprocessing_fn`` and its config.
-6. ``batches``, ``shards``: the shard step (core ``ShardStep``): read → decode a batch
-   → transform → serialize → write.
+6. ``batches``, ``shards``, ``progress``: the shard step (core ``ShardStep``): read →
+   decode a batch → transform → serialize → write; a progress line per shard.
 7. ``accounting``: every listed image written or rejected, before the manifest.
 """

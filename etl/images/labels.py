@@ -155,6 +155,11 @@ def label_names(label: Label) -> tuple[str, ...]:
     return (label,) if isinstance(label, str) else label
 
 
+def names_not_in(label: Label, vocabulary: frozenset[str]) -> list[str]:
+    """The class names of ``label`` that ``vocabulary`` lacks, sorted."""
+    return sorted(set(label_names(label)) - vocabulary)
+
+
 def _check_name(name: Any, what: str) -> str:
     if not isinstance(name, str):
         raise RowError(dead_letters.INVALID_LABEL,

@@ -29,9 +29,6 @@ import collections
 import concurrent.futures
 import dataclasses
 import os
-import sys
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -42,7 +39,7 @@ from etl.core import dead_letters, sharding
 from etl.core.dead_letters import Rejection
 from etl.core.examples import serialize_example
 from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
-from etl.images import codec, loading
+from etl.images import codec, loading, progress
 from etl.images import labels as image_labels
 from etl.images.batches import FinishImages, Loaded, batches, decode_batch, load_record
 from etl.images.labels import ONE_CLASS, LabelColumns
@@ -54,9 +51,6 @@ from reader import contract
 # Output bytes never depend on batching: every output is computed per image.
 BATCH_ROWS = 32
 BATCH_BYTES = 16 * 1024 * 1024
-
-# Prints a progress line to stderr after each shard unless set to "0".
-PROGRESS_ENV = "ETL_PROGRESS"
 
 # Image shards' zlib level without --gzip_level. Deflate removes the tables every JPEG
 # repeats and the example's feature names, and next to nothing of compressed pixels,
@@ -272,42 +266,6 @@ def _drain(run: list[Loaded | Rejection], future: concurrent.futures.Future | No
         yield next(results) if isinstance(item, Loaded) else item
 
 
-class _Progress:
-    """Per-process progress of the shard step, printed to stderr as shards finish."""
-
-    _lock = threading.Lock()
-    _started: float | None = None
-    _shards = 0
-    _images = 0
-
-    @classmethod
-    def start(cls) -> None:
-        with cls._lock:
-            if cls._started is None:
-                cls._started = time.monotonic()
-
-    @classmethod
-    def shard_done(cls, images: int, total_shards: int, split: str) -> None:
-        if os.environ.get(PROGRESS_ENV, "1") == "0":
-            return
-        with cls._lock:
-            cls._shards += 1
-            cls._images += images
-            elapsed = max(1e-9, time.monotonic() - (cls._started or time.monotonic()))
-            done, written = cls._shards, cls._images
-        rate = written / elapsed
-        remaining = max(0, total_shards - done)
-        eta = elapsed / done * remaining
-        print(f"[images] {done}/{total_shards} shards written ({split}); {written} "
-              f"images at {rate:.0f} images/s; ETA {_duration(eta)}",
-              file=sys.stderr, flush=True)
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
 def default_read_threads() -> int:
     """Reader threads per process: they read and check files, which is I/O-bound
     (remote storage is latency-bound); the decodes and the graphs run on the
@@ -357,7 +315,7 @@ class TransformAndWriteImageShard(ShardStep):
 
     def transform_blocks(self, units: Iterable[ImageRecord], transform: ImageTransform
                          ) -> Iterator[ShardBlock]:
-        _Progress.start()
+        progress.start()
         ordered = sorted(units, key=lambda r: sharding.shard_sort_key(r.key))
         examples: list[bytes] = []
         labels: list[str] = []
@@ -377,6 +335,24 @@ class TransformAndWriteImageShard(ShardStep):
                 examples, labels, rejections = [], [], []
         yield ShardBlock(examples, labels, rejections)
 
-    def shard_written(self, result: sharding.ShardResult, num_shards: dict[str, int]
-                      ) -> None:
-        _Progress.shard_done(result.num_records, sum(num_shards.values()), result.split)
+    def input_identities(self, units: Sequence[ImageRecord]) -> list[str]:
+        """Each record with its file's size and mtime (stat on the read threads): a
+        file rewritten in place changes its shard's inputs."""
+        return list(self._read_pool.map(_record_with_file_stat, units))
+
+    def shard_written(self, result: sharding.ShardResult, num_shards: dict[str, int],
+                      kept: bool) -> None:
+        progress.shard_done(result.num_records, sum(num_shards.values()), result.split,
+                             kept)
+
+
+def _record_with_file_stat(record: ImageRecord) -> str:
+    """``repr`` of the record, its file's size and mtime ("missing" if it has none)."""
+    import tensorflow as tf
+
+    try:
+        stat = tf.io.gfile.stat(record.uri)
+        state = f"{stat.length}:{stat.mtime_nsec}"
+    except tf.errors.OpError:
+        state = "missing"
+    return f"{record!r}|{state}"

@@ -46,6 +46,12 @@ class WindowRun:
     text_bytes: int
     num_bytes: int  # serialized bytes of its examples (a label id counted as 1 byte)
 
+    def identity(self) -> str:
+        """What of the run shapes its examples, for a resumed run's records: all but
+        where this run spilled its rows."""
+        return repr((self.split, self.key, self.series_id, self.label, self.source,
+                     self.num_rows, self.num_windows, self.text_bytes, self.num_bytes))
+
     def spill_bytes(self, num_features: int) -> int:
         return 4 * self.num_rows * num_features + self.text_bytes + 8 * self.num_windows
 

@@ -1,24 +1,18 @@
-"""Bad input, limits, accounting and interrupted runs, end to end on the image job."""
+"""Bad input, limits and accounting, end to end on the image job."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
-import signal
-import subprocess
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from etl.core import fault_injection
 from pipelines import images
 from reader import contract
 from tests import image_fixtures
-from tests.job_commands import start_job
 from tests.job_runs import TEST_IMAGE_SIZE, run_images_job, run_main
 
 
@@ -160,113 +154,3 @@ def test_decompression_bomb_and_oversized_file_are_refused(small_folder, tmp_pat
     assert reasons["cat/bomb.png"] == "image_too_large"
     assert reasons["dog/big.bmp"] == "file_too_large"
     assert manifest["inputs"] == len(good) + 2
-
-
-def shard_digests(out: str) -> dict[str, str]:
-    with open(os.path.join(out, contract.MANIFEST_FILENAME)) as f:
-        manifest = json.load(f)
-    return {s["path"]: s["sha256"] for split in contract.SPLITS
-            for s in manifest["splits"][split]["shards"]}
-
-
-def _wait_until_stopped(pid: int, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        if state == "T":
-            return
-        if state == "Z":
-            raise AssertionError("the job exited before reaching its pause point")
-        time.sleep(0.05)
-    raise AssertionError(f"the job did not reach its pause point in {timeout_s} s")
-
-
-def _files_under(out: str) -> list[str]:
-    found = []
-    for folder, _, names in os.walk(out):
-        found += [os.path.relpath(os.path.join(folder, n), out) for n in names]
-    return sorted(found)
-
-
-# Where the job is frozen (ETL_PAUSE_AT, etl/core/fault_injection.py) and killed, and
-# what must be on disk then: a shard's temporary file, a shard waiting for its final
-# name, every shard final but no manifest yet.
-UNFINISHED = {
-    fault_injection.SHARD_WRITING: lambda p: p.endswith(".tfrecord.gz.incomplete"),
-    fault_injection.SHARD_WRITTEN: lambda p: "-pending-" in p and p.endswith(".tfrecord.gz"),
-    fault_injection.MANIFEST_WRITING: lambda p: "-of-" in p and p.endswith(".tfrecord.gz"),
-}
-KILL_FLAGS = ("--num_shards=2",)
-
-
-@dataclasses.dataclass(frozen=True)
-class KilledRun:
-    """A job command SIGKILLed at a pause point: its output folder, the files there
-    when it stopped, and whether a manifest existed after the kill."""
-
-    out: str
-    files_when_stopped: list[str]
-    manifest_after_kill: bool
-
-
-@pytest.fixture(scope="module")
-def kill_input(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = str(tmp_path_factory.mktemp("kill_input"))
-    image_fixtures.write_image_folder(root, copies=1)
-    return root
-
-
-@pytest.fixture(scope="module")
-def killed_runs(kill_input, tmp_path_factory: pytest.TempPathFactory
-                ) -> dict[str, KilledRun]:
-    """One command per pause point, all started at once, each killed where it froze."""
-    root = tmp_path_factory.mktemp("killed")
-    started = {}
-    for point in UNFINISHED:
-        out = str(root / point)
-        started[point] = out, start_job(
-            "images", f"--input={kill_input}", f"--output_dir={out}",
-            f"--image_size={TEST_IMAGE_SIZE}", *KILL_FLAGS, env={fault_injection.PAUSE_ENV: point},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    runs = {}
-    try:
-        for point, (out, process) in started.items():
-            _wait_until_stopped(process.pid)
-            files = _files_under(out)
-            os.killpg(process.pid, signal.SIGKILL)  # The job and any worker it started.
-            process.wait()
-            runs[point] = KilledRun(out, files, os.path.exists(
-                os.path.join(out, contract.MANIFEST_FILENAME)))
-    finally:
-        for _, process in started.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-    return runs
-
-
-@pytest.fixture(scope="module")
-def uninterrupted_output(kill_input, tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = str(tmp_path_factory.mktemp("uninterrupted") / "out")
-    run_images_job(kill_input, out, *KILL_FLAGS)
-    return out
-
-
-@pytest.mark.parametrize("point", list(UNFINISHED))
-def test_sigkill_leaves_unfinished_files_and_no_manifest(killed_runs, point):
-    run = killed_runs[point]
-    assert [p for p in run.files_when_stopped if UNFINISHED[point](p)], run.files_when_stopped
-    assert contract.MANIFEST_FILENAME not in run.files_when_stopped
-    assert not run.manifest_after_kill
-
-
-@pytest.mark.parametrize("point", list(UNFINISHED))
-def test_rerun_after_sigkill_publishes_the_uninterrupted_dataset(
-        killed_runs, uninterrupted_output, kill_input, point):
-    # The next run clears the leftovers (no --overwrite needed) and publishes the same
-    # dataset as an uninterrupted run, with nothing else in the output folder.
-    out = killed_runs[point].out
-    run_images_job(kill_input, out, *KILL_FLAGS)
-    assert shard_digests(out) == shard_digests(uninterrupted_output)
-    assert _files_under(out) == _files_under(uninterrupted_output)

@@ -9,7 +9,7 @@ import pytest
 from etl.core import output_dir
 
 OWNED = ("train", "validation", "test", "transform_fn", "transformed_metadata", "metadata",
-         "errors", "tmp", "transform_tmp")
+         "errors", "tmp", "transform_tmp", "progress", "keys")
 
 
 def _populate(root, *, manifest: bool) -> None:
@@ -57,9 +57,25 @@ def test_prepare_output_dir_overwrite_keeps_user_files_intact(tmp_path):
     assert (tmp_path / "my_analysis" / "plot.png").read_bytes() == b"png"
 
 
-def test_prepare_output_dir_clears_unfinished_run_without_overwrite(tmp_path):
+def test_prepare_output_dir_without_resume_clears_unfinished_run(tmp_path):
+    _populate(tmp_path, manifest=False)
+    output_dir.prepare_output_dir(str(tmp_path), overwrite=False, resume_run=False)
+    assert _entries(tmp_path) == ["NOTES.md", "my_analysis"]
+
+
+def test_prepare_output_dir_resuming_keeps_shards_and_progress_only(tmp_path):
+    # The run itself decides which shards it keeps (etl/core/resume.py); everything
+    # else an unfinished run left is cleared before it starts.
     _populate(tmp_path, manifest=False)
     output_dir.prepare_output_dir(str(tmp_path), overwrite=False)
+    assert _entries(tmp_path) == ["NOTES.md", "my_analysis", "progress", "test", "train",
+                                  "validation"]
+    assert (tmp_path / "train" / "images-train-00000-of-00001.tfrecord.gz").exists()
+
+
+def test_prepare_output_dir_overwrite_never_resumes(tmp_path):
+    _populate(tmp_path, manifest=True)
+    output_dir.prepare_output_dir(str(tmp_path), overwrite=True, resume_run=True)
     assert _entries(tmp_path) == ["NOTES.md", "my_analysis"]
 
 

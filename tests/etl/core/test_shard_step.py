@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from apache_beam.utils import shared
 
-from etl.core import dead_letters
+from etl.core import dead_letters, resume
 from etl.core.dead_letters import Rejection
 from etl.core.shard_step import PrunedTransform, ShardBlock, ShardStep
 from etl.core.sharding import ShardResult
@@ -54,8 +54,10 @@ class _UpperStep(ShardStep):
                 [Rejection(u.key, f"src/{u.key}", dead_letters.MISSING_LABEL, "no label")
                  for u in block if u.key.startswith("bad")])
 
-    def shard_written(self, result: ShardResult, num_shards: dict[str, int]) -> None:
+    def shard_written(self, result: ShardResult, num_shards: dict[str, int],
+                      kept: bool) -> None:
         self.written.append((result, num_shards))
+        self.kept = [*getattr(self, "kept", []), kept]
 
 
 class _Upper:
@@ -68,11 +70,14 @@ UNITS = [Unit("train", "c", "cat"), Unit("train", "bad1", "cat"), Unit("train", 
 NUM_SHARDS = {"train": 4}
 
 
-def _run(step: _UpperStep, units: list[Unit], shard: int = 3) -> list:
+def _run(step: _UpperStep, units: list[Unit], shard: int = 3, resuming: bool = False
+         ) -> list:
+    """The step's outputs, a tagged output as ``(tag, value)``."""
     step.setup()
     try:
-        return list(step.process((("train", shard), units), num_shards=NUM_SHARDS,
-                                 transform_written=[]))
+        return [(o.tag, o.value) if isinstance(o, beam.pvalue.TaggedOutput) else o
+                for o in step.process((("train", shard), units), num_shards=NUM_SHARDS,
+                                      transform_written=[], resuming=resuming)]
     finally:
         step.teardown()
 
@@ -105,8 +110,8 @@ def test_shard_step_emits_the_shards_result_last(ran):
 
 def test_shard_step_tags_each_rejection_as_a_dead_letter(ran):
     _, _, outputs = ran
-    tagged = [o for o in outputs if isinstance(o, beam.pvalue.TaggedOutput)]
-    assert [(o.tag, o.value) for o in tagged] == [(dead_letters.REJECTED, Rejection(
+    tagged = [o for o in outputs if isinstance(o, tuple)]
+    assert tagged == [(dead_letters.REJECTED, Rejection(
         "bad1", "src/bad1", dead_letters.MISSING_LABEL, "no label"))]
     assert len(outputs) == 2
 
@@ -141,3 +146,57 @@ def test_pruned_transform_returns_only_its_output_keys_as_arrays():
     outputs = pruned({"x": tf.constant([1.5, 2.0])})
     assert list(outputs) == ["b"]
     np.testing.assert_array_equal(outputs["b"], np.array([3.0, 4.0], np.float32))
+
+
+def test_resumed_shard_step_keeps_a_recorded_shard_without_transforming(ran):
+    out, _, first = ran
+    again = _UpperStep(out)
+    assert _run(again, list(reversed(UNITS)), resuming=True) == first
+    assert again.loads == [] and again.kept == [True]
+
+
+def test_a_fresh_run_rewrites_a_recorded_shard(ran):
+    out, _, first = ran
+    again = _UpperStep(out)
+    assert _run(again, UNITS, resuming=False) == first
+    assert len(again.loads) == 1 and again.kept == [False]
+
+
+def test_a_recorded_shard_with_other_inputs_is_written_again(ran, capsys):
+    out, _, _ = ran
+    again = _UpperStep(out)
+    outputs = _run(again, UNITS[:3], resuming=True)
+    assert again.kept == [False]
+    assert outputs[-1].num_records == 2
+    assert "train shard 3 is written again: an input file changed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
+def test_a_recorded_shard_whose_file_changed_is_written_again(ran, damage, capsys):
+    out, _, first = ran
+    path = os.path.join(out, first[-1].path)
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    if damage == "delete":
+        os.remove(path)
+    else:
+        data = data[:-1] if damage == "truncate" else data
+        data[len(data) // 2] ^= 1 if damage == "flip" else 0
+        with open(path, "wb") as f:
+            f.write(data)
+    again = _UpperStep(out)
+    assert _run(again, UNITS, resuming=True) == first
+    assert again.kept == [False]
+    why = {"flip": "recorded sha256", "truncate": "recorded size", "delete": "is missing"}
+    assert why[damage] in capsys.readouterr().err
+
+
+def test_the_shard_record_holds_the_result_and_its_rejections(ran):
+    out, _, first = ran
+    with open(resume.shard_record_path(out, "train", 3)) as f:
+        record = resume.ShardRecord.from_json(f.read())
+    result = first[-1]
+    assert (record.path, record.num_records, record.num_bytes, record.sha256,
+            record.label_counts) == (result.path, result.num_records, result.num_bytes,
+                                     result.sha256, result.label_counts)
+    assert record.rejections == (first[0][1],)

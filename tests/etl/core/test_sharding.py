@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from etl.core import examples, sharding
+from etl.core import examples, resume, sharding
 from reader import contract
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
@@ -147,8 +147,12 @@ def _read_shard(path: str) -> list[bytes]:
 
 
 def _files_under(root: str) -> dict[str, bytes]:
+    """The shard files under ``root``, not the progress a run keeps while it runs
+    (``etl.core.resume``; the finalize step records its renames there)."""
     found = {}
     for folder, _, names in os.walk(root):
+        if os.path.relpath(folder, root).split(os.sep)[0] == resume.PROGRESS_DIRNAME:
+            continue
         for name in names:
             path = os.path.join(folder, name)
             with open(path, "rb") as f:

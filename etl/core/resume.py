@@ -1,0 +1,277 @@
+"""Resuming an interrupted run: what it would produce, and which shards it finished.
+
+A run keeps its progress under ``<output_dir>/progress/`` until its manifest is
+published:
+
+* ``fingerprint.json``, written before any shard: what the run will produce (the
+  job, every option that shapes the bytes, the code and library versions, a digest
+  of the units it was handed and its shard plan). A rerun whose fingerprint is the
+  same resumes; any difference starts it clean, with the difference named in one line.
+* ``shards/<split>-SSSSS.json``, one per finished shard, written once its pending
+  file is complete: the file's size and sha256, its label counts and dead letters,
+  and a digest of the shard's inputs (for images, each file's size and mtime). A
+  resumed run keeps the shard only if all of it still checks out, the file read
+  back and hashed; otherwise the shard is written again.
+* ``finalized.json``: the renames to final shard names the run was about to make,
+  so that a resumed run can undo them.
+
+Why a digest of listed units and per-file sizes and mtimes, not content hashes:
+hashing every input would read all the bytes one more time, which is most of a
+run's work on remote storage; a file rewritten in place almost always changes its
+size or mtime, and then only its own shard is redone (the analysis never reads
+image bytes, and the shard plan is part of the fingerprint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+
+from etl.core import fingerprint
+from etl.core.atomic_files import INCOMPLETE_SUFFIX, write_text_atomically
+from etl.core.dead_letters import Rejection
+from reader import contract
+
+PROGRESS_DIRNAME = "progress"
+FINGERPRINT_FILENAME = "fingerprint.json"
+SHARD_RECORDS_DIRNAME = "shards"
+FINALIZED_FILENAME = "finalized.json"
+# Beam counters (namespace dead_letters.METRICS_NAMESPACE) of what a run's shard
+# steps kept from the run it resumed, and what they transformed themselves.
+SHARDS_KEPT_COUNTER = "shards_kept"
+SHARDS_TRANSFORMED_COUNTER = "shards_transformed"
+UNITS_TRANSFORMED_COUNTER = "units_transformed"
+
+
+def progress_dir(output_dir: str) -> str:
+    return posixpath.join(output_dir, PROGRESS_DIRNAME)
+
+
+def _say(line: str) -> None:
+    print(f"[resume] {line}", file=sys.stderr, flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRecord:
+    """A finished shard as its run recorded it: its pending file, what it holds and
+    what it rejected, and the digest of the inputs it was made from."""
+
+    split: str
+    shard: int
+    path: str
+    num_records: int
+    num_bytes: int
+    sha256: str | None
+    label_counts: tuple[tuple[str, int], ...]
+    rejections: tuple[Rejection, ...]
+    inputs_sha256: str
+
+    def to_json(self) -> str:
+        fields = dataclasses.asdict(self)
+        return json.dumps(fields, sort_keys=True, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> ShardRecord:
+        fields = json.loads(text)
+        fields["label_counts"] = tuple((label, count)
+                                       for label, count in fields["label_counts"])
+        fields["rejections"] = tuple(Rejection(**r) for r in fields["rejections"])
+        return cls(**fields)
+
+
+def shard_record_path(output_dir: str, split: str, shard: int) -> str:
+    return posixpath.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME,
+                          f"{split}-{shard:05d}.json")
+
+
+def record_shard(output_dir: str, record: ShardRecord) -> None:
+    """Records a finished shard (atomically: a record is whole or absent)."""
+    write_text_atomically(shard_record_path(output_dir, record.split, record.shard),
+                          record.to_json())
+
+
+def kept_shard(output_dir: str, split: str, shard: int, inputs_sha256: str
+               ) -> ShardRecord | None:
+    """The recorded shard if it can be kept: recorded from the same inputs, and its
+    file (if it has one) of the recorded size and sha256. Says why not when a
+    recorded shard is redone."""
+    import tensorflow as tf
+
+    path = shard_record_path(output_dir, split, shard)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "r") as f:
+        record = ShardRecord.from_json(f.read())
+    why = None
+    if record.inputs_sha256 != inputs_sha256:
+        why = "an input file changed (size or mtime) since it was written"
+    elif record.sha256 is not None:
+        file_path = posixpath.join(output_dir, record.path)
+        if not tf.io.gfile.exists(file_path):
+            why = f"{record.path} is missing"
+        elif tf.io.gfile.stat(file_path).length != record.num_bytes:
+            why = f"{record.path} does not have its recorded size"
+        elif contract.sha256_of_file(file_path) != record.sha256:
+            why = f"{record.path} does not have its recorded sha256"
+    if why is None:
+        return record
+    _say(f"{split} shard {shard} is written again: {why}.")
+    return None
+
+
+def _read_json(path: str) -> Any:
+    import tensorflow as tf
+
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            return json.loads(f.read())
+    except (tf.errors.NotFoundError, ValueError):
+        return None
+
+
+def record_renames(output_dir: str, renames: Sequence[tuple[str, str]]) -> None:
+    """Records the ``(pending, final)`` renames about to be made."""
+    write_text_atomically(posixpath.join(progress_dir(output_dir), FINALIZED_FILENAME),
+                          json.dumps([list(pair) for pair in renames]))
+
+
+def _undo_renames(output_dir: str) -> None:
+    """Gives shards an earlier run had renamed their pending names back."""
+    import tensorflow as tf
+
+    path = posixpath.join(progress_dir(output_dir), FINALIZED_FILENAME)
+    for pending, final in _read_json(path) or ():
+        pending_path = posixpath.join(output_dir, pending)
+        final_path = posixpath.join(output_dir, final)
+        if tf.io.gfile.exists(final_path) and not tf.io.gfile.exists(pending_path):
+            tf.io.gfile.rename(final_path, pending_path)
+    if tf.io.gfile.exists(path):
+        tf.io.gfile.remove(path)
+
+
+def _split_files(output_dir: str) -> list[str]:
+    """Every file under the split folders, relative to ``output_dir``."""
+    import tensorflow as tf
+
+    found = []
+    for split in contract.SPLITS:
+        folder = posixpath.join(output_dir, split)
+        if tf.io.gfile.isdir(folder):
+            found += [posixpath.join(split, name) for name in tf.io.gfile.listdir(folder)]
+    return sorted(found)
+
+
+def _recorded_paths(output_dir: str) -> set[str]:
+    import tensorflow as tf
+
+    folder = posixpath.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME)
+    if not tf.io.gfile.isdir(folder):
+        return set()
+    paths = set()
+    for name in tf.io.gfile.listdir(folder):
+        if name.endswith(".json"):
+            record = _read_json(posixpath.join(folder, name))
+            if record and record.get("path"):
+                paths.add(record["path"])
+    return paths
+
+
+def count_recorded_shards(output_dir: str) -> int:
+    """How many finished shards ``output_dir``'s unfinished run has recorded (what a
+    rerun with the same input and options may keep)."""
+    import tensorflow as tf
+
+    folder = posixpath.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME)
+    if not tf.io.gfile.isdir(folder):
+        return 0
+    return sum(1 for name in tf.io.gfile.listdir(folder)
+               if name.endswith(".json") and not name.endswith(INCOMPLETE_SUFFIX))
+
+
+def _clear(output_dir: str, protected: frozenset[str]) -> None:
+    import tensorflow as tf
+
+    for relpath in _split_files(output_dir):
+        if relpath not in protected:
+            tf.io.gfile.remove(posixpath.join(output_dir, relpath))
+    records = posixpath.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME)
+    if tf.io.gfile.isdir(records):
+        tf.io.gfile.rmtree(records)
+    finalized = posixpath.join(progress_dir(output_dir), FINALIZED_FILENAME)
+    if tf.io.gfile.exists(finalized):
+        tf.io.gfile.remove(finalized)
+
+
+def start_or_resume(unused: None, *, output_dir: str, identity: Mapping[str, Any],
+                    units: Mapping[str, Any], num_shards: list[tuple[str, int]],
+                    protected: frozenset[str] = frozenset()) -> bool:
+    """Decides, before any shard is written, whether this run resumes the one that
+    left ``output_dir``'s progress: True when their fingerprints are the same.
+
+    Resuming, it undoes an earlier finalize and removes every split-folder file that
+    no shard record names (temporary files, shards not recorded); the shard steps
+    then check each recorded shard. Otherwise it removes every leftover, says why in
+    one line, and writes this run's fingerprint. The ``protected`` files (the shards
+    of the published version an append adds to) are never touched.
+    """
+    new = fingerprint.fingerprint(identity, units, num_shards)
+    path = posixpath.join(progress_dir(output_dir), FINGERPRINT_FILENAME)
+    old = _read_json(path)
+    why = fingerprint.difference(old, new)
+    if why is None:
+        _undo_renames(output_dir)
+        recorded = _recorded_paths(output_dir)
+        import tensorflow as tf
+
+        for relpath in _split_files(output_dir):
+            if relpath not in recorded and relpath not in protected:
+                tf.io.gfile.remove(posixpath.join(output_dir, relpath))
+        _say(f"same input and options as the interrupted run in {output_dir}: "
+             f"{count_recorded_shards(output_dir)} finished shard(s) recorded, each kept "
+             f"if its size and sha256 still verify.")
+        return True
+    if old is not None or set(_split_files(output_dir)) - protected:
+        _say(f"starting clean in {output_dir}: {why}.")
+    _clear(output_dir, protected)
+    write_text_atomically(path, json.dumps(new, sort_keys=True, indent=1))
+    return False
+
+
+class StartOrResume(beam.PTransform):
+    """``(units, num_shards)`` → a single bool, True when this run resumes the
+    interrupted one (``start_or_resume``); the shard steps wait for it."""
+
+    def __init__(self, output_dir: str, identity: Mapping[str, Any],
+                 protected: frozenset[str] = frozenset()) -> None:
+        super().__init__()
+        self._output_dir = output_dir
+        self._identity = dict(identity)
+        self._protected = protected
+
+    def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]
+               ) -> beam.PCollection:
+        units, num_shards = inputs
+        digest = units | "DigestUnits" >> beam.CombineGlobally(fingerprint.DigestUnits())
+        return (
+            units.pipeline
+            | "StartDecision" >> beam.Create([None])
+            | "CompareFingerprints" >> beam.Map(
+                start_or_resume, output_dir=self._output_dir, identity=self._identity,
+                units=beam.pvalue.AsSingleton(digest),
+                num_shards=beam.pvalue.AsList(num_shards), protected=self._protected)
+        )
+
+
+def remove_progress(output_dir: str) -> None:
+    """Deletes the progress of a run whose dataset is published."""
+    import tensorflow as tf
+
+    path = progress_dir(output_dir)
+    if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
