@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,8 +16,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
 from etl.core import accounting, resume, sharding, splits, versions
 from etl.core.output_dir import prepare_output_dir
-from pipelines import runner_defaults, summary
-from reader.contract import load_manifest
+from pipelines import failures, held_reports, runner_defaults, summary
+from reader.contract import MANIFEST_FILENAME, load_manifest, sha256_of_file
 
 _MIB = 1024 * 1024
 
@@ -95,6 +96,10 @@ class DatasetOptions(PipelineOptions):
                  "does not hold yet, as new shards beside the old ones, preprocessed by "
                  "its transform_fn; publishes the next dataset version "
                  "(docs/RESUME_AND_APPEND.md).")
+        parser.add_argument(
+            "--debug", action="store_true",
+            help="On a failure, print every traceback (the run's and those Beam logs) "
+                 "as it comes, and still end with the one-line error.")
         parser.add_argument(
             "--tft_temp_dir",
             help="tf.Transform scratch directory (must be shared storage on a "
@@ -239,16 +244,87 @@ class _HideWithheldTracebacks(logging.Filter):
 
 
 def main(run: Callable[[Sequence[str]], Any]) -> None:
-    """Console entry: quiet logs; option errors and withheld datasets (too many
-    rejections, counts that do not reconcile, no train examples) as one line
-    instead of a trace."""
+    """Console entry: quiet logs; a run that stops ends with one ``error:`` line.
+
+    Option errors and withheld datasets (too many rejections, counts that do not
+    reconcile, no train examples) are that line alone. So is a resource or
+    environment failure (disk full, output not writable, input vanished, a killed
+    worker: ``pipelines/failures.py``), with what the output directory holds after
+    it; the tracebacks Beam logs for it are held back. Any other error is a bug: its
+    traceback stays, then the line. ``--debug`` shows every traceback.
+    """
+    argv = sys.argv[1:]
+    flags = failures.console_flags(argv)
     root = logging.getLogger()
     root.setLevel(logging.WARNING)
     if not root.handlers:
         logging.basicConfig()  # Installed now, so that later calls add no other one.
+    held = held_reports.HeldReports()
     for handler in root.handlers:
         handler.addFilter(_HideWithheldTracebacks())
+        if not flags.debug:
+            handler.addFilter(held.filter_for(handler))
+    if not flags.debug:
+        held.hold_thread_errors_and_stderr()
+    published_before = _manifest_sha256(flags.output_dir)
     try:
-        run(sys.argv[1:])
+        run(argv)
     except (ValueError, accounting.WithheldError) as e:
+        held.release()
+        if flags.debug:
+            traceback.print_exc()
         sys.exit(f"error: {e}")
+    except Exception as e:
+        sys.exit(_stopped_run_line(e, flags, held, published_before))
+    except BaseException:  # Ctrl-C, --help's exit: what was held is printed first.
+        held.release()
+        raise
+    held.release()
+
+
+def _stopped_run_line(error: Exception, flags: failures.ConsoleFlags,
+                      held: held_reports.HeldReports, published_before: str | None
+                      ) -> str:
+    """The last line of a run ``error`` stopped; prints its traceback first unless
+    it is a recognised failure (or with ``--debug``, always)."""
+    failure = failures.classify(error, flags.written_roots(), held.texts())
+    if failure is None or flags.debug:
+        held.release()
+        traceback.print_exception(error)
+    else:
+        held.drop()
+    outcome = _outcome(flags.output_dir, published_before)
+    if failure is None:
+        return failures.format_unexpected(error, outcome)
+    return failures.format_line(failure, outcome)
+
+
+def _manifest_sha256(output_dir: str | None) -> str | None:
+    """The sha256 of ``output_dir``'s manifest; None if it has none or cannot be read."""
+    if not output_dir:
+        return None
+    import tensorflow as tf
+
+    path = os.path.join(output_dir, MANIFEST_FILENAME)
+    try:
+        return sha256_of_file(path) if tf.io.gfile.exists(path) else None
+    except (OSError, tf.errors.OpError):
+        return None
+
+
+def _outcome(output_dir: str | None, published_before: str | None) -> failures.Outcome:
+    """What a failed run left in ``output_dir``: a published dataset (this run's, the
+    one there before, none) and the finished shards a rerun reuses."""
+    if not output_dir:
+        return failures.Outcome(None, failures.Publication.NONE, None)
+    import tensorflow as tf
+
+    published = _manifest_sha256(output_dir)
+    publication = (failures.Publication.NONE if published is None
+                   else failures.Publication.PREVIOUS_INTACT if published == published_before
+                   else failures.Publication.PUBLISHED)
+    try:
+        reusable: int | None = resume.count_recorded_shards(output_dir)
+    except (OSError, tf.errors.OpError):
+        reusable = None
+    return failures.Outcome(output_dir, publication, reusable)

@@ -144,6 +144,7 @@ class ShardWriter:
         return self
 
     def write(self, serialized: bytes) -> None:
+        fault_injection.check_write_budget(len(serialized), self._tmp_path)
         write_tfrecord(self._records, serialized)
         self.num_records += 1
         if self.num_records == 1:
