@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -15,11 +19,11 @@ import pytest
 import tensorflow as tf
 
 import reader
-from etl.core import accounting, sharding, splits
+from etl.core import accounting, fault_injection, resume, sharding, splits
 from etl.timeseries.series import Cleaning
 from pipelines import runner_defaults, timeseries
 from reader import contract
-from tests.job_commands import REPO_ROOT
+from tests.job_commands import REPO_ROOT, start_job
 from tests.job_runs import output_digests, shard_digests
 from tests.series_fixtures import GEOMETRY, series_rows, write_jsonl
 from tests.series_fixtures import run_timeseries_job as run_job
@@ -311,12 +315,48 @@ def test_timeseries_job_rejects_bad_rows_and_reconciles(tmp_path):
 
 
 
-def test_timeseries_job_is_byte_identical_across_workers(three_series, tmp_path):
-    path, out, _, _ = three_series
+def _stopped_process_in_group(pgid: int, timeout_s: float = 300) -> None:
+    """Waits until some process of the session ``pgid`` leads is stopped (SIGSTOP)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] == "T" and int(fields[2]) == pgid:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"no process of the job stopped in {timeout_s} s")
+
+
+def test_timeseries_job_killed_on_two_workers_resumes_byte_identical(three_series,
+                                                                     tmp_path):
+    # Multi-process mode: a worker freezes after recording its first shard, the job
+    # is SIGKILLed, and the rerun (two workers again) keeps what was recorded and
+    # publishes exactly the one-worker run's files.
+    path, out, manifest, _ = three_series
     other = str(tmp_path / "other")
-    run_job(path, other, *GEOMETRY, "--direct_num_workers=2",
-            "--direct_running_mode=multi_processing")
+    workers = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    killed = start_job("timeseries", f"--input={path}", f"--output_dir={other}",
+                       *GEOMETRY, *workers,
+                       env={fault_injection.PAUSE_ENV: f"{fault_injection.SHARD_RECORDED}:1"},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       start_new_session=True)
+    try:
+        _stopped_process_in_group(killed.pid)
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    recorded = resume.count_recorded_shards(other)
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        run_job(path, other, *GEOMETRY, *workers)
     assert output_digests(out) == output_digests(other)
+    shards = sum(len(manifest["splits"][split]["shards"]) for split in contract.SPLITS)
+    assert 1 <= recorded and (f"resumed: {recorded} shard(s) kept from the interrupted "
+                              f"run, {shards - recorded} transformed") in stdout.getvalue()
 
 
 def test_reader_serves_windows_and_keras_learns_them(tmp_path):
@@ -553,3 +593,11 @@ def test_timeseries_job_spreads_one_long_series_over_shards(tmp_path, monkeypatc
         assert shard_keys == sorted(shard_keys, key=sharding.shard_sort_key)
         keys += shard_keys
     assert sorted(keys) == sorted(f"long@{s}" for s in range(60 - 5 + 1))
+
+
+def test_timeseries_job_refuses_append_before_anything_runs(tmp_path):
+    # New rows change a series' windows, gaps and time split: a rebuild, not an append.
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("s", [1.0] * 20))
+    with pytest.raises(ValueError, match="a time-series dataset is rebuilt"):
+        run_job(path, str(tmp_path / "out"), "--window_size=4", "--append")
+    assert not os.path.exists(tmp_path / "out")

@@ -1,0 +1,174 @@
+"""Growing a dataset with ``--append``, end to end on the image job.
+
+Version 1 is built from half of a folder (every other image); the whole folder, with
+one image of a class version 1 never saw, is then appended: first a run killed just
+before it publishes (the dataset must stay version 1, readable and whole), then the
+rerun, which resumes it and publishes version 2; then an append with nothing new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+import reader
+from etl.core import dead_letters, fault_injection, versions
+from reader import contract
+from tests import image_fixtures
+from tests.job_commands import start_job
+from tests.job_runs import TEST_IMAGE_SIZE, all_records, run_images_job
+from tests.pipelines.test_resume import _files_under, _wait_until_stopped
+
+FLAGS = ("--num_shards=2",)
+NEW_CLASS_KEY = "zebra/stripes.png"
+
+
+def _tree_digests(out: str) -> dict[str, str]:
+    digests = {}
+    for relpath in _files_under(out):
+        with open(os.path.join(out, relpath), "rb") as f:
+            digests[relpath] = hashlib.sha256(f.read()).hexdigest()
+    return digests
+
+
+def _read_count(out: str) -> int:
+    """Examples the reader yields, over every split, one pass."""
+    return sum(int(images.shape[0])
+               for split in contract.SPLITS
+               for images, _ in reader.make_dataset(out, split, 8, shuffle=False,
+                                                    num_epochs=1))
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> tuple[str, str, list[str]]:
+    """(half folder, whole folder, every key of the whole folder but the new class)."""
+    base = tmp_path_factory.mktemp("append_input")
+    whole, half = str(base / "whole"), str(base / "half")
+    images = image_fixtures.write_image_folder(whole, copies=1)
+    for image in images[::2]:
+        os.makedirs(os.path.dirname(os.path.join(half, image.key)), exist_ok=True)
+        shutil.copy(os.path.join(whole, image.key), os.path.join(half, image.key))
+    os.makedirs(os.path.join(whole, "zebra"))
+    png = next(image for image in images if image.key.endswith(".png"))
+    shutil.copy(os.path.join(whole, png.key), os.path.join(whole, NEW_CLASS_KEY))
+    return half, whole, sorted(image.key for image in images)
+
+
+@pytest.fixture(scope="module")
+def grown(folders, tmp_path_factory) -> dict:
+    """Version 1, then the killed append, its rerun and an append of nothing new."""
+    half, whole, _ = folders
+    out = str(tmp_path_factory.mktemp("grown") / "out")
+    v1 = run_images_job(half, out, *FLAGS)
+    v1_files = _tree_digests(out)
+    killed = start_job("images", f"--input={whole}", f"--output_dir={out}", "--append",
+                       f"--image_size={TEST_IMAGE_SIZE}", *FLAGS,
+                       env={fault_injection.PAUSE_ENV: fault_injection.MANIFEST_WRITING},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       start_new_session=True)
+    try:
+        _wait_until_stopped(killed.pid)
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    after_kill = {"manifest": contract.load_manifest(out), "read": _read_count(out),
+                  "files": _files_under(out)}
+    reader.open_dataset(out, verify=True)  # every shard of version 1, hashed
+    rerun = start_job("images", f"--input={whole}", f"--output_dir={out}", "--append",
+                      f"--image_size={TEST_IMAGE_SIZE}", *FLAGS)
+    stdout, stderr = rerun.communicate()
+    assert rerun.returncode == 0, stderr[-3000:]
+    v2 = contract.load_manifest(out)
+    v2_files = _tree_digests(out)
+    again = start_job("images", f"--input={whole}", f"--output_dir={out}", "--append",
+                      f"--image_size={TEST_IMAGE_SIZE}", *FLAGS)
+    again_stdout, again_stderr = again.communicate()
+    assert again.returncode == 0, again_stderr[-3000:]
+    return {"out": out, "v1": v1, "v1_files": v1_files, "after_kill": after_kill,
+            "rerun_stdout": stdout, "rerun_stderr": stderr, "v2": v2, "v2_files": v2_files,
+            "again_stdout": again_stdout}
+
+
+def test_an_interrupted_append_leaves_the_previous_version_whole(grown):
+    after_kill = grown["after_kill"]
+    assert after_kill["manifest"] == grown["v1"]
+    assert after_kill["read"] == sum(grown["v1"]["splits"][s]["num_records"]
+                                     for s in contract.SPLITS)
+    # The append had written its shards, unlisted, beside the published ones.
+    assert any("-v2-" in path for path in after_kill["files"])
+
+
+def test_the_rerun_resumes_the_interrupted_append(grown):
+    assert "resumed: " in grown["rerun_stdout"] and ", 0 transformed (0 inputs)" in grown[
+        "rerun_stdout"], grown["rerun_stdout"]
+
+
+def test_the_appended_dataset_holds_every_image_once(grown, folders):
+    _, _, keys = folders
+    out, v2 = grown["out"], grown["v2"]
+    stored = all_records(out, v2)
+    assert sorted(stored) == keys  # exactly once each: a dict would hide a repeat
+    written = sum(v2["splits"][s]["num_records"] for s in contract.SPLITS)
+    assert written == len(keys) == _read_count(out)
+    assert v2["inputs"] == len(keys) + 1 == written + v2["rejected"]["count"]
+    reader.open_dataset(out, verify=True)  # every shard of both versions, hashed
+
+
+def test_old_shards_are_untouched_and_new_ones_sit_beside_them(grown):
+    v1_files, v2_files = grown["v1_files"], grown["v2_files"]
+    old_shards = {p: d for p, d in v1_files.items() if p.endswith(contract.SHARD_SUFFIX)}
+    assert old_shards and all(v2_files[p] == d for p, d in old_shards.items())
+    for split in contract.SPLITS:
+        old = [s["path"] for s in grown["v1"]["splits"][split]["shards"]]
+        listed = [s["path"] for s in grown["v2"]["splits"][split]["shards"]]
+        assert listed[:len(old)] == old  # the old shards first, in their order
+        assert all("-v2-" in path for path in listed[len(old):])
+
+
+def test_the_manifest_says_what_each_version_added(grown, folders):
+    v2 = grown["v2"]
+    assert v2["dataset_version"] == 2
+    assert v2["history"][0] == grown["v1"]["history"][0]
+    assert [entry["version"] for entry in v2["history"]] == [1, 2]
+    added = v2["history"][1]
+    assert added["inputs"] == v2["inputs"] - grown["v1"]["inputs"]
+    assert added["rejected"] == 1 and added["rejected_file"] == "errors/rejected-v00002.jsonl"
+    with open(os.path.join(grown["out"], added["keys"])) as f:
+        new_keys = [json.loads(line) for line in f]
+    assert new_keys == sorted(set(folders[2]) - set(all_records(grown["out"], grown["v1"]))
+                              | {NEW_CLASS_KEY})
+
+
+def test_a_label_the_vocabulary_lacks_is_a_dead_letter_with_the_rebuild_hint(grown):
+    with open(os.path.join(grown["out"], "errors", "rejected-v00002.jsonl")) as f:
+        [rejection] = [json.loads(line) for line in f]
+    assert rejection["key"] == NEW_CLASS_KEY
+    assert rejection["reason"] == dead_letters.LABEL_NOT_IN_DATASET
+    assert "'zebra' is not in the dataset's label vocabulary" in rejection["message"]
+    assert "rebuild it with --overwrite" in rejection["message"]
+    assert grown["v2"]["label_vocab"] == grown["v1"]["label_vocab"]
+
+
+def test_an_append_with_nothing_new_changes_nothing_and_says_so(grown):
+    assert _tree_digests(grown["out"]) == grown["v2_files"]
+    assert grown["again_stdout"].strip().startswith("Nothing to append:"), grown[
+        "again_stdout"]
+    assert "already holds every input (all 34 listed inputs)" in grown["again_stdout"]
+
+
+def test_append_refuses_other_preprocessing(grown):
+    with pytest.raises(ValueError, match="its image_size is 16, this run's 32"):
+        versions.DatasetVersion.appending_to(
+            grown["out"], contract.IMAGES, "images",
+            {**grown["v2"]["preprocessing"], "image_size": 32})
+
+
+def test_append_needs_a_finished_dataset(tmp_path, folders):
+    with pytest.raises(ValueError, match="holds none"):
+        run_images_job(folders[0], str(tmp_path / "empty"), "--append")
