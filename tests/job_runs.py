@@ -35,6 +35,14 @@ def output_digests(out: str) -> dict[str, str]:
     return digests
 
 
+def files_under(out: str) -> list[str]:
+    """Every file under ``out``, relative to it, sorted."""
+    found = []
+    for folder, _, names in os.walk(out):
+        found += [os.path.relpath(os.path.join(folder, n), out) for n in names]
+    return sorted(found)
+
+
 def shard_digests(out: str) -> dict[str, str]:
     """``output_digests`` of the shard files only."""
     return {path: digest for path, digest in output_digests(out).items()

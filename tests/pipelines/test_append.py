@@ -12,8 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 
 import pytest
 
@@ -21,9 +19,8 @@ import reader
 from etl.core import dead_letters, fault_injection, versions
 from reader import contract
 from tests import image_fixtures
-from tests.job_commands import start_job
-from tests.job_runs import TEST_IMAGE_SIZE, all_records, run_images_job
-from tests.pipelines.test_resume import _files_under, _wait_until_stopped
+from tests.job_commands import run_until_killed, start_job
+from tests.job_runs import TEST_IMAGE_SIZE, all_records, files_under, run_images_job
 
 FLAGS = ("--num_shards=2",)
 NEW_CLASS_KEY = "zebra/stripes.png"
@@ -31,7 +28,7 @@ NEW_CLASS_KEY = "zebra/stripes.png"
 
 def _tree_digests(out: str) -> dict[str, str]:
     digests = {}
-    for relpath in _files_under(out):
+    for relpath in files_under(out):
         with open(os.path.join(out, relpath), "rb") as f:
             digests[relpath] = hashlib.sha256(f.read()).hexdigest()
     return digests
@@ -67,18 +64,11 @@ def grown(folders, tmp_path_factory) -> dict:
     out = str(tmp_path_factory.mktemp("grown") / "out")
     v1 = run_images_job(half, out, *FLAGS)
     v1_files = _tree_digests(out)
-    killed = start_job("images", f"--input={whole}", f"--output_dir={out}", "--append",
-                       f"--image_size={TEST_IMAGE_SIZE}", *FLAGS,
-                       env={fault_injection.PAUSE_ENV: fault_injection.MANIFEST_WRITING},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       start_new_session=True)
-    try:
-        _wait_until_stopped(killed.pid)
-    finally:
-        os.killpg(killed.pid, signal.SIGKILL)
-        killed.wait()
+    run_until_killed("images", f"--input={whole}", f"--output_dir={out}", "--append",
+                     f"--image_size={TEST_IMAGE_SIZE}", *FLAGS,
+                     point=fault_injection.MANIFEST_WRITING)
     after_kill = {"manifest": contract.load_manifest(out), "read": _read_count(out),
-                  "files": _files_under(out)}
+                  "files": files_under(out)}
     reader.open_dataset(out, verify=True)  # every shard of version 1, hashed
     rerun = start_job("images", f"--input={whole}", f"--output_dir={out}", "--append",
                       f"--image_size={TEST_IMAGE_SIZE}", *FLAGS)

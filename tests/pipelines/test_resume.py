@@ -12,17 +12,14 @@ import glob
 import json
 import os
 import re
-import signal
-import subprocess
-import time
 
 import pytest
 
 from etl.core import fault_injection, resume
 from reader import contract
 from tests import image_fixtures
-from tests.job_commands import start_job
-from tests.job_runs import TEST_IMAGE_SIZE, output_digests, run_images_job
+from tests.job_commands import kill_job, kill_when_stopped, start_job, start_job_to_pause
+from tests.job_runs import TEST_IMAGE_SIZE, files_under, output_digests, run_images_job
 
 FLAGS = ("--num_shards=6", f"--image_size={TEST_IMAGE_SIZE}")
 # Where each run is frozen and killed (ETL_PAUSE_AT, etl/core/fault_injection.py):
@@ -36,26 +33,6 @@ FOR_OTHER_OPTION = f"{fault_injection.SHARD_RECORDED}:2"
 OTHER_OPTION = "--jpeg_quality=80"
 SUMMARY_LINE = re.compile(r"resumed: (\d+) shard\(s\) kept from the interrupted run, "
                           r"(\d+) transformed \((\d+) inputs\)")
-
-
-def _wait_until_stopped(pid: int, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        if state == "T":
-            return
-        if state == "Z":
-            raise AssertionError("the job exited before reaching its pause point")
-        time.sleep(0.05)
-    raise AssertionError(f"the job did not reach its pause point in {timeout_s} s")
-
-
-def _files_under(out: str) -> list[str]:
-    found = []
-    for folder, _, names in os.walk(out):
-        found += [os.path.relpath(os.path.join(folder, n), out) for n in names]
-    return sorted(found)
 
 
 def _records(out: str) -> list[dict]:
@@ -103,22 +80,17 @@ def reruns(kill_input, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Re
     started = {}
     for point in (AT_30, AT_70, BEFORE_MANIFEST, FOR_OTHER_OPTION):
         out = str(root / point.replace(":", "_"))
-        started[point] = out, start_job(
-            "images", f"--input={kill_input}", f"--output_dir={out}", *FLAGS,
-            env={fault_injection.PAUSE_ENV: point}, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True)
+        started[point] = out, start_job_to_pause(
+            "images", f"--input={kill_input}", f"--output_dir={out}", *FLAGS, point=point)
     killed = {}
     try:
         for point, (out, process) in started.items():
-            _wait_until_stopped(process.pid)
-            os.killpg(process.pid, signal.SIGKILL)  # The job and any worker it started.
-            process.wait()
-            killed[point] = out, _files_under(out), _records(out)
+            kill_when_stopped(process)
+            killed[point] = out, files_under(out), _records(out)
     finally:
         for _, process in started.values():
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+                kill_job(process)
     _flip_a_byte(killed[AT_70][0], killed[AT_70][2][0])
     rerun_started = {
         point: start_job("images", f"--input={kill_input}", f"--output_dir={out}", *FLAGS,
@@ -168,7 +140,7 @@ def test_rerun_publishes_the_uninterrupted_dataset_byte_for_byte(reruns, uninter
     run = reruns[point]
     assert output_digests(run.out) == output_digests(out)
     # Nothing else is left: no temporary file, no pending shard, no progress.
-    assert _files_under(run.out) == _files_under(out)
+    assert files_under(run.out) == files_under(out)
 
 
 @pytest.mark.parametrize("point", [AT_30, AT_70, BEFORE_MANIFEST])

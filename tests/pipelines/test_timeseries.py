@@ -8,10 +8,8 @@ import io
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pandas as pd
@@ -23,7 +21,7 @@ from etl.core import accounting, fault_injection, resume, sharding, splits
 from etl.timeseries.series import Cleaning
 from pipelines import runner_defaults, timeseries
 from reader import contract
-from tests.job_commands import REPO_ROOT, start_job
+from tests.job_commands import REPO_ROOT, run_until_killed
 from tests.job_runs import output_digests, shard_digests
 from tests.series_fixtures import GEOMETRY, series_rows, write_jsonl
 from tests.series_fixtures import run_timeseries_job as run_job
@@ -315,22 +313,6 @@ def test_timeseries_job_rejects_bad_rows_and_reconciles(tmp_path):
 
 
 
-def _stopped_process_in_group(pgid: int, timeout_s: float = 300) -> None:
-    """Waits until some process of the session ``pgid`` leads is stopped (SIGSTOP)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] == "T" and int(fields[2]) == pgid:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"no process of the job stopped in {timeout_s} s")
-
-
 def test_timeseries_job_killed_on_two_workers_resumes_byte_identical(three_series,
                                                                      tmp_path):
     # Multi-process mode: a worker freezes after recording its first shard, the job
@@ -339,16 +321,8 @@ def test_timeseries_job_killed_on_two_workers_resumes_byte_identical(three_serie
     path, out, manifest, _ = three_series
     other = str(tmp_path / "other")
     workers = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
-    killed = start_job("timeseries", f"--input={path}", f"--output_dir={other}",
-                       *GEOMETRY, *workers,
-                       env={fault_injection.PAUSE_ENV: f"{fault_injection.SHARD_RECORDED}:1"},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       start_new_session=True)
-    try:
-        _stopped_process_in_group(killed.pid)
-    finally:
-        os.killpg(killed.pid, signal.SIGKILL)
-        killed.wait()
+    run_until_killed("timeseries", f"--input={path}", f"--output_dir={other}", *GEOMETRY,
+                     *workers, point=f"{fault_injection.SHARD_RECORDED}:1")
     recorded = resume.count_recorded_shards(other)
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
