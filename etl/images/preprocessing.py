@@ -10,6 +10,7 @@ label, target and carried features exist.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -170,6 +171,23 @@ def _target_features(inputs: dict[str, Any], columns: LabelColumns) -> dict[str,
     return {TARGET_KEY: tf.identity(targets)}
 
 
+@functools.cache
+def _preprocess_one_image(config: ImagePreprocessing) -> Any:
+    """``codec.preprocess`` for one encoded image, as a ``tf.function`` traced once
+    per process and configuration. tf.Transform traces ``preprocessing_fn`` six
+    times per job (analysis, schema inference, export); the image graph is most of
+    each trace, and the traced function is reused by all of them."""
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
+    def preprocess_one(image_bytes: tf.Tensor) -> tf.Tensor:
+        return codec.preprocess(image_bytes, config.image_size, config.image_format,
+                                config.jpeg_quality,
+                                apply_exif_orientation=config.apply_exif_orientation,
+                                alpha_background=config.alpha_background)
+
+    return preprocess_one
+
+
 def preprocessing_fn(inputs: dict[str, tf.Tensor], *,
                      config: ImagePreprocessing = ImagePreprocessing(),
                      columns: LabelColumns = ONE_CLASS) -> dict[str, tf.Tensor]:
@@ -189,12 +207,8 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *,
         ``target`` with target columns; each carried column as given.
     """
     raw_images = inputs[RAW_IMAGE_KEY]
-    images = tf.map_fn(
-        lambda b: codec.preprocess(
-            b, config.image_size, config.image_format, config.jpeg_quality,
-            apply_exif_orientation=config.apply_exif_orientation,
-            alpha_background=config.alpha_background),
-        raw_images, fn_output_signature=tf.TensorSpec([], tf.string))
+    images = tf.map_fn(_preprocess_one_image(config), raw_images,
+                       fn_output_signature=tf.TensorSpec([], tf.string))
     keys = inputs[RAW_SOURCE_KEY]
     # Everything but the image is computed from the other inputs, so the job can map
     # labels of images it has already finished without feeding (or decoding) their
