@@ -1,4 +1,5 @@
-"""A flag that neither the job nor Beam knows stops the job before it writes anything."""
+"""Flags: one that neither the job nor Beam knows stops the job before it writes
+anything; the shared ones reach the job's settings."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import pytest
 
 from pipelines import flags, images, timeseries
+from pipelines.common import OutputSettings
+from pipelines.images import ImagesOptions
 from tests.job_runs import run_main
 
 
@@ -76,3 +79,9 @@ def test_check_known_flags_lists_every_unknown_flag():
     assert str(info.value) == ("Unknown arguments --num_shard (did you mean --num_shards?), "
                                "--jpeg_qualty (did you mean --jpeg_quality?); see --help "
                                "for this job's flags.")
+
+
+@pytest.mark.parametrize("argv, resume", [([], True), (["--no_resume"], False)])
+def test_runs_resume_unless_no_resume(argv, resume):
+    options = ImagesOptions(["--output_dir=out", *argv])
+    assert OutputSettings.from_options(options, default_name="images").resume is resume
