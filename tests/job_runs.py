@@ -22,6 +22,18 @@ def run_images_job(input_path: str, output_dir: str, *flags: str) -> dict:
                        f"--image_size={TEST_IMAGE_SIZE}", *flags])
 
 
+def run_images_job_printing(input_path: str, output_dir: str, *flags: str
+                            ) -> tuple[dict, str, str]:
+    """``run_images_job``, with what it printed: ``(manifest, stdout, stderr)``."""
+    import contextlib
+    import io
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        manifest = run_images_job(input_path, output_dir, *flags)
+    return manifest, stdout.getvalue(), stderr.getvalue()
+
+
 def output_digests(out: str) -> dict[str, str]:
     """sha256 of every shard, the manifest and the rejected-records file of a job's
     output: what "byte-identical output" compares."""

@@ -12,24 +12,32 @@ import glob
 import json
 import os
 import re
+import shutil
 
 import pytest
 
 from etl.core import fault_injection, resume
 from reader import contract
 from tests import image_fixtures
-from tests.job_commands import kill_job, kill_when_stopped, start_job, start_job_to_pause
-from tests.job_runs import TEST_IMAGE_SIZE, files_under, output_digests, run_images_job
+from tests.job_commands import kill_job, kill_when_stopped, start_job_to_pause
+from tests.job_runs import (
+    TEST_IMAGE_SIZE,
+    files_under,
+    output_digests,
+    run_images_job,
+    run_images_job_printing,
+)
 
 FLAGS = ("--num_shards=6", f"--image_size={TEST_IMAGE_SIZE}")
 # Where each run is frozen and killed (ETL_PAUSE_AT, etl/core/fault_injection.py):
 # the 4th shard written but not yet recorded (~30 % of the shards finished); the
 # 9th shard's temporary file half written (~70 %); every shard renamed to its final
-# name, no manifest yet; and a run resumed with another option.
+# name, no manifest yet. A copy of the ~30 % run's folder is rerun with another option
+# (the folder's path is not part of what a run resumes).
 AT_30 = f"{fault_injection.SHARD_WRITTEN}:4"
 AT_70 = f"{fault_injection.SHARD_WRITING}:9"
 BEFORE_MANIFEST = fault_injection.MANIFEST_WRITING
-FOR_OTHER_OPTION = f"{fault_injection.SHARD_RECORDED}:2"
+FOR_OTHER_OPTION = "copy of the ~30 % run"
 OTHER_OPTION = "--jpeg_quality=80"
 SUMMARY_LINE = re.compile(r"resumed: (\d+) shard\(s\) kept from the interrupted run, "
                           r"(\d+) transformed \((\d+) inputs\)")
@@ -75,10 +83,11 @@ def _flip_a_byte(out: str, record: dict) -> None:
 @pytest.fixture(scope="module")
 def reruns(kill_input, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Rerun]:
     """One command per pause point, all started at once, each killed where it froze
-    and then run again (the 70 % one after a byte of a finished shard is flipped)."""
+    and then run again in-process (the 70 % one after a byte of a finished shard is
+    flipped); a copy of the ~30 % one is rerun with another option."""
     root = tmp_path_factory.mktemp("killed")
     started = {}
-    for point in (AT_30, AT_70, BEFORE_MANIFEST, FOR_OTHER_OPTION):
+    for point in (AT_30, AT_70, BEFORE_MANIFEST):
         out = str(root / point.replace(":", "_"))
         started[point] = out, start_job_to_pause(
             "images", f"--input={kill_input}", f"--output_dir={out}", *FLAGS, point=point)
@@ -91,16 +100,16 @@ def reruns(kill_input, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Re
         for _, process in started.values():
             if process.poll() is None:
                 kill_job(process)
+    copy = str(root / "other_option")
+    shutil.copytree(killed[AT_30][0], copy)
+    killed[FOR_OTHER_OPTION] = copy, *killed[AT_30][1:]
     _flip_a_byte(killed[AT_70][0], killed[AT_70][2][0])
-    rerun_started = {
-        point: start_job("images", f"--input={kill_input}", f"--output_dir={out}", *FLAGS,
-                         *([OTHER_OPTION] if point == FOR_OTHER_OPTION else []))
-        for point, (out, _, _) in killed.items()}
     runs = {}
-    for point, process in rerun_started.items():
-        stdout, stderr = process.communicate()
-        assert process.returncode == 0, stderr[-3000:]
-        out, files, records = killed[point]
+    for point, (out, files, records) in killed.items():
+        # In-process: the rerun is the same job, without another interpreter start.
+        _, stdout, stderr = run_images_job_printing(
+            kill_input, out, *FLAGS[:1], *([OTHER_OPTION] if point == FOR_OTHER_OPTION
+                                           else []))
         runs[point] = Rerun(out, files, records, stdout, stderr)
     return runs
 
