@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+from typing import Any
 
 import numpy as np
 
@@ -22,16 +23,22 @@ def run_images_job(input_path: str, output_dir: str, *flags: str) -> dict:
                        f"--image_size={TEST_IMAGE_SIZE}", *flags])
 
 
-def run_images_job_printing(input_path: str, output_dir: str, *flags: str
-                            ) -> tuple[dict, str, str]:
-    """``run_images_job``, with what it printed: ``(manifest, stdout, stderr)``."""
+def printing(run, *args: str) -> tuple[Any, str, str]:
+    """``run(*args)`` (a job run in-process), with what it printed:
+    ``(result, stdout, stderr)``."""
     import contextlib
     import io
 
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        manifest = run_images_job(input_path, output_dir, *flags)
-    return manifest, stdout.getvalue(), stderr.getvalue()
+        result = run(*args)
+    return result, stdout.getvalue(), stderr.getvalue()
+
+
+def run_images_job_printing(input_path: str, output_dir: str, *flags: str
+                            ) -> tuple[dict, str, str]:
+    """``run_images_job``, with what it printed: ``(manifest, stdout, stderr)``."""
+    return printing(run_images_job, input_path, output_dir, *flags)
 
 
 def output_digests(out: str) -> dict[str, str]:

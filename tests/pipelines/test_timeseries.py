@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 import math
 import os
@@ -22,7 +20,7 @@ from etl.timeseries.series import Cleaning
 from pipelines import runner_defaults, timeseries
 from reader import contract
 from tests.job_commands import REPO_ROOT, run_until_killed
-from tests.job_runs import output_digests, shard_digests
+from tests.job_runs import output_digests, printing, shard_digests
 from tests.series_fixtures import GEOMETRY, series_rows, write_jsonl
 from tests.series_fixtures import run_timeseries_job as run_job
 
@@ -324,13 +322,11 @@ def test_timeseries_job_killed_on_two_workers_resumes_byte_identical(three_serie
     run_until_killed("timeseries", f"--input={path}", f"--output_dir={other}", *GEOMETRY,
                      *workers, point=f"{fault_injection.SHARD_RECORDED}:1")
     recorded = resume.count_recorded_shards(other)
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        run_job(path, other, *GEOMETRY, *workers)
+    _, stdout, _ = printing(run_job, path, other, *GEOMETRY, *workers)
     assert output_digests(out) == output_digests(other)
     shards = sum(len(manifest["splits"][split]["shards"]) for split in contract.SPLITS)
     assert 1 <= recorded and (f"resumed: {recorded} shard(s) kept from the interrupted "
-                              f"run, {shards - recorded} transformed") in stdout.getvalue()
+                              f"run, {shards - recorded} transformed") in stdout
 
 
 def test_reader_serves_windows_and_keras_learns_them(tmp_path):
