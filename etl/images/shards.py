@@ -29,6 +29,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import os
+import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -297,6 +298,8 @@ class TransformAndWriteImageShard(ShardStep):
         self._columns = columns
         self._transform_threads = transform_threads
         self._read_threads = read_threads
+        # Names this run's progress count in each worker process; never in the output.
+        self._progress_run = secrets.token_hex(8)
 
     def setup(self) -> None:
         super().setup()
@@ -315,7 +318,7 @@ class TransformAndWriteImageShard(ShardStep):
 
     def transform_blocks(self, units: Iterable[ImageRecord], transform: ImageTransform
                          ) -> Iterator[ShardBlock]:
-        progress.start()
+        progress.start(self._progress_run)
         ordered = sorted(units, key=lambda r: sharding.shard_sort_key(r.key))
         examples: list[bytes] = []
         labels: list[str] = []
@@ -342,8 +345,8 @@ class TransformAndWriteImageShard(ShardStep):
 
     def shard_written(self, result: sharding.ShardResult, num_shards: dict[str, int],
                       kept: bool) -> None:
-        progress.shard_done(result.num_records, sum(num_shards.values()), result.split,
-                             kept)
+        progress.shard_done(self._progress_run, result.num_records,
+                            sum(num_shards.values()), result.split, kept)
 
 
 def _record_with_file_stat(record: ImageRecord) -> str:

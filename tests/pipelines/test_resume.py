@@ -163,6 +163,9 @@ def test_rerun_transforms_only_the_shards_not_kept(reruns, uninterrupted, point)
     assert transformed == _num_shards(manifest) - kept
     assert inputs == manifest["inputs"] - sum(r["num_records"] for r in trusted)
     assert f"{len(run.records)} finished shard(s) recorded" in run.stderr
+    # The last progress line counts every shard kept.
+    progress = [line for line in run.stderr.splitlines() if line.startswith("[images]")]
+    assert f", {kept} kept from the interrupted run);" in progress[-1], progress
 
 
 def test_a_corrupted_finished_shard_is_redone_not_trusted(reruns):
