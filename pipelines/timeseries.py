@@ -23,7 +23,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, fingerprint
+from etl.core import dead_letters
 from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import Rejection
 from etl.core.inputs import InputsEntry
@@ -300,7 +300,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         extras=[timeseries_entry, inputs, normalisation_entry],
         # The rows shape the windows: every input file's size and mtime, and the
         # labels read from the labels file, identify them for a resumed run.
-        inputs={"files": fingerprint.files_identity(plan.files),
+        inputs={"files": [list(stat) for stat in plan.file_stats],
                 "labels": [list(pair) for pair in job.labels]},
         manifest=ManifestSpec(
             kind=contract.TIMESERIES, task=CLASSIFICATION if job.classification else FORECAST,

@@ -104,19 +104,6 @@ def run_identity(job: Mapping[str, Any]) -> dict[str, Any]:
                      **library_versions()}}
 
 
-def files_identity(paths: Iterable[str]) -> list[list[Any]]:
-    """``[path, size, mtime]`` of each file, as the file system lists it (one
-    listing call per file; no byte read)."""
-    from apache_beam.io.filesystems import FileSystems
-
-    identity = []
-    for path in paths:
-        for metadata in FileSystems.match([path])[0].metadata_list:
-            identity.append([metadata.path, metadata.size_in_bytes,
-                             metadata.last_updated_in_seconds])
-    return sorted(identity)
-
-
 def fingerprint(identity: Mapping[str, Any], units: Mapping[str, Any],
                 num_shards: Iterable[tuple[str, int]]) -> dict[str, Any]:
     """The whole fingerprint: ``run_identity``, the units' digest, the shard plan."""

@@ -21,7 +21,6 @@ import apache_beam as beam
 
 from etl.core import dead_letters, fingerprint, resume, sharding, versions
 from etl.core.manifest import ManifestSpec, WriteManifest
-from reader import contract
 
 __all__ = ["ManifestSpec", "PublishDataset"]
 
@@ -86,10 +85,7 @@ class PublishDataset(beam.PTransform):
         self._version = version
         self._key_index = key_index
         # An append's run must never touch the shards already published.
-        self._protected = frozenset(
-            shard["path"] for split in contract.SPLITS
-            for shard in (version.previous or {}).get("splits", {}).get(split, {}).get(
-                "shards", ()))
+        self._protected = version.published_shards()
         self._rejected = tuple(rejected)
         self._write_rejections = dead_letters.WriteRejections(
             output_dir, relpath=versions.rejected_relpath(version.number),

@@ -34,7 +34,7 @@ from typing import Any
 import apache_beam as beam
 
 from etl.core import fingerprint
-from etl.core.atomic_files import INCOMPLETE_SUFFIX, write_text_atomically
+from etl.core.atomic_files import write_text_atomically
 from etl.core.dead_letters import Rejection
 from reader import contract
 
@@ -190,8 +190,7 @@ def count_recorded_shards(output_dir: str) -> int:
     folder = posixpath.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME)
     if not tf.io.gfile.isdir(folder):
         return 0
-    return sum(1 for name in tf.io.gfile.listdir(folder)
-               if name.endswith(".json") and not name.endswith(INCOMPLETE_SUFFIX))
+    return sum(1 for name in tf.io.gfile.listdir(folder) if name.endswith(".json"))
 
 
 def _clear(output_dir: str, protected: frozenset[str]) -> None:

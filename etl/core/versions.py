@@ -101,6 +101,12 @@ class DatasetVersion:
     def appends(self) -> bool:
         return self.previous is not None
 
+    def published_shards(self) -> frozenset[str]:
+        """The shard files of the version appended to (none for a first version)."""
+        splits = (self.previous or {}).get("splits", {})
+        return frozenset(shard["path"] for entry in splits.values()
+                         for shard in entry["shards"])
+
     def held_key_files(self) -> list[str]:
         """The key indexes of the versions already published (relative paths).
 

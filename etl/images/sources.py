@@ -73,7 +73,7 @@ def assign_split(record: ImageRecord, fractions: splits.SplitFractions,
     An explicit split (folder or column) wins; otherwise a stable hash of the key
     decides. From here on the split travels on the record itself.
     """
-    unknown = sorted(set(labels.label_names(record.label)) - (allowed_labels or set()))
+    unknown = labels.names_not_in(record.label, allowed_labels or frozenset())
     if allowed_labels is not None and unknown:
         return Rejection(key=record.key, source=record.uri, reason=dead_letters.UNKNOWN_LABEL,
                          message=f"Label {', '.join(map(repr, unknown))} is not in "

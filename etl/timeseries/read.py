@@ -117,6 +117,9 @@ class InputPlan:
     headers: tuple[tuple[str, ...], ...]  # CSV only
     ranges: tuple[InputRange, ...]
     buckets: int
+    # (path, size, mtime) of each file, as matched: what identifies the rows for a
+    # resumed run's fingerprint.
+    file_stats: tuple[tuple[str, int, float], ...] = ()
 
     @classmethod
     def from_pattern(cls, pattern: str, columns: Columns,
@@ -130,8 +133,8 @@ class InputPlan:
 
         fmt = input_format(pattern)
         files = tuple(matched_files(pattern))
-        sizes = {m.path: m.size_in_bytes
-                 for m in FileSystems.match([pattern])[0].metadata_list}
+        matched = {m.path: m for m in FileSystems.match([pattern])[0].metadata_list}
+        sizes = {path: m.size_in_bytes for path, m in matched.items()}
         headers: tuple[tuple[str, ...], ...] = ()
         if fmt == "csv":
             headers = tuple(text_rows.read_csv_header(path) for path in files)
@@ -141,8 +144,10 @@ class InputPlan:
             ranges = plan_parquet_ranges(files, columns)
         else:
             ranges = plan_text_ranges([(path, sizes[path]) for path in files], range_bytes)
-        return cls(fmt, files, headers, tuple(ranges),
-                   num_buckets(sum(sizes.values())))
+        stats = tuple((path, sizes[path], matched[path].last_updated_in_seconds)
+                      for path in files)
+        return cls(fmt, files, headers, tuple(ranges), num_buckets(sum(sizes.values())),
+                   stats)
 
 
 class ReadSeriesChunks(beam.PTransform):
