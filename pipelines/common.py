@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import sys
 import time
 import traceback
@@ -14,10 +13,10 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
-from etl.core import accounting, resume, sharding, splits, versions
+from etl.core import accounting, resume, sharding, splits, storage, versions
 from etl.core.output_dir import prepare_output_dir
 from pipelines import failures, held_reports, runner_defaults, summary
-from reader.contract import MANIFEST_FILENAME, load_manifest, sha256_of_file
+from reader.contract import MANIFEST_FILENAME
 
 _MIB = 1024 * 1024
 
@@ -102,8 +101,12 @@ class DatasetOptions(PipelineOptions):
                  "as it comes, and still end with the one-line error.")
         parser.add_argument(
             "--tft_temp_dir",
-            help="tf.Transform scratch directory (must be shared storage on a "
-                 "distributed runner). Default: <output_dir>/tmp.")
+            help="tf.Transform scratch directory, written through TensorFlow's own "
+                 "filesystem; also where the transform output is loaded from and the "
+                 "time-series job spills rows. Must be shared storage (gs://...) on "
+                 "Dataflow. Default: <output_dir>/tmp, or a local temp folder when "
+                 "--output_dir is an object store and the runner is local "
+                 "(docs/RUNNING_AT_SCALE.md).")
 
 
 def add_mib_argument(parser: Any, flag: str, default_bytes: int, help_text: str) -> None:
@@ -162,7 +165,8 @@ class OutputSettings:
             target_shard_bytes=target_shard_bytes,
             gzip_level=sharding.check_gzip_level(
                 default_gzip_level if options.gzip_level is None else options.gzip_level),
-            tft_temp_dir=options.tft_temp_dir or os.path.join(options.output_dir, "tmp"),
+            tft_temp_dir=(options.tft_temp_dir or runner_defaults.default_tft_temp_dir(
+                options.output_dir, options)),
             overwrite=options.overwrite,
             max_error_fraction=options.max_error_fraction,
             resume=not options.no_resume,
@@ -195,6 +199,11 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
         The manifest the job published.
     """
     options = runner_defaults.pipeline_options(argv, options_class)
+    own = options.view_as(DatasetOptions)
+    runner_defaults.require_shared_storage(options, {
+        "--input": own.input, "--output_dir": own.output_dir,
+        "--tft_temp_dir": own.tft_temp_dir})
+    storage.configure(options)
     job = make_job(options.view_as(options_class))
     if adjust_options is not None:
         adjust_options(options)
@@ -224,7 +233,7 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
     elapsed = time.monotonic() - started
     runner_defaults.remove_temp_dir(job.output.tft_temp_dir)
     resume.remove_progress(job.output.output_dir)
-    manifest = load_manifest(job.output.output_dir)
+    manifest = versions.read_manifest(job.output.output_dir)
     counts = summary.run_counts(result)
     if manifest.get("dataset_version", 1) < version.number:
         print(summary.format_nothing_new(job.output.output_dir, manifest, counts))
@@ -303,12 +312,10 @@ def _manifest_sha256(output_dir: str | None) -> str | None:
     """The sha256 of ``output_dir``'s manifest; None if it has none or cannot be read."""
     if not output_dir:
         return None
-    import tensorflow as tf
-
-    path = os.path.join(output_dir, MANIFEST_FILENAME)
+    path = storage.join(output_dir, MANIFEST_FILENAME)
     try:
-        return sha256_of_file(path) if tf.io.gfile.exists(path) else None
-    except (OSError, tf.errors.OpError):
+        return storage.sha256(path) if storage.exists(path) else None
+    except OSError:
         return None
 
 
@@ -317,14 +324,12 @@ def _outcome(output_dir: str | None, published_before: str | None) -> failures.O
     one there before, none) and the finished shards a rerun reuses."""
     if not output_dir:
         return failures.Outcome(None, failures.Publication.NONE, None)
-    import tensorflow as tf
-
     published = _manifest_sha256(output_dir)
     publication = (failures.Publication.NONE if published is None
                    else failures.Publication.PREVIOUS_INTACT if published == published_before
                    else failures.Publication.PUBLISHED)
     try:
         reusable: int | None = resume.count_recorded_shards(output_dir)
-    except (OSError, tf.errors.OpError):
+    except OSError:
         reusable = None
     return failures.Outcome(output_dir, publication, reusable)

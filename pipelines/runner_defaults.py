@@ -1,16 +1,24 @@
-"""Pipeline options shared by the jobs: the offline-safe default runner, temp cleanup."""
+"""Pipeline options shared by the jobs: the offline-safe default runner, where a
+runner's workers can reach files, and temp cleanup."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from apache_beam import Pipeline
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions,
+    PipelineOptions,
+    StandardOptions,
+)
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
+from etl.core import storage
 from pipelines import flags
 
 # Beam's DirectRunner first tries to download and start the Prism runner, which stalls
@@ -51,6 +59,51 @@ def pipeline_options(argv: Sequence[str] | None,
     return options
 
 
+def runs_on_remote_workers(options: PipelineOptions) -> bool:
+    """True when the runner's workers are other machines, which share no disk with
+    this one (Dataflow)."""
+    runner = options.view_as(StandardOptions).runner
+    name = runner if isinstance(runner, str) else type(runner).__name__
+    return name.rsplit(".", 1)[-1].endswith("DataflowRunner")
+
+
+def require_shared_storage(options: PipelineOptions, paths: Mapping[str, str | None]
+                           ) -> None:
+    """Refuses local paths for a runner on remote workers, before anything runs.
+
+    ``paths`` maps flags (``--input``) to their values; Beam's ``--temp_location``
+    and ``--staging_location`` are checked too.
+
+    Raises:
+        ValueError: one line naming the first local path.
+    """
+    if not runs_on_remote_workers(options):
+        return
+    cloud = options.view_as(GoogleCloudOptions)
+    every = {**paths, "--temp_location": cloud.temp_location,
+             "--staging_location": cloud.staging_location}
+    for flag, path in every.items():
+        if path and not storage.is_remote(path):
+            raise ValueError(
+                f"{flag} {path!r} is on this machine's disk, which "
+                f"{options.view_as(StandardOptions).runner} workers cannot see: give "
+                f"gs:// paths for --input, --output_dir, --tft_temp_dir and "
+                f"--temp_location.")
+
+
+def default_tft_temp_dir(output_dir: str, options: PipelineOptions) -> str:
+    """tf.Transform's scratch folder without ``--tft_temp_dir``: ``<output_dir>/tmp``,
+    except for an object-store output written by a runner on this machine, where it
+    is a local folder named after ``output_dir`` (the same for a rerun, which
+    resumes): tf.Transform writes it through TensorFlow's own filesystem, and the
+    time-series job spills its rows there, so local disk is both what works against
+    any object store and what costs no requests."""
+    if not storage.is_remote(output_dir) or runs_on_remote_workers(options):
+        return storage.join(output_dir, "tmp")
+    name = hashlib.sha256(output_dir.encode()).hexdigest()[:16]
+    return storage.join(tempfile.gettempdir(), f"tfrecord-etl-{name}")
+
+
 def run_to_completion(pipeline: Pipeline) -> PipelineResult:
     """Runs ``pipeline`` and waits; returns its result (metrics); raises if it ends
     in any state but DONE."""
@@ -86,7 +139,4 @@ def join_sdk_harness_threads(timeout_s: float = HARNESS_SHUTDOWN_TIMEOUT_S
 
 def remove_temp_dir(path: str) -> None:
     """Deletes the tf.Transform scratch directory once the job has succeeded."""
-    import tensorflow as tf
-
-    if tf.io.gfile.exists(path):
-        tf.io.gfile.rmtree(path)
+    storage.delete_tree(path)

@@ -90,3 +90,146 @@ def test_etl_function_bodies_stay_short():
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         and body_lines(node) > MAX_FUNCTION_BODY_LINES}
     assert not long_functions, long_functions
+
+
+# --- one seam to storage ------------------------------------------------------------------
+
+# The storage seam: the only modules of etl/ and pipelines/ that touch files.
+STORAGE_MODULES = ("etl/core/storage.py", "etl/core/gcs.py", "etl/core/local_tree.py")
+# Calls and imports that read, write, list or delete files.
+FILE_CALLS = frozenset({
+    "open", "os.walk", "os.listdir", "os.scandir", "os.remove", "os.unlink", "os.rename",
+    "os.replace", "os.makedirs", "os.mkdir", "os.rmdir", "os.stat", "os.lstat",
+    "os.path.exists", "os.path.isdir", "os.path.isfile", "os.path.islink",
+    "os.path.getsize", "os.path.getmtime", "os.path.realpath"})
+FILE_MODULES = ("shutil", "glob", "pathlib", "apache_beam.io.filesystems",
+                "apache_beam.io.filesystem", "apache_beam.io.gcp", "apache_beam.io.fileio",
+                "google.cloud.storage")
+# Reads that are not job data, with why.
+NOT_JOB_DATA = {
+    ("etl/core/fingerprint.py", "open"): "hashes this package's own source files",
+    ("etl/core/fingerprint.py", "os.walk"): "lists this package's own source files",
+    ("pipelines/quiet_start.py", "open"): "opens /dev/null to silence a library",
+}
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """``os.path.exists`` for the expression ``os.path.exists``; None for others."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def file_access(path: pathlib.Path) -> set[str]:
+    """The file calls (``FILE_CALLS``, any ``tf.io.gfile`` call) and file modules
+    (``FILE_MODULES``) that ``path`` uses."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            if name in FILE_CALLS or (name or "").startswith("tf.io.gfile."):
+                found.add(name)
+    found.update(name for name in imported_modules(path)
+                 if any(_is_under(name, module) for module in FILE_MODULES))
+    return found
+
+
+def test_file_access_sees_calls_and_imports(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import shutil\nimport os\nimport tensorflow as tf\n"
+                      "def f(p):\n    tf.io.gfile.exists(p)\n    os.path.join(p, 'x')\n"
+                      "    with open(p) as f:\n        return os.path.isdir(p)\n")
+    assert file_access(source) == {"shutil", "tf.io.gfile.exists", "open", "os.path.isdir"}
+
+
+def test_only_the_storage_seam_touches_files():
+    offending = {
+        f"{relative} uses {name}"
+        for folder in ("etl", "pipelines") for path in _modules(folder)
+        if (relative := str(path.relative_to(REPO))) not in STORAGE_MODULES
+        for name in file_access(path) if (relative, name) not in NOT_JOB_DATA}
+    assert not offending, sorted(offending)
+
+
+# --- declared dependencies ---------------------------------------------------------------
+
+def _install_requires() -> list[str]:
+    """setup.py's INSTALL_REQUIRES, read from its source (importing it would run setup)."""
+    tree = ast.parse((REPO / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "INSTALL_REQUIRES" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no INSTALL_REQUIRES")
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """The installed distributions ``requirements`` bring, transitively (normalized
+    names), extras and environment markers evaluated."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found: set[str] = set()
+    pending = [(Requirement(r), ()) for r in requirements]
+    while pending:
+        requirement, _ = pending.pop()
+        name = canonicalize_name(requirement.name)
+        key = (name, tuple(sorted(requirement.extras)))
+        if key in found:
+            continue
+        found.add(key)
+        try:
+            requires = metadata.distribution(name).requires or []
+        except metadata.PackageNotFoundError:
+            continue  # Not installed here (another platform's marker).
+        for line in requires:
+            child = Requirement(line)
+            environments = [{"extra": extra} for extra in requirement.extras] or [{"extra": ""}]
+            if child.marker is None or any(child.marker.evaluate(env) for env in environments):
+                pending.append((child, ()))
+    return {name for name, _ in found}
+
+
+# Imports a module makes only for an optional feature, behind an ImportError that
+# says what to install, and the setup.py extra that installs it.
+OPTIONAL_IMPORTS = {("reader/preview.py", "matplotlib"): "preview"}
+
+
+def _extras() -> dict[str, list[str]]:
+    tree = ast.parse((REPO / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "EXTRAS_REQUIRE" for t in node.targets):
+            return dict(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no EXTRAS_REQUIRE")
+
+
+def test_every_third_party_module_our_packages_import_is_a_declared_dependency():
+    import sys
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    extras = _extras()
+    declared = _closure(_install_requires())
+    providers = metadata.packages_distributions()
+    undeclared = set()
+    for folder in ("etl", "pipelines", "reader"):
+        for path in _modules(folder):
+            for name in imported_modules(path):
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top in ("etl", "pipelines", "reader"):
+                    continue
+                dists = {canonicalize_name(d) for d in providers.get(top, [])}
+                extra = OPTIONAL_IMPORTS.get((str(path.relative_to(REPO)), top))
+                if dists & (_closure(extras[extra]) if extra else declared):
+                    continue
+                undeclared.add(f"{path.relative_to(REPO)} imports {top} "
+                               f"(from {sorted(dists) or 'no installed distribution'})")
+    assert not undeclared, sorted(undeclared)

@@ -13,7 +13,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from etl.core.atomic_files import write_text_atomically
+from etl.core import storage
 from reader import contract
 
 DEFAULT_MAX_ERROR_FRACTION = 0.1
@@ -59,20 +59,17 @@ def failure_path(output_dir: str) -> str:
 
 def write_failure(output_dir: str, error: WithheldError) -> None:
     """Records why the dataset was withheld: ``errors/failure.json``."""
-    write_text_atomically(failure_path(output_dir), json.dumps(
+    storage.write_text(failure_path(output_dir), json.dumps(
         {"error": error.code, "message": str(error)}, sort_keys=True) + "\n")
 
 
 def read_failure(output_dir: str) -> WithheldError | None:
     """The error :func:`write_failure` recorded in ``output_dir``, of the type its
     code names, or None if the dataset was not withheld by a check."""
-    import tensorflow as tf
-
     path = failure_path(output_dir)
-    if not tf.io.gfile.exists(path):
+    if not storage.exists(path):
         return None
-    with tf.io.gfile.GFile(path, "r") as f:
-        record = json.loads(f.read())
+    record = json.loads(storage.read_text(path))
     return _WITHHELD_ERRORS.get(record["error"], WithheldError)(record["message"])
 
 

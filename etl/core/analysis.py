@@ -11,11 +11,18 @@ enters tf.Transform's own pipeline. Data path:
   and decode the batch again, with extra Beam steps.
 * Batches are bounded by row count *and* bytes.
 * Only the columns the analyzers read are fed (``AnalyzeAndWriteTransformFn``).
+
+tf.Transform writes through TensorFlow's own filesystem, which reaches Google's GCS
+endpoint only (no emulator, no other object store Beam knows). So the transform
+output is written under the tf.Transform temp dir (``--tft_temp_dir``: local disk in
+a local run, a bucket on Dataflow), loaded from there by the shard steps and the
+manifest step, and copied into the output directory through ``etl.core.storage``
+(``PublishTransformOutput``); an ``--append`` stages the dataset's copy there the
+other way (``stage_transform_output``).
 """
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -26,7 +33,15 @@ import tensorflow_transform.beam as tft_beam
 from apache_beam.transforms import window
 from tensorflow_transform.tf_metadata import dataset_metadata
 
+from etl.core import storage
 from reader import contract
+
+# The transform output's folders, as the output directory and its staging copy hold them.
+TRANSFORM_OUTPUT_DIRNAMES = (contract.TRANSFORM_FN_DIRNAME,
+                             contract.TRANSFORMED_METADATA_DIRNAME,
+                             contract.RAW_METADATA_DIRNAME)
+# Where, under the tf.Transform temp dir, TensorFlow writes and reads it.
+STAGING_DIRNAME = "transform_output"
 
 # Bounds of one batch fed to the analysis: rows (tfx_bsl's own cap is 1000) and raw
 # bytes. The analyzers' results never depend on batching (exact sums, counts).
@@ -148,24 +163,60 @@ def analyze_input_columns(preprocessing_fn: Callable[[dict], dict],
     return sorted(tft.get_analyze_input_columns(preprocessing_fn, type_specs))
 
 
+def staging_dir(temp_dir: str) -> str:
+    """Where the transform output is written and loaded, under the tf.Transform temp
+    dir ``temp_dir``."""
+    return storage.join(temp_dir, STAGING_DIRNAME)
+
+
+def _copy_transform_output(source: str, destination: str) -> None:
+    for name in TRANSFORM_OUTPUT_DIRNAMES:
+        storage.delete_tree(storage.join(destination, name))
+        if not storage.copy_tree(storage.join(source, name), storage.join(destination, name)):
+            raise FileNotFoundError(f"No {name}/ under {source!r} to copy.")
+
+
+def publish_transform_output(unused: Any, staged: str, output_dir: str) -> str:
+    """Copies the transform output written under ``staged`` into ``output_dir``;
+    returns ``staged``, where TensorFlow loads it from."""
+    del unused  # Only ordering: the staged output is complete.
+    _copy_transform_output(staged, output_dir)
+    return staged
+
+
+def stage_transform_output(unused: Any, output_dir: str, staged: str) -> str:
+    """Copies a published dataset's transform output to ``staged`` for TensorFlow to
+    load (an ``--append``); returns ``staged``."""
+    del unused
+    _copy_transform_output(output_dir, staged)
+    return staged
+
+
 def write_transform_output(transform_fn: Any, serving_feature_spec: Mapping[str, Any],
-                           output_dir: str) -> beam.PCollection:
+                           output_dir: str, staged: str) -> beam.PCollection:
     """Writes ``transform_fn/`` and ``transformed_metadata/`` (``WriteTransformFn``) and
     the schema of ``serving_feature_spec`` (the raw features serving feeds) in
     ``metadata/``, which ``tft.TFTransformOutput``'s ``raw_feature_spec()`` reads when
-    serving code builds its parse spec the TFX way.
+    serving code builds its parse spec the TFX way: under ``staged``, by TensorFlow,
+    then into ``output_dir``, by ``etl.core.storage``.
 
     Returns:
-        A PCollection that is complete once all three are final (callers wait on it
-        as a side input).
+        A single-element PCollection holding ``staged`` once all three are in
+        ``output_dir`` too (callers wait on it as a side input and load from it).
     """
     pipeline = transform_fn[0].pipeline
-    written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(output_dir)
+    written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(staged)
     raw_written = (
         dataset_metadata.DatasetMetadata.from_feature_spec(dict(serving_feature_spec))
         | "WriteRawMetadata" >> tft_beam.WriteMetadata(
-            posixpath.join(output_dir, contract.RAW_METADATA_DIRNAME), pipeline))
-    return (written, raw_written) | "TransformOutputWritten" >> beam.Flatten()
+            storage.join(staged, contract.RAW_METADATA_DIRNAME), pipeline))
+    return (
+        (written, raw_written)
+        | "TransformOutputWritten" >> beam.Flatten()
+        | "GatherTransformOutput" >> beam.combiners.ToList()
+        | "PublishTransformOutput" >> beam.Map(publish_transform_output, staged=staged,
+                                               output_dir=output_dir)
+    )
 
 
 class AnalyzeAndWriteTransformFn(beam.PTransform):
@@ -183,8 +234,8 @@ class AnalyzeAndWriteTransformFn(beam.PTransform):
     to ``metadata/``: what serving feeds ``transform_fn``, without analysis-only
     features.
 
-    Output: the PCollection ``tft_beam.WriteTransformFn`` returns once the
-    transform output is final under ``output_dir``.
+    Output: a single-element PCollection, the folder TensorFlow loads the transform
+    output from (under ``temp_dir``), once it is final there and in ``output_dir``.
     """
 
     def __init__(self, preprocessing_fn: Callable[[dict], dict],
@@ -217,4 +268,4 @@ class AnalyzeAndWriteTransformFn(beam.PTransform):
             transform_fn = (batches, config) | "AnalyzeTrain" >> tft_beam.AnalyzeDataset(
                 self._preprocessing_fn)
             return write_transform_output(transform_fn, self._serving_feature_spec,
-                                          self._output_dir)
+                                          self._output_dir, staging_dir(self._temp_dir))

@@ -10,8 +10,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import hashing
-from etl.core.atomic_files import atomic_path, write_text_atomically
+from etl.core import hashing, storage
 from reader import contract
 
 METRICS_NAMESPACE = "etl"
@@ -168,7 +167,7 @@ def _write_part(element: tuple[int, Iterable[Rejection]], parts_dir: str) -> tup
     index, rejections = element
     path = posixpath.join(parts_dir, f"part-{index:05d}.jsonl")
     ordered = sorted(rejections, key=_sort_key)
-    write_text_atomically(path, "".join(rejection.to_json() + "\n" for rejection in ordered))
+    storage.write_text(path, "".join(rejection.to_json() + "\n" for rejection in ordered))
     return index, path
 
 
@@ -178,18 +177,14 @@ def _concatenate_parts(parts: list[tuple[int, str]], path: str, parts_dir: str,
     """Streams the parts, in part order, into ``path`` (constant memory); returns
     ``summary``. With no rejection there is no part, and the file is empty (or, if
     not ``write_empty``, not written)."""
-    import tensorflow as tf
-
     if not parts and not write_empty:
         return summary
-    with atomic_path(path) as tmp_path, tf.io.gfile.GFile(tmp_path, "wb") as out:
-        out.write(b"")  # GFile creates the file on first write, even an empty one.
+    with storage.write(path) as out:
         for _, part in sorted(parts):
-            with tf.io.gfile.GFile(part, "rb") as f:
+            with storage.open_read(part) as f:
                 while chunk := f.read(8 * 1024 * 1024):
                     out.write(chunk)
-    if tf.io.gfile.exists(parts_dir):
-        tf.io.gfile.rmtree(parts_dir)
+    storage.delete_tree(parts_dir)
     return summary
 
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import platform
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
 
-from etl.core import accounting, fault_injection, versions
-from etl.core.atomic_files import write_text_atomically
+from etl.core import accounting, fault_injection, storage, versions
 from etl.core.sharding import ShardEntry
 from reader import contract
 from reader.contract import CLASSIFICATION, MULTI_LABEL
@@ -134,11 +132,13 @@ def require_train(manifest: Mapping[str, Any]) -> None:
     accounting.check_train_split(manifest, EMPTY_TRAIN)
 
 
-def _read_transform_output(output_dir: str, task: str) -> tuple[dict[str, Any], list[str]]:
-    """(feature spec as JSON, label vocabulary) of the written transform output."""
+def _read_transform_output(transform_dir: str, task: str
+                           ) -> tuple[dict[str, Any], list[str]]:
+    """(feature spec as JSON, label vocabulary) of the transform output TensorFlow
+    reads in ``transform_dir``."""
     import tensorflow_transform as tft
 
-    transform_output = tft.TFTransformOutput(output_dir)
+    transform_output = tft.TFTransformOutput(transform_dir)
     features = contract.feature_spec_to_json(transform_output.transformed_feature_spec())
     vocab = [] if task not in (CLASSIFICATION, MULTI_LABEL) else [
         token.decode("utf-8") if isinstance(token, bytes) else str(token)
@@ -160,13 +160,13 @@ def _merge_extras(extras: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 def _write_manifest(unused: None, *, output_dir: str, name: str, spec: ManifestSpec,
                     version: versions.DatasetVersion, shards: list[ShardEntry],
                     label_counts: list[tuple[tuple[str, str], int]],
-                    rejected: dict[str, Any], transform_written: list[Any],
+                    rejected: dict[str, Any], transform_dir: str,
                     keys_written: list[str | None],
                     extras: list[Mapping[str, Any]]) -> str | None:
     """Writes the manifest; returns its path, or None for an append that added
     nothing (the published manifest is left as it was)."""
-    del unused, transform_written  # Only ordering: the transform output is final.
-    features, vocab = _read_transform_output(output_dir, spec.task)
+    del unused
+    features, vocab = _read_transform_output(transform_dir, spec.task)
     extra = _merge_extras(extras)
     manifest = ManifestContent(
         name=name, kind=spec.kind, task=spec.task, shards=shards,
@@ -189,9 +189,9 @@ def _write_manifest(unused: None, *, output_dir: str, name: str, spec: ManifestS
     except accounting.WithheldError as e:
         accounting.write_failure(output_dir, e)
         raise
-    path = os.path.join(output_dir, contract.MANIFEST_FILENAME)
+    path = storage.join(output_dir, contract.MANIFEST_FILENAME)
     fault_injection.pause_point(fault_injection.MANIFEST_WRITING)
-    write_text_atomically(path, contract.dumps_manifest(manifest))
+    storage.write_text(path, contract.dumps_manifest(manifest))
     return path
 
 
@@ -201,20 +201,20 @@ class WriteManifest(beam.PTransform):
 
     The input holds the ``ShardEntry``s of ``FinalizeShards``, the
     ``((split, label_name), count)`` pairs, and the single summary of
-    ``WriteRejections``. ``transform_written`` is what ``tft_beam.WriteTransformFn``
-    returns; ``extras`` are single-element PCollections of extra top-level entries
-    (dicts).
+    ``WriteRejections``. ``transform_dir`` holds the folder TensorFlow reads the
+    transform output from (``etl.core.analysis``), once it is final; ``extras``
+    are single-element PCollections of extra top-level entries (dicts).
     """
 
     def __init__(self, output_dir: str, name: str, spec: ManifestSpec, *,
-                 transform_written: beam.PCollection,
+                 transform_dir: beam.PCollection,
                  keys_written: beam.PCollection | None = None,
                  extras: Sequence[beam.PCollection] = (),
                  version: versions.DatasetVersion = versions.FIRST_VERSION) -> None:
         super().__init__()
         self._write = functools.partial(_write_manifest, output_dir=output_dir, name=name,
                                         spec=spec, version=version)
-        self._transform_written = transform_written
+        self._transform_dir = transform_dir
         self._keys_written = keys_written
         self._extras = tuple(extras)
 
@@ -234,7 +234,7 @@ class WriteManifest(beam.PTransform):
                 self._write, shards=beam.pvalue.AsList(shards),
                 label_counts=beam.pvalue.AsList(label_counts),
                 rejected=beam.pvalue.AsSingleton(rejected),
-                transform_written=beam.pvalue.AsList(self._transform_written),
+                transform_dir=beam.pvalue.AsSingleton(self._transform_dir),
                 keys_written=(beam.pvalue.AsList(self._keys_written)
                               if self._keys_written is not None else []),
                 extras=extras)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import posixpath
-
-from etl.core import resume, versions
+from etl.core import resume, storage, versions
 from reader import contract
 
 # Everything a job writes under its output directory, besides the manifest.
@@ -43,27 +41,21 @@ def prepare_output_dir(output_dir: str, overwrite: bool, resume_run: bool = True
     Raises:
         ValueError: if a finished dataset is there and ``overwrite`` is False.
     """
-    import tensorflow as tf
-
-    manifest_path = posixpath.join(output_dir, contract.MANIFEST_FILENAME)
+    manifest_path = storage.join(output_dir, contract.MANIFEST_FILENAME)
     if append:
         for name in ("tmp", "transform_tmp",
                      *(() if resume_run else (resume.PROGRESS_DIRNAME,))):
-            path = posixpath.join(output_dir, name)
-            if tf.io.gfile.isdir(path):
-                tf.io.gfile.rmtree(path)
+            storage.delete_tree(storage.join(output_dir, name))
         return
-    if tf.io.gfile.exists(manifest_path):
+    if storage.exists(manifest_path):
         if not overwrite:
             raise ValueError(
                 f"{output_dir!r} already holds a finished dataset ({contract.MANIFEST_FILENAME}"
                 f" exists). Pass --overwrite to replace it, or choose another --output_dir.")
-        tf.io.gfile.remove(manifest_path)
+        storage.delete(manifest_path)
         resume_run = False
     for name in OWNED_ENTRIES:
         if resume_run and name in RESUMABLE_ENTRIES:
             continue
-        path = posixpath.join(output_dir, name)
-        if tf.io.gfile.isdir(path):
-            tf.io.gfile.rmtree(path)
-    tf.io.gfile.makedirs(output_dir)
+        storage.delete_tree(storage.join(output_dir, name))
+    storage.make_folder(output_dir)

@@ -52,10 +52,11 @@ class PublishDataset(beam.PTransform):
         plan: PTransform from the units to ``(split, num_shards)``
             (``etl.core.shard_plan.PlanShards``).
         write_shard: the job's fused shard writer (an ``etl.core.shard_step.ShardStep``);
-            called with side inputs ``num_shards`` (dict) and ``transform_written``.
+            called with side inputs ``num_shards`` (dict) and ``transform_dir``.
         write_label: the writer step's label.
         rejected: the job's earlier ``Rejection`` PCollections.
-        transform_written: what ``WriteTransformFn`` returns; the writer and the
+        transform_dir: a single-element PCollection, the folder TensorFlow loads
+            the transform output from (``etl.core.analysis``); the writer and the
             manifest wait for it.
         extras: single-element PCollections of extra manifest entries (dicts).
         manifest: the job's kind, task, preprocessing, check and describer.
@@ -68,7 +69,7 @@ class PublishDataset(beam.PTransform):
 
     def __init__(self, output_dir: str, name: str, *, plan: beam.PTransform,
                  write_shard: beam.DoFn, write_label: str,
-                 rejected: Sequence[beam.PCollection], transform_written: beam.PCollection,
+                 rejected: Sequence[beam.PCollection], transform_dir: beam.PCollection,
                  extras: Sequence[beam.PCollection], manifest: ManifestSpec,
                  inputs: Mapping[str, Any] | None = None,
                  version: versions.DatasetVersion = versions.FIRST_VERSION,
@@ -79,7 +80,7 @@ class PublishDataset(beam.PTransform):
         self._name = name
         self._write_shard = write_shard
         self._write_label = write_label
-        self._transform_written = transform_written
+        self._transform_dir = transform_dir
         self._identity = fingerprint.run_identity(
             _job_identity(name, manifest, inputs, version))
         self._version = version
@@ -104,7 +105,7 @@ class PublishDataset(beam.PTransform):
             self._output_dir, versions.shard_prefix(self._name, self._version.number),
             write_shard=self._write_shard,
             write_label=self._write_label,
-            side_inputs={"transform_written": beam.pvalue.AsList(self._transform_written),
+            side_inputs={"transform_dir": beam.pvalue.AsSingleton(self._transform_dir),
                          "resuming": beam.pvalue.AsSingleton(resuming)})
         # ShardEntry; ShardResult; Rejection
         shards, results, write_rejected = (
@@ -130,7 +131,7 @@ class PublishDataset(beam.PTransform):
                                                             self._version.number))
         write_manifest = WriteManifest(
             self._output_dir, self._name, self._manifest,
-            transform_written=self._transform_written, keys_written=keys_written,
+            transform_dir=self._transform_dir, keys_written=keys_written,
             extras=self._extras, version=self._version)
         # the manifest's path (None: an append that added nothing)
         return ((shards, label_counts, rejected_summary)

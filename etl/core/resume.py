@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import posixpath
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
 
-from etl.core import fingerprint
-from etl.core.atomic_files import write_text_atomically
+from etl.core import fingerprint, storage
 from etl.core.dead_letters import Rejection
 from reader import contract
 
@@ -50,7 +48,7 @@ UNITS_TRANSFORMED_COUNTER = "units_transformed"
 
 
 def progress_dir(output_dir: str) -> str:
-    return posixpath.join(output_dir, PROGRESS_DIRNAME)
+    return storage.join(output_dir, PROGRESS_DIRNAME)
 
 
 def _say(line: str) -> None:
@@ -86,38 +84,37 @@ class ShardRecord:
 
 
 def shard_record_path(output_dir: str, split: str, shard: int) -> str:
-    return posixpath.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME,
+    return storage.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME,
                           f"{split}-{shard:05d}.json")
 
 
 def record_shard(output_dir: str, record: ShardRecord) -> None:
     """Records a finished shard (atomically: a record is whole or absent)."""
-    write_text_atomically(shard_record_path(output_dir, record.split, record.shard),
+    storage.write_text(shard_record_path(output_dir, record.split, record.shard),
                           record.to_json())
 
 
 def kept_shard(output_dir: str, split: str, shard: int, inputs_sha256: str
                ) -> ShardRecord | None:
     """The recorded shard if it can be kept: recorded from the same inputs, and its
-    file (if it has one) of the recorded size and sha256. Says why not when a
-    recorded shard is redone."""
-    import tensorflow as tf
-
-    path = shard_record_path(output_dir, split, shard)
-    if not tf.io.gfile.exists(path):
+    file (if it has one) of the recorded size and sha256, read back (on an object
+    store one download per kept shard, against reading and transforming all its
+    inputs again). Says why not when a recorded shard is redone."""
+    text = _read_text(shard_record_path(output_dir, split, shard))
+    if text is None:
         return None
-    with tf.io.gfile.GFile(path, "r") as f:
-        record = ShardRecord.from_json(f.read())
+    record = ShardRecord.from_json(text)
     why = None
     if record.inputs_sha256 != inputs_sha256:
         why = "an input file changed (size or mtime) since it was written"
     elif record.sha256 is not None:
-        file_path = posixpath.join(output_dir, record.path)
-        if not tf.io.gfile.exists(file_path):
+        file_path = storage.join(output_dir, record.path)
+        found = storage.stat(file_path)
+        if found is None:
             why = f"{record.path} is missing"
-        elif tf.io.gfile.stat(file_path).length != record.num_bytes:
+        elif found.size != record.num_bytes:
             why = f"{record.path} does not have its recorded size"
-        elif contract.sha256_of_file(file_path) != record.sha256:
+        elif storage.sha256(file_path) != record.sha256:
             why = f"{record.path} does not have its recorded sha256"
     if why is None:
         return record
@@ -125,86 +122,75 @@ def kept_shard(output_dir: str, split: str, shard: int, inputs_sha256: str
     return None
 
 
-def _read_json(path: str) -> Any:
-    import tensorflow as tf
+def _read_text(path: str) -> str | None:
+    """The text of ``path``; None if there is no such file."""
+    if storage.stat(path) is None:
+        return None
+    return storage.read_text(path)
 
+
+def _read_json(path: str) -> Any:
+    text = _read_text(path)
     try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            return json.loads(f.read())
-    except (tf.errors.NotFoundError, ValueError):
+        return None if text is None else json.loads(text)
+    except ValueError:
         return None
 
 
 def record_renames(output_dir: str, renames: Sequence[tuple[str, str]]) -> None:
     """Records the ``(pending, final)`` renames about to be made."""
-    write_text_atomically(posixpath.join(progress_dir(output_dir), FINALIZED_FILENAME),
+    storage.write_text(storage.join(progress_dir(output_dir), FINALIZED_FILENAME),
                           json.dumps([list(pair) for pair in renames]))
 
 
 def _undo_renames(output_dir: str) -> None:
     """Gives shards an earlier run had renamed their pending names back."""
-    import tensorflow as tf
-
-    path = posixpath.join(progress_dir(output_dir), FINALIZED_FILENAME)
+    path = storage.join(progress_dir(output_dir), FINALIZED_FILENAME)
     for pending, final in _read_json(path) or ():
-        pending_path = posixpath.join(output_dir, pending)
-        final_path = posixpath.join(output_dir, final)
-        if tf.io.gfile.exists(final_path) and not tf.io.gfile.exists(pending_path):
-            tf.io.gfile.rename(final_path, pending_path)
-    if tf.io.gfile.exists(path):
-        tf.io.gfile.remove(path)
+        pending_path = storage.join(output_dir, pending)
+        final_path = storage.join(output_dir, final)
+        if storage.exists(final_path) and not storage.exists(pending_path):
+            storage.rename(final_path, pending_path)
+    storage.delete(path)
 
 
 def _split_files(output_dir: str) -> list[str]:
     """Every file under the split folders, relative to ``output_dir``."""
-    import tensorflow as tf
-
     found = []
     for split in contract.SPLITS:
-        folder = posixpath.join(output_dir, split)
-        if tf.io.gfile.isdir(folder):
-            found += [posixpath.join(split, name) for name in tf.io.gfile.listdir(folder)]
+        folder = storage.join(output_dir, split)
+        found += [storage.join(split, name) for name in storage.relative_files(folder)]
     return sorted(found)
 
 
-def _recorded_paths(output_dir: str) -> set[str]:
-    import tensorflow as tf
+def _record_files(output_dir: str) -> list[str]:
+    """The paths of the shard records ``output_dir``'s unfinished run left."""
+    folder = storage.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME)
+    return [info.path for info in storage.list_files(folder)
+            if info.path.endswith(".json")]
 
-    folder = posixpath.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME)
-    if not tf.io.gfile.isdir(folder):
-        return set()
+
+def _recorded_paths(output_dir: str) -> set[str]:
     paths = set()
-    for name in tf.io.gfile.listdir(folder):
-        if name.endswith(".json"):
-            record = _read_json(posixpath.join(folder, name))
-            if record and record.get("path"):
-                paths.add(record["path"])
+    for path in _record_files(output_dir):
+        record = _read_json(path)
+        if record and record.get("path"):
+            paths.add(record["path"])
     return paths
 
 
 def count_recorded_shards(output_dir: str) -> int:
     """How many finished shards ``output_dir``'s unfinished run has recorded (what a
     rerun with the same input and options may keep)."""
-    import tensorflow as tf
-
-    folder = posixpath.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME)
-    if not tf.io.gfile.isdir(folder):
-        return 0
-    return sum(1 for name in tf.io.gfile.listdir(folder) if name.endswith(".json"))
+    return len(_record_files(output_dir))
 
 
 def _clear(output_dir: str, protected: frozenset[str]) -> None:
-    import tensorflow as tf
-
     for relpath in _split_files(output_dir):
         if relpath not in protected:
-            tf.io.gfile.remove(posixpath.join(output_dir, relpath))
-    records = posixpath.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME)
-    if tf.io.gfile.isdir(records):
-        tf.io.gfile.rmtree(records)
-    finalized = posixpath.join(progress_dir(output_dir), FINALIZED_FILENAME)
-    if tf.io.gfile.exists(finalized):
-        tf.io.gfile.remove(finalized)
+            storage.delete(storage.join(output_dir, relpath))
+    storage.delete_tree(storage.join(progress_dir(output_dir), SHARD_RECORDS_DIRNAME))
+    storage.delete(storage.join(progress_dir(output_dir), FINALIZED_FILENAME))
 
 
 def start_or_resume(unused: None, *, output_dir: str, identity: Mapping[str, Any],
@@ -220,17 +206,15 @@ def start_or_resume(unused: None, *, output_dir: str, identity: Mapping[str, Any
     of the published version an append adds to) are never touched.
     """
     new = fingerprint.fingerprint(identity, units, num_shards)
-    path = posixpath.join(progress_dir(output_dir), FINGERPRINT_FILENAME)
+    path = storage.join(progress_dir(output_dir), FINGERPRINT_FILENAME)
     old = _read_json(path)
     why = fingerprint.difference(old, new)
     if why is None:
         _undo_renames(output_dir)
         recorded = _recorded_paths(output_dir)
-        import tensorflow as tf
-
         for relpath in _split_files(output_dir):
             if relpath not in recorded and relpath not in protected:
-                tf.io.gfile.remove(posixpath.join(output_dir, relpath))
+                storage.delete(storage.join(output_dir, relpath))
         _say(f"same input and options as the interrupted run in {output_dir}: "
              f"{count_recorded_shards(output_dir)} finished shard(s) recorded, each kept "
              f"if its size and sha256 still verify.")
@@ -238,7 +222,7 @@ def start_or_resume(unused: None, *, output_dir: str, identity: Mapping[str, Any
     if old is not None or set(_split_files(output_dir)) - protected:
         _say(f"starting clean in {output_dir}: {why}.")
     _clear(output_dir, protected)
-    write_text_atomically(path, json.dumps(new, sort_keys=True, indent=1))
+    storage.write_text(path, json.dumps(new, sort_keys=True, indent=1))
     return False
 
 
@@ -269,8 +253,4 @@ class StartOrResume(beam.PTransform):
 
 def remove_progress(output_dir: str) -> None:
     """Deletes the progress of a run whose dataset is published."""
-    import tensorflow as tf
-
-    path = progress_dir(output_dir)
-    if tf.io.gfile.isdir(path):
-        tf.io.gfile.rmtree(path)
+    storage.delete_tree(progress_dir(output_dir))

@@ -20,7 +20,6 @@ import concurrent.futures
 import dataclasses
 import functools
 import itertools
-import posixpath
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -28,7 +27,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, fault_injection, fingerprint, resume, sharding
+from etl.core import dead_letters, fault_injection, fingerprint, resume, sharding, storage
 from etl.core.dead_letters import Rejection
 from reader import contract
 
@@ -146,9 +145,8 @@ class ShardStep(beam.DoFn):
         self._write_pool.shutdown(wait=True)
 
     def process(self, element: tuple[tuple[str, int], Iterable[Any]],
-                num_shards: dict[str, int], transform_written: list[Any],
+                num_shards: dict[str, int], transform_dir: str,
                 resuming: bool = False) -> Iterator[Any]:
-        del transform_written  # Only ordering: the transform_fn is final on disk.
         (split, shard), grouped = element
         units = list(grouped)
         inputs_sha256 = fingerprint.shard_inputs_digest(self.input_identities(units))
@@ -164,17 +162,17 @@ class ShardStep(beam.DoFn):
                 self.shard_written(result, num_shards, kept=True)
                 yield result
                 return
-        yield from self._write(split, shard, units, inputs_sha256, num_shards)
+        yield from self._write(split, shard, units, inputs_sha256, num_shards,
+                               storage.join(transform_dir, contract.TRANSFORM_FN_DIRNAME))
 
     def _write(self, split: str, shard: int, units: list[Any], inputs_sha256: str,
-               num_shards: dict[str, int]) -> Iterator[Any]:
-        transform_dir = posixpath.join(self._output_dir, contract.TRANSFORM_FN_DIRNAME)
+               num_shards: dict[str, int], transform_fn_dir: str) -> Iterator[Any]:
         transform = self._transform_handle.acquire(
-            lambda: self.load_transform(transform_dir), tag=transform_dir)
+            lambda: self.load_transform(transform_fn_dir), tag=transform_fn_dir)
         relpath = sharding.pending_relpath(self._name, split, shard)
         labels: collections.Counter[str] = collections.Counter()
         rejections: list[Rejection] = []
-        with sharding.ShardWriter(posixpath.join(self._output_dir, relpath),
+        with sharding.ShardWriter(storage.join(self._output_dir, relpath),
                                   self._gzip_level) as writer, sharding.BlockWriter(
                                       writer, self._write_pool) as blocks:
             # Each block is written on the writer thread (deflate included) while

@@ -11,10 +11,12 @@ random, so reruns give different files. Here everything derives from the key:
 3. inside a shard, records are ordered by ``(stable_hash64(key, "order"), key)`` of
    their own keys;
 4. each shard is written whole by one worker under a *pending* name
-   (``<split>/<name>-<split>-pending-SSSSS.tfrecord.gz``, itself written under a
-   temporary name first); ``FinalizeShards`` then drops the shards that ended with
-   no record (all rejected, or no key hashed there) and renames the rest to their
-   contiguous final names ``-SSSSS-of-NNNNN``, so no file is ever empty.
+   (``<split>/<name>-<split>-pending-SSSSS.tfrecord.gz``, which appears only once
+   complete: ``etl.core.storage.write``); ``FinalizeShards`` then drops the shards
+   that ended with no record (all rejected, or no key hashed there) and renames the
+   rest to their contiguous final names ``-SSSSS-of-NNNNN``, so no file is ever
+   empty. On an object store each rename is a copy and a delete: two requests per
+   shard of up to ``--target_shard_mb`` (docs/RUNNING_AT_SCALE.md weighs them).
 
 Files are GZIP (zlib) streams at ``gzip_level`` 0-9 of TFRecord-framed records
 (:func:`write_tfrecord`), deflated by Python's ``gzip`` a ``DEFLATE_CHUNK_BYTES``
@@ -30,15 +32,13 @@ import dataclasses
 import gzip
 import io
 import math
-import posixpath
 from collections.abc import Iterable
 from typing import Any, BinaryIO
 
 import apache_beam as beam
 from apache_beam.io.tfrecordio import _TFRecordUtil
 
-from etl.core import dead_letters, fault_injection, hashing, resume
-from etl.core.atomic_files import publish, temp_path_for
+from etl.core import dead_letters, fault_injection, hashing, resume, storage
 from reader import contract
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
@@ -117,10 +117,10 @@ def pending_relpath(name: str, split: str, shard: int) -> str:
 class ShardWriter:
     """Writes one shard's records, in the order given, as a GZIP TFRecord file.
 
-    Use as a context manager: the file is written under a temporary name and renamed
-    to ``path`` only when the block ends without an error; with no record written it
-    is not kept at all (``num_records`` 0, ``sha256`` None). The sha256 and size are
-    those of the final file's bytes.
+    Use as a context manager: the file appears at ``path`` only when the block ends
+    without an error (``storage.write``); with no record written it is not kept at
+    all (``num_records`` 0, ``sha256`` None). The sha256 and size are those of the
+    file's bytes, hashed as they are written.
     """
 
     def __init__(self, path: str, gzip_level: int) -> None:
@@ -131,11 +131,8 @@ class ShardWriter:
         self.sha256: str | None = None
 
     def __enter__(self) -> ShardWriter:
-        import tensorflow as tf
-
-        self._tmp_path = temp_path_for(self.path)
-        tf.io.gfile.makedirs(posixpath.dirname(self.path))
-        self._file = tf.io.gfile.GFile(self._tmp_path, "wb")
+        self._writing = storage.write(self.path)
+        self._file = self._writing.__enter__()
         # No file name and mtime 0 in the GZIP header: the bytes depend on the
         # records and the level only.
         self._gzip = gzip.GzipFile(filename="", mode="wb", compresslevel=self._gzip_level,
@@ -144,7 +141,7 @@ class ShardWriter:
         return self
 
     def write(self, serialized: bytes) -> None:
-        fault_injection.check_write_budget(len(serialized), self._tmp_path)
+        fault_injection.check_write_budget(len(serialized), self._file.path)
         write_tfrecord(self._records, serialized)
         self.num_records += 1
         if self.num_records == 1:
@@ -155,19 +152,23 @@ class ShardWriter:
             self.write(serialized)
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        import tensorflow as tf
-
         try:
             self._records.close()  # flushes, then ends the GZIP stream
-        finally:
-            self._file.close()
-        if exc_type is not None or self.num_records == 0:
-            tf.io.gfile.remove(self._tmp_path)
-            return
-        self.num_bytes = tf.io.gfile.stat(self._tmp_path).length
-        self.sha256 = contract.sha256_of_file(self._tmp_path)
-        publish(self._tmp_path, self.path)
-        fault_injection.pause_point(fault_injection.SHARD_WRITTEN)
+        except BaseException as e:
+            self._writing.__exit__(type(e), e, e.__traceback__)
+            raise
+        if exc_type is None and self.num_records == 0:
+            exc_type, exc, tb = _NoRecord, _NoRecord(), None
+        # Completes the file, or (an error, no record) leaves none.
+        self._writing.__exit__(exc_type, exc, tb)
+        if exc_type is None:
+            self.num_bytes = self._file.size
+            self.sha256 = self._file.sha256
+            fault_injection.pause_point(fault_injection.SHARD_WRITTEN)
+
+
+class _NoRecord(Exception):
+    """Thrown into the file's writer to leave no file for a shard without records."""
 
 
 class BlockWriter:
@@ -260,8 +261,6 @@ def finalize_shards(results: Iterable[ShardResult], output_dir: str, name: str
     Raises:
         ValueError: if two results claim the same (split, shard).
     """
-    import tensorflow as tf
-
     by_split: dict[str, list[ShardResult]] = {}
     seen: set[tuple[str, int]] = set()
     for result in results:
@@ -283,8 +282,7 @@ def finalize_shards(results: Iterable[ShardResult], output_dir: str, name: str
     # Recorded first, so that a run resuming this one can undo them.
     resume.record_renames(output_dir, renames)
     for pending, final in renames:
-        tf.io.gfile.rename(posixpath.join(output_dir, pending),
-                           posixpath.join(output_dir, final), overwrite=True)
+        storage.rename(storage.join(output_dir, pending), storage.join(output_dir, final))
     return entries
 
 

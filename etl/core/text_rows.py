@@ -10,9 +10,12 @@ dead letter (``malformed_manifest_row``, ``malformed_row``).
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Iterator
 from typing import Any
+
+from etl.core import storage
 
 # Byte-order mark that Excel's "CSV UTF-8" and some editors put before the first line.
 BOM = "\ufeff"
@@ -32,15 +35,17 @@ def csv_fields(line: str) -> tuple[str, ...]:
 
 def read_csv_header(path: str) -> tuple[str, ...]:
     """The column names on the first line of the CSV file at ``path`` (any filesystem
-    ``tf.io.gfile`` reads).
+    ``etl.core.storage`` reads).
 
     Raises:
-        ValueError: if the header line cannot be parsed.
+        ValueError: if the header line cannot be parsed, or is not UTF-8.
     """
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "r") as f:
-        return csv_fields(f.readline().lstrip(BOM))
+    with storage.open_read(path) as f:
+        line = f.readline()
+    try:
+        return csv_fields(line.decode("utf-8").lstrip(BOM))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"Header is not UTF-8 text: {e}") from None
 
 
 def parse_csv_line(line: str, header: tuple[str, ...]) -> dict[str, str] | None:
@@ -71,9 +76,9 @@ def numbered_lines(path: str, skip_header: bool) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` for every line of a text file, 1-based, without its
     line break; the first line is left out with ``skip_header``, else its byte-order
     mark is removed."""
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "r") as f:
+    # newline="\n": a line ends at a line feed only, as it does for the row parsers.
+    with storage.open_read(path) as raw, io.TextIOWrapper(raw, encoding="utf-8",
+                                                          newline="\n") as f:
         for number, line in enumerate(f, start=1):
             if number == 1:
                 if skip_header:

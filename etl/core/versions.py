@@ -22,7 +22,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core.atomic_files import write_text_atomically
+from etl.core import storage
 from etl.core.dead_letters import EXAMPLES_PER_REASON, METRICS_NAMESPACE
 from reader import contract
 
@@ -73,14 +73,12 @@ class DatasetVersion:
         Raises:
             ValueError: naming what differs, or that there is no finished dataset.
         """
-        import tensorflow as tf
-
-        path = posixpath.join(output_dir, contract.MANIFEST_FILENAME)
-        if not tf.io.gfile.exists(path):
+        path = storage.join(output_dir, contract.MANIFEST_FILENAME)
+        if not storage.exists(path):
             raise ValueError(f"--append adds to a finished dataset, and {output_dir!r} "
                              f"holds none ({contract.MANIFEST_FILENAME} is missing); run "
                              f"without --append first.")
-        manifest = contract.load_manifest(output_dir)
+        manifest = read_manifest(output_dir)
         if manifest["kind"] != kind or manifest["name"] != name:
             raise ValueError(f"--append: {output_dir!r} holds the {manifest['kind']} "
                              f"dataset {manifest['name']!r}, not {kind} {name!r}.")
@@ -188,17 +186,27 @@ def _keys_text(keys: Iterable[str]) -> str:
     return "".join(json.dumps(key, ensure_ascii=False) + "\n" for key in sorted(keys))
 
 
-def read_key_index(path: str) -> set[str]:
-    import tensorflow as tf
+def read_manifest(output_dir: str) -> dict[str, Any]:
+    """The published manifest of ``output_dir``, read through ``etl.core.storage``.
 
-    with tf.io.gfile.GFile(path, "r") as f:
-        return {json.loads(line) for line in f if line.strip()}
+    Raises:
+        FileNotFoundError: if there is none.
+    """
+    path = storage.join(output_dir, contract.MANIFEST_FILENAME)
+    if not storage.exists(path):
+        raise FileNotFoundError(f"No {contract.MANIFEST_FILENAME} under {output_dir!r}.")
+    return json.loads(storage.read_text(path))
+
+
+def read_key_index(path: str) -> set[str]:
+    return {json.loads(line) for line in storage.read_text(path).splitlines()
+            if line.strip()}
 
 
 def _write_key_index(keys: list[str], path: str) -> str | None:
     if not keys:
         return None
-    write_text_atomically(path, _keys_text(keys))
+    storage.write_text(path, _keys_text(keys))
     return path
 
 

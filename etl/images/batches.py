@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from etl.core import dead_letters
+from etl.core import dead_letters, storage
 from etl.core.dead_letters import Rejection
 from etl.images import codec, exif, loading
 from etl.images.preprocessing import ImagePreprocessing
@@ -150,7 +150,7 @@ def load_record(record: ImageRecord, limits: loading.InputLimits,
         return Rejection(key=record.key, source=record.uri, reason=reason, message=message)
 
     try:
-        data = loading.read_bytes(record.uri, limits.max_file_bytes)
+        data = storage.read_bytes(record.uri, limits.max_file_bytes)
     except OSError as e:
         return rejection(dead_letters.UNREADABLE_FILE, f"Cannot read file: {e}")
     checked = loading.check_image(data, limits, image_size)

@@ -12,17 +12,12 @@ import sys
 import warnings
 
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from etl.core import dead_letters
 from etl.images import codec
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_IMAGE_PIXELS = 64 * 1024 * 1024
-# Below glibc's mmap threshold (128 KiB), so reads come from the heap and a short
-# read shrinks in place instead of keeping a mapping of its own.
-READ_CHUNK_BYTES = 64 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,37 +33,6 @@ class InputLimits:
     def __post_init__(self) -> None:
         if self.max_file_bytes < 1 or self.max_image_pixels < 1:
             raise ValueError("--max_file_mb and --max_image_pixels must be positive.")
-
-
-def read_bytes(uri: str, max_bytes: int | None = None,
-               chunk_bytes: int = READ_CHUNK_BYTES) -> bytes:
-    """The bytes of ``uri`` through Beam's filesystems (local, gs://, s3://, ...).
-
-    Reads at most ``max_bytes + 1`` bytes, so an oversized file is detected without
-    loading it whole. It reads in ``chunk_bytes`` pieces: ``f.read(n)`` allocates
-    ``n`` bytes up front, so one read of ``--max_file_mb`` would map that much for
-    every image and leave each small image in a page-rounded mapping of its own
-    (docs/RUNNING_AT_SCALE.md).
-
-    Raises:
-        OSError: if the file cannot be opened or read.
-    """
-    if chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}.")
-    # UNCOMPRESSED: never let a ".gz"-looking name be silently decompressed.
-    with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        if max_bytes is None:
-            return f.read()
-        chunks: list[bytes] = []
-        remaining = max_bytes + 1
-        while remaining > 0:
-            chunk = f.read(min(remaining, chunk_bytes))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        # One chunk (a file under chunk_bytes) is returned as is, without a copy.
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def declared_pixels(data: bytes) -> int | None:

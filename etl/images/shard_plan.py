@@ -28,7 +28,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import hashing
+from etl.core import hashing, storage
 from etl.core.examples import serialize_example
 from etl.core.shard_plan import PlanShards
 from etl.images import codec, labels, loading
@@ -91,7 +91,7 @@ def stored_image_bytes(data: bytes, preprocessing: ImagePreprocessing,
 def _stored_size_of(record: ImageRecord, preprocessing: ImagePreprocessing,
                     limits: loading.InputLimits) -> int | None:
     try:
-        data = loading.read_bytes(record.uri, limits.max_file_bytes)
+        data = storage.read_bytes(record.uri, limits.max_file_bytes)
     except OSError:
         return None
     return stored_image_bytes(data, preprocessing, limits)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, sharding
+from etl.core import dead_letters, sharding, storage
 from etl.core.dead_letters import Rejection
 from etl.core.examples import serialize_example
 from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
@@ -350,12 +350,15 @@ class TransformAndWriteImageShard(ShardStep):
 
 
 def _record_with_file_stat(record: ImageRecord) -> str:
-    """``repr`` of the record, its file's size and mtime ("missing" if it has none)."""
-    import tensorflow as tf
-
+    """The record's identity with its file's size and mtime: as listed, else looked
+    up now ("missing" if there is no file, "unknown" if its metadata cannot be
+    read)."""
+    if record.listed is not None:
+        return f"{record.identity()}|{record.listed[0]}:{record.listed[1]!r}"
     try:
-        stat = tf.io.gfile.stat(record.uri)
-        state = f"{stat.length}:{stat.mtime_nsec}"
-    except tf.errors.OpError:
-        state = "missing"
-    return f"{record!r}|{state}"
+        found = storage.stat(record.uri)
+    except OSError:
+        state = "unknown"
+    else:
+        state = "missing" if found is None else f"{found.size}:{found.mtime!r}"
+    return f"{record.identity()}|{state}"

@@ -18,7 +18,8 @@ whose name starts with ``.`` are not inputs (e.g. ``.DS_Store``).
 A local input whose real path (every symbolic link followed) lies outside the root
 (the folder, or the manifest's folder) is rejected as ``path_outside_root`` unless
 ``--allow_paths_outside_root``; object stores (``gs://``, ``s3://``) have no links,
-so their paths are compared as written.
+so their paths are compared as written. On an object store a folder is a prefix:
+``gs://bucket/photos`` holds the objects named ``photos/<class>/...``.
 """
 
 from __future__ import annotations
@@ -30,13 +31,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io import fileio
 
-from etl.core import dead_letters, splits, text_rows
+from etl.core import dead_letters, splits, storage, text_rows
 from etl.core.dead_letters import Rejection
 from etl.images import labels
 from etl.images.labels import Label, LabelColumns
-from etl.images.paths import has_scheme, list_local_files, normalise_root, resolves_inside
 
 PATH_COLUMN = "path"
 SPLIT_COLUMN = "split"
@@ -50,7 +49,11 @@ class ImageRecord:
 
     ``label`` is one class name, a sorted tuple of names (``--multi_label``) or None
     (``--label_column=none``); ``targets`` and ``carried`` hold the values of
-    ``--target_columns`` and ``--carry_columns``, in the flags' order.
+    ``--target_columns`` and ``--carry_columns``, in the flags' order. ``listed`` is
+    the file's ``(size, mtime)`` as the folder listing reported it (None for a
+    manifest row, or a file the listing could not look up): what tells a resumed
+    run the file is unchanged, which on an object store would otherwise cost a
+    request per image.
     """
 
     key: str
@@ -59,6 +62,13 @@ class ImageRecord:
     split: str | None = None  # None: assigned later from a hash of the key.
     targets: tuple[float, ...] = ()
     carried: tuple[str, ...] = ()
+    listed: tuple[int, float] | None = None
+
+    def identity(self) -> str:
+        """What of the record shapes its example (``fingerprint.unit_identity``):
+        everything but the listed size and mtime, so a file rewritten in place
+        redoes its own shard only (``shards.TransformAndWriteImageShard``)."""
+        return repr(dataclasses.replace(self, listed=None))
 
     def sort_key(self) -> tuple[Any, ...]:
         """Orders records of one key (duplicates) by everything they hold."""
@@ -91,14 +101,9 @@ def detect_split_layout(root: str) -> bool:
             (ambiguous: a class called "test" next to real classes?), or if
             ``root`` has no folders at all.
     """
-    import tensorflow as tf
-
-    if not tf.io.gfile.isdir(root):
+    if not storage.is_folder(root):
         raise ValueError(f"--input {root!r} is not a folder or a .csv/.jsonl manifest.")
-    folders = sorted(
-        name.rstrip("/") for name in tf.io.gfile.listdir(root)
-        if not name.startswith(".") and tf.io.gfile.isdir(posixpath.join(root, name))
-    )
+    folders = [name for name in storage.subfolders(root) if not name.startswith(".")]
     if not folders:
         raise ValueError(
             f"No class folders under {root!r}: expected <root>/<class>/<image> or "
@@ -116,7 +121,8 @@ def detect_split_layout(root: str) -> bool:
 
 
 def record_from_folder_path(path: str, root: str, split_layout: bool,
-                            allow_outside_root: bool = False
+                            allow_outside_root: bool = False,
+                            listed: tuple[int, float] | None = None
                             ) -> ImageRecord | Rejection | None:
     """Turns one listed path into a record, a rejection, or None for hidden files.
 
@@ -129,7 +135,7 @@ def record_from_folder_path(path: str, root: str, split_layout: bool,
     parts = relative.split("/")
     if any(part.startswith(".") for part in parts):
         return None
-    if not allow_outside_root and not resolves_inside(path, root):
+    if not allow_outside_root and not storage.resolves_inside(path, root):
         return Rejection(
             key=relative, source=path, reason=dead_letters.PATH_OUTSIDE_ROOT,
             message=f"{relative!r} is a symbolic link (or under one) that resolves outside "
@@ -143,7 +149,7 @@ def record_from_folder_path(path: str, root: str, split_layout: bool,
         return Rejection(
             key=relative, source=path, reason=dead_letters.MISSING_LABEL,
             message="File is not inside a class folder, so it has no label.")
-    return ImageRecord(key=relative, uri=path, label=parts[0], split=split)
+    return ImageRecord(key=relative, uri=path, label=parts[0], split=split, listed=listed)
 
 
 def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
@@ -164,14 +170,14 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
                          reason=dead_letters.MALFORMED_MANIFEST_ROW,
                          message=f"Row has no usable {PATH_COLUMN!r} value: {dict(row)!r}")
     path = path.strip()
-    if has_scheme(path) or os.path.isabs(path):
-        key = uri = path if has_scheme(path) else posixpath.normpath(path)
+    if storage.is_remote(path) or os.path.isabs(path):
+        key = uri = path if storage.is_remote(path) else posixpath.normpath(path)
     else:
         key = posixpath.normpath(path.replace("\\", "/"))
-        uri = posixpath.normpath(posixpath.join(manifest_dir, key)) if not has_scheme(
+        uri = posixpath.normpath(posixpath.join(manifest_dir, key)) if not storage.is_remote(
             manifest_dir) else f"{manifest_dir.rstrip('/')}/{key}"
     if not allow_outside_root and (key.startswith("../") or key == ".."
-                                   or not resolves_inside(uri, manifest_dir)):
+                                   or not storage.resolves_inside(uri, manifest_dir)):
         return Rejection(key=key, source=source, reason=dead_letters.PATH_OUTSIDE_ROOT,
                          message=f"{path!r} resolves outside the manifest's folder "
                                  f"{manifest_dir!r} (symbolic links followed); pass "
@@ -226,17 +232,19 @@ def check_input(input_path: str, columns: LabelColumns = labels.ONE_CLASS) -> No
         ValueError: if the input is missing or has an unusable layout or header, or
             ``columns`` asks a folder for more than one class per image.
     """
-    import tensorflow as tf
-
-    if not tf.io.gfile.exists(input_path):
-        raise ValueError(f"--input {input_path!r} does not exist.")
+    if is_manifest(input_path):
+        if not storage.exists(input_path):
+            raise ValueError(f"--input {input_path!r} does not exist.")
+    elif not storage.is_folder(input_path):
+        where = " (no object under that prefix)" if storage.is_remote(input_path) else ""
+        raise ValueError(f"--input {input_path!r} does not exist{where}.")
     if not is_manifest(input_path):
         if not columns.is_default:
             raise ValueError(
                 f"--input {input_path!r} is a folder, which gives one class per image "
                 f"(its class folder); --multi_label, --label_column, --target_columns "
                 f"and --carry_columns read a .csv or .jsonl manifest.")
-        detect_split_layout(normalise_root(input_path))
+        detect_split_layout(storage.absolute(input_path))
     elif input_path.lower().endswith(".csv"):
         read_csv_header(input_path, columns)
 
@@ -275,9 +283,10 @@ class _FolderPathToRecord(beam.DoFn):
         self._split_layout = split_layout
         self._allow_outside_root = allow_outside_root
 
-    def process(self, path: str) -> Iterator[Any]:
-        result = record_from_folder_path(path, self._root, self._split_layout,
-                                         self._allow_outside_root)
+    def process(self, listed: storage.Listed) -> Iterator[Any]:
+        result = record_from_folder_path(
+            listed.path, self._root, self._split_layout, self._allow_outside_root,
+            None if listed.info is None else (listed.info.size, listed.info.mtime))
         if result is not None:
             yield from dead_letters.route(result)
 
@@ -313,24 +322,16 @@ class ReadImageRecords(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> tuple[beam.PCollection, ...]:
         if not is_manifest(self._input):
-            root = normalise_root(self._input)
+            root = storage.absolute(self._input)
             split_layout = detect_split_layout(root)
-            # File paths are unique keys by construction.
-            if has_scheme(root):
-                paths = (
-                    pbegin
-                    | "MatchImageFiles" >> fileio.MatchFiles(root + "/**")
-                    | "TakePaths" >> beam.Map(lambda metadata: metadata.path)
-                )
-            else:
-                # Local folders are listed by list_local_files: MatchFiles would skip
-                # linked folders without a trace.
-                paths = (
-                    pbegin
-                    | "StartListing" >> beam.Create([root])
-                    | "ListImageFiles" >> beam.FlatMap(
-                        list_local_files, allow_outside_root=self._allow_outside_root)
-                )
+            # File paths are unique keys by construction. Listed on a worker, so a
+            # large folder is not pickled into the job graph.
+            paths = (
+                pbegin
+                | "StartListing" >> beam.Create([root])
+                | "ListImageFiles" >> beam.FlatMap(
+                    storage.list_tree, allow_outside_root=self._allow_outside_root)
+            )
             listed = (
                 paths
                 | "PathsToRecords" >> beam.ParDo(
@@ -339,7 +340,7 @@ class ReadImageRecords(beam.PTransform):
                         REJECTED, main="records")
             )
             return listed.records, listed[REJECTED]
-        path = self._input if has_scheme(self._input) else os.path.abspath(self._input)
+        path = storage.absolute(self._input)
         header = (read_csv_header(path, self._columns) if path.lower().endswith(".csv")
                   else None)
         parsed = (

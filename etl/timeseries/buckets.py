@@ -19,8 +19,7 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 
-from etl.core import dead_letters, exact_stats
-from etl.core.atomic_files import atomic_path
+from etl.core import dead_letters, exact_stats, storage
 from etl.core.dead_letters import Rejection
 from etl.timeseries import series as ts_series
 from etl.timeseries.chunks import ChunkRef, RowChunk, read_chunks
@@ -120,14 +119,12 @@ class ProcessSeriesBucket(beam.DoFn):
 
     def process(self, element: tuple[int, Iterable[ChunkRef]], labels: Mapping[str, str]
                 ) -> Iterator[Any]:
-        import tensorflow as tf
-
         bucket, refs = element
         series = gather_series(read_chunks(refs))
         path = posixpath.join(self._settings.spill_dir, f"bucket-{bucket:05d}.bin")
         # Emitted once the spill file is complete under its final name.
         outputs: list[Any] = []
-        with atomic_path(path) as tmp_path, tf.io.gfile.GFile(tmp_path, "wb") as out:
+        with storage.write(path) as out:
             spill = _Spill(path, out)
             for series_id in sorted(series):
                 outputs += self._series(series_id, series[series_id], labels, spill)

@@ -22,10 +22,8 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from etl.core import hashing
-from etl.core.atomic_files import atomic_path
+from etl.core import hashing, storage
 from etl.timeseries.parsed_rows import ParsedRows
-from etl.timeseries.ranges import open_stored
 from etl.timeseries.time_texts import TimeTexts, detect_style
 
 # Input bytes per bucket of series: the grouping step holds one bucket at a time.
@@ -174,14 +172,12 @@ def spill_chunks(chunks: Iterable[tuple[int, RowChunk]], path: str
                  ) -> list[tuple[int, ChunkRef]]:
     """Writes a range's chunks to ``path`` (temporary name, then renamed) and returns
     ``(bucket, ChunkRef)`` for each; no file when there is none."""
-    import tensorflow as tf
-
     encoded = [(bucket, len(chunk), encode_chunk(chunk)) for bucket, chunk in chunks]
     if not encoded:
         return []
     refs = []
     offset = 0
-    with atomic_path(path) as tmp_path, tf.io.gfile.GFile(tmp_path, "wb") as out:
+    with storage.write(path) as out:
         for bucket, rows, data in encoded:
             out.write(data)
             refs.append((bucket, ChunkRef(path, offset, len(data), rows)))
@@ -195,7 +191,7 @@ def read_chunks(refs: Iterable[ChunkRef]) -> Iterator[RowChunk]:
     for ref in refs:
         by_path.setdefault(ref.path, []).append(ref)
     for path in sorted(by_path):
-        with open_stored(path) as f:
+        with storage.open_read(path) as f:
             for ref in sorted(by_path[path], key=lambda r: r.offset):
                 f.seek(ref.offset)
                 yield decode_chunk(f.read(ref.length))

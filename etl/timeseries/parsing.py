@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from etl.core import dead_letters, text_rows
+from etl.core import dead_letters, storage, text_rows
 from etl.core.dead_letters import Rejection
 from etl.timeseries.parsed_rows import ParsedRows, RowsBuilder, add_table
 from etl.timeseries.ranges import POSITION_FILE_STRIDE, InputRange, read_owned_lines
@@ -223,7 +223,8 @@ def parquet_group_rows(task: InputRange, columns: Columns) -> ParsedRows:
     builder = RowsBuilder(len(columns.values))
     base = task.file_index * POSITION_FILE_STRIDE
     names = list(dict.fromkeys((columns.series_id, columns.timestamp, *columns.values)))
-    table = pq.ParquetFile(task.path).read_row_group(task.start, columns=names)
+    with storage.open_read(task.path) as f:
+        table = pq.ParquetFile(f).read_row_group(task.start, columns=names)
     arrays = {name: _as_array(table.column(name)) for name in names}
     count = table.num_rows
     add_table(builder, arrays, columns,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
+from etl.core import storage
 from etl.timeseries.sources import Columns, check_columns
 
 # Bytes of CSV / JSON Lines one read task parses (its lines: those starting inside).
@@ -56,7 +56,8 @@ def plan_parquet_ranges(paths: Sequence[str], columns: Columns) -> list[InputRan
 
     ranges = []
     for file_index, path in enumerate(paths):
-        metadata = pq.ParquetFile(path).metadata
+        with storage.open_read(path) as f:
+            metadata = pq.ParquetFile(f).metadata
         check_columns(metadata.schema.to_arrow_schema().names, columns, path)
         first_row = 1
         for group in range(metadata.num_row_groups):
@@ -65,17 +66,8 @@ def plan_parquet_ranges(paths: Sequence[str], columns: Columns) -> list[InputRan
     return ranges
 
 
-def open_stored(path: str) -> Any:
-    """A binary, seekable reader of ``path`` on any filesystem Beam knows (local,
-    gs://, ...), the file's bytes as stored (no decompression)."""
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-
-
 def _read_bytes(path: str, start: int, end: int) -> bytes:
-    with open_stored(path) as f:
+    with storage.open_read(path) as f:
         f.seek(start)
         return f.read(end - start)
 
@@ -100,7 +92,7 @@ def first_line_numbers(counts: list[tuple[tuple[int, int], int]]) -> dict[tuple[
 def read_owned_lines(task: InputRange) -> tuple[bytes, int]:
     """The lines that start in ``[start, end)``, and how many line breaks precede the
     first of them inside the range (0, or 1 when the range starts mid-line)."""
-    with open_stored(task.path) as f:
+    with storage.open_read(task.path) as f:
         skipped = 0
         if task.start > 0:
             f.seek(task.start - 1)

@@ -129,12 +129,10 @@ class InputPlan:
         Raises:
             ValueError: for an unknown extension, no match, or a missing column.
         """
-        from apache_beam.io.filesystems import FileSystems
-
         fmt = input_format(pattern)
-        files = tuple(matched_files(pattern))
-        matched = {m.path: m for m in FileSystems.match([pattern])[0].metadata_list}
-        sizes = {path: m.size_in_bytes for path, m in matched.items()}
+        matched = matched_files(pattern)
+        files = tuple(info.path for info in matched)
+        sizes = {info.path: info.size for info in matched}
         headers: tuple[tuple[str, ...], ...] = ()
         if fmt == "csv":
             headers = tuple(text_rows.read_csv_header(path) for path in files)
@@ -144,8 +142,7 @@ class InputPlan:
             ranges = plan_parquet_ranges(files, columns)
         else:
             ranges = plan_text_ranges([(path, sizes[path]) for path in files], range_bytes)
-        stats = tuple((path, sizes[path], matched[path].last_updated_in_seconds)
-                      for path in files)
+        stats = tuple((info.path, info.size, info.mtime) for info in matched)
         return cls(fmt, files, headers, tuple(ranges), num_buckets(sum(sizes.values())),
                    stats)
 

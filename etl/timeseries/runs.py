@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from etl.core import storage
 from etl.core.shard_plan import PlanShards
 from etl.timeseries.series import Windowing
 
@@ -84,9 +85,7 @@ def write_run(out: BinaryIO, values: np.ndarray, starts: list[str]) -> tuple[int
 
 def read_run(run: WindowRun, num_features: int) -> tuple[np.ndarray, list[str]]:
     """A run's rows ``[num_rows, F]`` (float32) and the start texts of its windows."""
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(run.spill_path, "rb") as f:
+    with storage.open_read(run.spill_path) as f:
         f.seek(run.offset)
         data = f.read(run.spill_bytes(num_features))
     value_bytes = 4 * run.num_rows * num_features

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from etl.core import dead_letters
+from etl.core import dead_letters, storage
 from etl.core.dead_letters import Rejection
 from etl.core.text_rows import BOM, csv_fields, parse_csv_line, parse_jsonl_line
 
@@ -182,15 +182,14 @@ def input_format(path: str) -> str:
     raise ValueError(f"--input {path!r} must end in .csv, .jsonl or .parquet.")
 
 
-def matched_files(pattern: str) -> list[str]:
-    """Files matching ``pattern`` (a path or glob), sorted.
+def matched_files(pattern: str) -> list[storage.FileInfo]:
+    """Files matching ``pattern`` (a path or glob), sorted, with their sizes and
+    modification times.
 
     Raises:
         ValueError: if nothing matches.
     """
-    from apache_beam.io.filesystems import FileSystems
-
-    files = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    files = storage.glob(pattern)
     if not files:
         raise ValueError(f"--input {pattern!r} matches no file.")
     return files
@@ -216,11 +215,10 @@ def read_labels(path: str, series_column: str, label_column: str = "label"
     Raises:
         ValueError: if the file lacks the series or label column.
     """
-    import tensorflow as tf
-
     fmt = input_format(path)
-    with tf.io.gfile.GFile(path, "r") as f:
-        lines = [line.rstrip("\r\n") for line in f]
+    lines = [line.rstrip("\r") for line in storage.read_text(path).split("\n")]
+    if lines and not lines[-1]:
+        lines.pop()  # The text ends with a line break.
     if lines:
         lines[0] = lines[0].lstrip(BOM)
     rows: list[tuple[str, dict[str, Any] | None]] = []

@@ -36,6 +36,8 @@ class _UpperStep(ShardStep):
 
     def __init__(self, output_dir: str) -> None:
         super().__init__(output_dir, NAME, 0, shared.Shared())
+        # Where TensorFlow would load the transform output from: not the output dir.
+        self.transform_dir = os.path.join(output_dir, "staged_transform_output")
         self.loads: list[str] = []
         self.written: list[tuple[ShardResult, dict[str, int]]] = []
 
@@ -77,7 +79,7 @@ def _run(step: _UpperStep, units: list[Unit], shard: int = 3, resuming: bool = F
     try:
         return [(o.tag, o.value) if isinstance(o, beam.pvalue.TaggedOutput) else o
                 for o in step.process((("train", shard), units), num_shards=NUM_SHARDS,
-                                      transform_written=[], resuming=resuming)]
+                                      transform_dir=str(step.transform_dir), resuming=resuming)]
     finally:
         step.teardown()
 
@@ -116,9 +118,9 @@ def test_shard_step_tags_each_rejection_as_a_dead_letter(ran):
     assert len(outputs) == 2
 
 
-def test_shard_step_loads_the_transform_fn_under_the_output_dir(ran):
-    out, step, _ = ran
-    assert step.loads == [os.path.join(out, contract.TRANSFORM_FN_DIRNAME)]
+def test_shard_step_loads_the_transform_fn_where_its_side_input_says(ran):
+    _, step, _ = ran
+    assert step.loads == [os.path.join(step.transform_dir, contract.TRANSFORM_FN_DIRNAME)]
 
 
 def test_shard_step_loads_the_transform_once_per_handle(tmp_path):

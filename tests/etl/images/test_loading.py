@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from etl.core import dead_letters
+from etl.core import dead_letters, storage
 from etl.images import codec, loading
 from tests.image_fixtures import KINDS, _encode, corrupt_mid_stream, exif_block, textured_jpeg
 
@@ -292,62 +292,11 @@ def test_validate_image_bytes_file_too_large():
     assert reason == "file_too_large"
 
 
-# --- read_bytes -----------------------------------------------------------------------
+# --- reading at most the limit ---------------------------------------------------------
 
-@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 10_000])
-def test_read_bytes_returns_the_whole_file_across_chunks(tmp_path, size):
-    data = np.random.default_rng(size).integers(0, 256, size, np.uint8).tobytes()
-    (tmp_path / "f").write_bytes(data)
-    assert loading.read_bytes(str(tmp_path / "f"), 1_000_000, chunk_bytes=4096) == data
-    assert loading.read_bytes(str(tmp_path / "f")) == data
-
-
-@pytest.mark.parametrize("limit", [4095, 4096, 5000, 9_999])
-def test_read_bytes_stops_one_byte_past_the_limit(tmp_path, limit):
-    data = np.random.default_rng(0).integers(0, 256, 10_000, np.uint8).tobytes()
-    (tmp_path / "f").write_bytes(data)
-    assert loading.read_bytes(str(tmp_path / "f"), limit, chunk_bytes=4096) == (
-        data[:limit + 1])
-
-
-def test_read_bytes_file_exactly_at_the_limit_is_read_whole(tmp_path):
+def test_a_file_exactly_at_the_limit_is_read_whole_and_accepted(tmp_path):
     (tmp_path / "f").write_bytes(b"x" * 5000)
-    data = loading.read_bytes(str(tmp_path / "f"), 5000, chunk_bytes=4096)
+    data = storage.read_bytes(str(tmp_path / "f"), 5000)
     assert data == b"x" * 5000
     assert loading.validate_image_bytes(
         data, loading.InputLimits(max_file_bytes=5000))[0] != "file_too_large"
-
-
-def test_read_bytes_never_asks_for_more_than_a_chunk(tmp_path, monkeypatch):
-    # f.read(n) allocates n bytes up front: asking for --max_file_mb at once cost a
-    # 64 MiB allocation per image.
-    (tmp_path / "f").write_bytes(b"y" * 3000)
-    requested = []
-    real_open = loading.FileSystems.open
-
-    class Recording:
-        def __init__(self, f):
-            self._f = f
-
-        def read(self, n=-1):
-            requested.append(n)
-            return self._f.read(n)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self._f.close()
-
-    monkeypatch.setattr(loading.FileSystems, "open",
-                        lambda *a, **k: Recording(real_open(*a, **k)))
-    assert loading.read_bytes(str(tmp_path / "f"), 64 << 20) == b"y" * 3000
-    assert requested and max(requested) == loading.READ_CHUNK_BYTES
-
-
-def test_read_bytes_refuses_a_non_positive_chunk(tmp_path):
-    (tmp_path / "f").write_bytes(b"x")
-    with pytest.raises(ValueError, match="chunk_bytes"):
-        loading.read_bytes(str(tmp_path / "f"), 10, chunk_bytes=0)
-
-

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from etl.core import local_tree as paths
 from etl.core.dead_letters import Rejection
-from etl.images import paths, sources
+from etl.images import sources
 from etl.images.sources import ImageRecord
 
 ROOT = "/data/images"

@@ -251,14 +251,14 @@ def test_input_format_rejects_other_extensions(path):
 def test_matched_files_glob_is_sorted(tmp_path):
     for name in ("b.csv", "a.csv", "c.csv", "notes.txt"):
         (tmp_path / name).write_text("x\n")
-    assert sources.matched_files(str(tmp_path / "*.csv")) == [
+    assert [info.path for info in sources.matched_files(str(tmp_path / "*.csv"))] == [
         str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), str(tmp_path / "c.csv")]
 
 
 def test_matched_files_single_path(tmp_path):
     (tmp_path / "rows.csv").write_text("x\n")
-    assert sources.matched_files(str(tmp_path / "rows.csv")) == [
-        str(tmp_path / "rows.csv")]
+    [info] = sources.matched_files(str(tmp_path / "rows.csv"))
+    assert (info.path, info.size) == (str(tmp_path / "rows.csv"), 2)
 
 
 @pytest.mark.parametrize("name", ["*.jsonl", "absent.csv"])

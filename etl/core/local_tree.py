@@ -1,20 +1,17 @@
-"""Where image inputs are: a local folder listed with its symbolic links, and
-whether a path lies under the input's root once those links are followed."""
+"""Local folders with symbolic links: an input folder listed with its links, and
+whether a path lies under a root once those links are followed.
+
+Part of the storage seam (``etl.core.storage`` uses it for local folders): object
+stores have no links, so there a listing is a prefix and paths compare as written.
+"""
 
 from __future__ import annotations
 
 import os
 
 
-def has_scheme(path: str) -> bool:
-    """True for a URI (``gs://...``), False for a local path."""
+def _has_scheme(path: str) -> bool:
     return "://" in path
-
-
-def normalise_root(root: str) -> str:
-    """``root`` without a trailing ``/``; a local one made absolute."""
-    root = root.rstrip("/")
-    return root if has_scheme(root) else os.path.abspath(root)
 
 
 def list_local_files(root: str, allow_outside_root: bool = False) -> list[str]:
@@ -80,6 +77,6 @@ def resolves_inside(path: str, root: str) -> bool:
     a dangling link counts where it points. Paths with a scheme (``gs://``, ``s3://``)
     are compared as written: object stores have no symbolic links.
     """
-    if has_scheme(path) or has_scheme(root):
+    if _has_scheme(path) or _has_scheme(root):
         return _inside(path, root)
     return _inside(os.path.realpath(path), os.path.realpath(root))
