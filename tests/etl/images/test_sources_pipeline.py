@@ -86,9 +86,39 @@ def test_read_image_records_folder_labels_by_first_folder(tmp_path):
     for key in ("cat/a.png", "dog/deep/b.jpg", "stray.png"):
         os.makedirs(os.path.dirname(os.path.join(root, key)), exist_ok=True)
         open(os.path.join(root, key), "wb").close()
-    _check(root, [ImageRecord("cat/a.png", f"{root}/cat/a.png", "cat", None),
-                  ImageRecord("dog/deep/b.jpg", f"{root}/dog/deep/b.jpg", "dog", None)],
+    def listed(key: str) -> tuple[int, float]:
+        found = os.stat(os.path.join(root, key))
+        return found.st_size, found.st_mtime_ns / 1e9
+
+    _check(root, [ImageRecord("cat/a.png", f"{root}/cat/a.png", "cat", None,
+                              listed=listed("cat/a.png")),
+                  ImageRecord("dog/deep/b.jpg", f"{root}/dog/deep/b.jpg", "dog", None,
+                              listed=listed("dog/deep/b.jpg"))],
            [("stray.png", "missing_label")])
+
+
+def test_read_image_records_bucket_prefix_with_odd_names(gcs_bucket):
+    # On an object store a folder is a prefix; its name may hold glob and URL
+    # characters. Sizes and mtimes come from the listing itself.
+    root = f"{gcs_bucket.url}/my photos [2024]#?"
+    bucket = gcs_bucket.server.client().bucket(gcs_bucket.name)
+    for key, data in (("Katze ä/a b.png", b"12"), ("dog/deep/[1].jpg", b"345"),
+                      ("stray.png", b"6")):
+        bucket.blob(f"my photos [2024]#?/{key}").upload_from_string(data)
+    # A sibling prefix that starts with the same characters is not the input.
+    bucket.blob("my photos [2024]#?2/cat/x.png").upload_from_string(b"x")
+    blobs = {blob.name: blob for blob in bucket.list_blobs()}
+
+    def listed(key: str) -> tuple[int, float]:
+        blob = blobs[f"my photos [2024]#?/{key}"]
+        return blob.size, blob.updated.timestamp()
+
+    _check(root, [
+        ImageRecord("Katze ä/a b.png", f"{root}/Katze ä/a b.png", "Katze ä", None,
+                    listed=listed("Katze ä/a b.png")),
+        ImageRecord("dog/deep/[1].jpg", f"{root}/dog/deep/[1].jpg", "dog", None,
+                    listed=listed("dog/deep/[1].jpg"))],
+        [("stray.png", "missing_label")])
 
 
 def test_assign_split_keeps_an_explicit_split_over_the_hash():
