@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import posixpath
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -23,7 +22,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, splits, versions
+from etl.core import analysis, dead_letters, splits, storage, versions
 from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import REJECTED, Rejection
 from etl.core.inputs import InputsEntry
@@ -37,6 +36,17 @@ from etl.images.shards import TransformAndWriteImageShard, default_gzip_level
 from etl.images.sources import ImageRecord, ReadImageRecords, assign_split, check_input
 from pipelines import common
 from reader import contract
+
+if __name__ == "__main__":
+    # ``python -m pipelines.images`` runs this file as ``__main__``. It runs the job of
+    # the imported module instead, and stops before defining anything here: the
+    # steps then pickle by reference to ``pipelines.images``, which workers import
+    # from the installed package, and nothing is pickled by value from ``__main__``
+    # (nor is any options class defined twice).
+    from pipelines import images as _job
+
+    common.main(_job.run)
+    raise SystemExit(0)
 
 # TensorFlow reads it when it starts (its first op), in this process and in the worker
 # processes the local runner starts, which inherit the environment.
@@ -243,12 +253,10 @@ def _read_vocabulary(path: str | None) -> frozenset[str] | None:
     """The allowed labels from a one-label-per-line file (blank lines ignored)."""
     if path is None:
         return None
-    import tensorflow as tf
-
-    if not tf.io.gfile.exists(path):
+    if not storage.exists(path):
         raise ValueError(f"--label_vocabulary {path!r} does not exist.")
-    with tf.io.gfile.GFile(path, "r") as f:
-        labels = frozenset(line.strip() for line in f if line.strip())
+    labels = frozenset(line.strip() for line in storage.read_text(path).splitlines()
+                       if line.strip())
     if not labels:
         raise ValueError(f"--label_vocabulary {path!r} lists no label.")
     return labels
@@ -286,7 +294,7 @@ def _analyze_labels(job: ImageJob) -> AnalyzeAndWriteTransformFn:
 
 
 class AnalyzeTrainImages(beam.PTransform):
-    """Split-assigned ``ImageRecord``s → ``(transform_written, *manifest entries)``.
+    """Split-assigned ``ImageRecord``s → ``(transform_dir, *manifest entries)``.
 
     The train records' analysis instances (label, target moments; never image
     bytes) fit tf.Transform's analyzers, which write ``transform_fn/``; the same
@@ -305,10 +313,10 @@ class AnalyzeTrainImages(beam.PTransform):
     def expand(self, split_records: beam.PCollection) -> tuple[beam.PCollection, ...]:
         train_instances = split_records | "TrainInstances" >> beam.FlatMap(
             _train_instances, columns=self._columns)
-        transform_written = train_instances | "AnalyzeAndWrite" >> self._analyze
+        transform_dir = train_instances | "AnalyzeAndWrite" >> self._analyze
         entries = train_instances | "DescribeTargets" >> DescribeTargetsAndCarried(
             self._columns)
-        return (transform_written, *entries)
+        return (transform_dir, *entries)
 
 
 def reject_labels_not_in_dataset(record: ImageRecord, vocabulary: frozenset[str],
@@ -335,7 +343,7 @@ def _list_inputs(pipeline: beam.Pipeline, job: ImageJob
         job.input, job.allow_outside_root, job.columns)
     if not job.version.appends:
         return records, rejected
-    held = [posixpath.join(job.output.output_dir, relpath)
+    held = [storage.join(job.output.output_dir, relpath)
             for relpath in job.version.held_key_files()]
     records = records | "DropHeldRecords" >> beam.ParDo(versions.DropHeldInputs(held))
     rejected = rejected | "DropHeldRejections" >> beam.ParDo(versions.DropHeldInputs(held))
@@ -350,10 +358,13 @@ def _list_inputs(pipeline: beam.Pipeline, job: ImageJob
 
 
 def _existing_transform(pipeline: beam.Pipeline, job: ImageJob) -> beam.PCollection:
-    """``--append``: the dataset's ``transform_fn``, as the shard steps' signal that
-    it is on disk (it is: the first version wrote it)."""
-    return pipeline | "ExistingTransformFn" >> beam.Create(
-        [posixpath.join(job.output.output_dir, contract.TRANSFORM_FN_DIRNAME)])
+    """``--append``: the dataset's transform output, copied where TensorFlow loads it
+    (``analysis.stage_transform_output``); a single element, that folder."""
+    return (pipeline
+            | "StartStagingTransformFn" >> beam.Create([None])
+            | "StageTransformFn" >> beam.Map(
+                analysis.stage_transform_output, output_dir=job.output.output_dir,
+                staged=analysis.staging_dir(job.output.tft_temp_dir)))
 
 
 def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
@@ -385,9 +396,9 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     if job.version.appends:
         # No analysis: the dataset's transform_fn (vocabulary, statistics) maps the
         # new images, and its manifest entries stay.
-        transform_written, entries = _existing_transform(pipeline, job), []
+        transform_dir, entries = _existing_transform(pipeline, job), []
     else:
-        transform_written, *entries = split_records | "AnalyzeLabels" >> AnalyzeTrainImages(
+        transform_dir, *entries = split_records | "AnalyzeLabels" >> AnalyzeTrainImages(
             job)
     extras = [inputs, *entries]
 
@@ -402,7 +413,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
             job.limits, shared.Shared(), job.preprocessing, columns=job.columns),
         write_label="TransformAndWrite",
         rejected=[listing_rejected, decided[REJECTED]],
-        transform_written=transform_written, extras=extras,
+        transform_dir=transform_dir, extras=extras,
         manifest=ManifestSpec(
             kind=contract.IMAGES, task=job.columns.task,
             preprocessing=job.describe_preprocessing(),
@@ -436,6 +447,3 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     run_ops_on_one_thread_each()
     return common.run_job(argv, ImagesOptions, ImageJob.from_options, build_pipeline)
 
-
-if __name__ == "__main__":
-    common.main(run)

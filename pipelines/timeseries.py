@@ -47,6 +47,17 @@ from pipelines import common
 from reader import contract
 from reader.contract import CLASSIFICATION, FORECAST
 
+if __name__ == "__main__":
+    # ``python -m pipelines.timeseries`` runs this file as ``__main__``. It runs the job of
+    # the imported module instead, and stops before defining anything here: the
+    # steps then pickle by reference to ``pipelines.timeseries``, which workers import
+    # from the installed package, and nothing is pickled by value from ``__main__``
+    # (nor is any options class defined twice).
+    from pipelines import timeseries as _job
+
+    common.main(_job.run)
+    raise SystemExit(0)
+
 _LABEL_FILE_SUFFIXES = (".csv", ".jsonl", ".json")
 
 
@@ -273,7 +284,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
             labels=labels).with_outputs(dead_letters.REJECTED, STATS, LONGEST, ANALYSIS,
                                         main="runs")
     )
-    transform_written = processed[ANALYSIS] | "AnalyzeTrainSeries" >> _analyze(job)
+    transform_dir = processed[ANALYSIS] | "AnalyzeTrainSeries" >> _analyze(job)
     parse_rejected = read[dead_letters.REJECTED] | "CountParseRejections" >> (
         beam.combiners.Count.Globally())
     # Input rows: every parsed row plus every line rejected while parsing.
@@ -296,7 +307,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         write_label="WindowTransformAndWrite",
         rejected=[read[dead_letters.REJECTED], processed[dead_letters.REJECTED],
                   pipeline | "LabelFileRejections" >> beam.Create(job.label_rejections)],
-        transform_written=transform_written,
+        transform_dir=transform_dir,
         extras=[timeseries_entry, inputs, normalisation_entry],
         # The rows shape the windows: every input file's size and mtime, and the
         # labels read from the labels file, identify them for a resumed run.
@@ -318,6 +329,3 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return common.run_job(argv, TimeSeriesOptions, TimeSeriesJob.from_options,
                           build_pipeline, adjust_options=remove_labels_files_from_job_labels)
 
-
-if __name__ == "__main__":
-    common.main(run)

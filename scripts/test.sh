@@ -13,3 +13,9 @@ export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 # keeps each module's tests, and the job runs its module fixtures share, in one
 # process. pytest exits 5 when it collects no test; set -e turns that into a failure.
 .venv/bin/python -m pytest -n "${TEST_WORKERS:-3}" --dist loadfile "$@"
+# What Dataflow's workers get: the sdist of setup.py alone, in a fresh venv, running
+# both jobs in worker processes on a local GCS server (docs/RUNNING_AT_SCALE.md).
+# Skipped when pytest was given arguments (a partial run).
+if [ "$#" -eq 0 ]; then
+  bash scripts/check_sdist_install.sh
+fi

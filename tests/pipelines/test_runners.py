@@ -7,9 +7,11 @@
   unpickles every DoFn from the proto like a remote worker would. Both jobs' commands
   on both are tested in test_exit_status.py: exit status 0, output byte-identical to
   the default runner's.
-* DataflowRunner with ``--dry_run=True``: the complete Dataflow job (portable
-  pipeline proto, Docker environment, staged ``setup.py`` sdist) is built and
-  validated exactly as for a submission, and then not submitted.
+* DataflowRunner with ``--dry_run=True``: the command ``scripts/submit_dataflow.sh``
+  runs, for each job, with its paths on a local GCS server: the complete Dataflow
+  job (portable pipeline proto, Docker environment, staged ``setup.py`` sdist) is
+  built and validated exactly as for a submission, and then not submitted. Local
+  paths are refused before that, in one line.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -25,7 +28,9 @@ import apache_beam as beam
 import pytest
 
 from tests import image_fixtures
+from tests.gcs_server import objects
 from tests.job_commands import REPO_ROOT
+from tests.job_runs import run_main
 
 PACKAGES = ("etl", "pipelines", "reader")
 
@@ -68,33 +73,67 @@ def _copy_project(dest: str) -> str:
     return os.path.join(dest, "setup.py")
 
 
-def test_dataflow_job_graph_builds_offline(small_input, tmp_path, monkeypatch):
+def _submit_command(job: str, bucket: str, extra: tuple[str, ...], tmp_path) -> list[str]:
+    """The job argv ``scripts/submit_dataflow.sh`` runs, taken from a stand-in for the
+    launcher's interpreter (``PYTHON``) that records its arguments."""
+    fake_python, recorded = tmp_path / "python", tmp_path / "argv.txt"
+    fake_python.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{recorded}"\n')
+    fake_python.chmod(0o755)
+    subprocess.run(["bash", "scripts/submit_dataflow.sh", job, "example-project",
+                    "us-central1", bucket, *extra], cwd=REPO_ROOT, check=True,
+                   env={**os.environ, "PYTHON": str(fake_python)}, capture_output=True)
+    argv = recorded.read_text().splitlines()
+    assert argv[:2] == ["-m", f"pipelines.{job}"], argv
+    return argv[2:]
+
+
+def _offline_dry_run(argv: list[str], tmp_path, monkeypatch) -> list[str]:
+    """``argv`` ready for a dry run here: --dry_run=True, the sdist staged from a copy
+    of the project (the stager runs ``setup.py sdist`` beside setup.py), and
+    tf.Transform's scratch files, which it writes while the graph is built through
+    TensorFlow's own GCS client (it reaches only Google's endpoint), sent to a local
+    folder instead. Returns the ``--tft_temp_dir`` tf.Transform asked for."""
+    from tensorflow_transform.beam import context
+
+    asked: list[str] = []
+
+    def local_scratch(cls):
+        asked.append(cls._get_topmost_state_frame().temp_dir)
+        os.makedirs(tmp_path / "tft_scratch", exist_ok=True)
+        return str(tmp_path / "tft_scratch")
+
+    monkeypatch.setattr(context.Context, "create_base_temp_dir", classmethod(local_scratch))
+    # The stager writes the sdist and pickled main session to a mkdtemp() folder.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    setup_file = _copy_project(str(tmp_path / "src"))
+    argv[:] = [f"--setup_file={setup_file}" if arg.startswith("--setup_file=") else arg
+               for arg in argv] + ["--dry_run=True"]
+    return asked
+
+
+def test_submit_script_builds_the_image_job_for_dataflow(gcs_bucket, small_input, tmp_path,
+                                                         monkeypatch):
+    # The script's command, built and validated as Dataflow would take it, against the
+    # local GCS server: nothing is submitted and nothing is written to the bucket.
     from apache_beam.options.pipeline_options import WorkerOptions
     from apache_beam.portability.api import beam_runner_api_pb2
 
     from pipelines import images, runner_defaults
+    from tests.gcs_server import upload_tree
 
-    # The stager writes the sdist and pickled main session to a mkdtemp() folder.
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    # The stager runs `setup.py sdist` next to setup.py: build from a copy so that
-    # the checkout's egg-info is left alone.
-    setup_file = _copy_project(str(tmp_path / "src"))
-    argv = [
-        f"--input={small_input}", "--output_dir=gs://example-bucket/out/images",
-        # tf.Transform creates its scratch folder while the graph is built.
-        f"--tft_temp_dir={tmp_path / 'tft_tmp'}",
-        "--runner=DataflowRunner", "--project=example-project", "--region=us-central1",
-        "--temp_location=gs://example-bucket/tmp",
-        "--staging_location=gs://example-bucket/staging",
-        f"--setup_file={setup_file}", "--machine_type=n2-standard-4",
-        "--dry_run=True",
-    ]
+    upload_tree(gcs_bucket.server, small_input, gcs_bucket.name, "images")
+    argv = _submit_command("images", gcs_bucket.name, (), tmp_path)
+    assert f"--output_dir={gcs_bucket.url}/out/images" in argv
+    asked = _offline_dry_run(argv, tmp_path, monkeypatch)
     options = runner_defaults.pipeline_options(argv, images.ImagesOptions)
     job = images.ImageJob.from_options(options.view_as(images.ImagesOptions))
     pipeline = beam.Pipeline(options=options)
     images.build_pipeline(pipeline, job)
     result = pipeline.run()  # Built and validated, not submitted.
 
+    assert asked == [f"{gcs_bucket.url}/out/images/tmp"]
+    assert list(objects(gcs_bucket.server, gcs_bucket.name)) == sorted(
+        objects(gcs_bucket.server, gcs_bucket.name, "images/"))
     dataflow_job = result.job
     assert dataflow_job.proto.type_.name == "JOB_TYPE_BATCH"
     assert dataflow_job.options.view_as(WorkerOptions).machine_type == "n2-standard-4"
@@ -117,27 +156,74 @@ def test_dataflow_job_graph_builds_offline(small_input, tmp_path, monkeypatch):
         staged[role.staged_name] = beam_runner_api_pb2.ArtifactFilePayload.FromString(
             dependency.type_payload).path
     assert "workflow.tar.gz" in staged, sorted(staged)
+    setup_dir = str(tmp_path / "src")
     with tarfile.open(staged["workflow.tar.gz"]) as sdist:
         in_sdist = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     for package in PACKAGES:
-        modules = {os.path.relpath(p, os.path.dirname(setup_file))
-                   for p in glob.glob(os.path.join(os.path.dirname(setup_file), package,
-                                                   "**", "*.py"), recursive=True)}
+        modules = {os.path.relpath(p, setup_dir)
+                   for p in glob.glob(os.path.join(setup_dir, package, "**", "*.py"),
+                                      recursive=True)}
         assert modules and modules <= in_sdist, sorted(modules - in_sdist)
 
 
-def test_cli_dry_run_touches_no_output(small_input, tmp_path, monkeypatch, capsys):
+def test_submit_script_builds_the_timeseries_job_for_dataflow(gcs_bucket, tmp_path,
+                                                              monkeypatch, capsys):
+    from pipelines import timeseries
+
+    rows = "series_id,date,co2\n" + "".join(f"s,{day},{day % 7}\n" for day in range(40))
+    gcs_bucket.server.client().bucket(gcs_bucket.name).blob(
+        "series/co2.csv").upload_from_string(rows)
+    argv = _submit_command("timeseries", gcs_bucket.name, (
+        "--timestamp_column=date", "--value_columns=co2", "--window_size=6",
+        "--horizon=2"), tmp_path)
+    assert f"--input={gcs_bucket.url}/series/*.csv" in argv
+    asked = _offline_dry_run(argv, tmp_path, monkeypatch)
+    assert timeseries.run(argv) == {}
+    assert "nothing submitted or written" in capsys.readouterr().out
+    assert asked == [f"{gcs_bucket.url}/out/timeseries/tmp"]
+    assert list(objects(gcs_bucket.server, gcs_bucket.name)) == ["series/co2.csv"]
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")
+@pytest.mark.parametrize("job", ["images", "timeseries"])
+def test_python_m_builds_the_job_from_the_imported_module(job, monkeypatch):
+    # `python -m pipelines.<job>` runs the module as __main__; the run it hands to
+    # main must be the imported module's, so that no step pickles by value from
+    # __main__ (workers import pipelines.<job> from the installed package).
+    import runpy
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines import common
+
+    handed = []
+    monkeypatch.setattr(common, "main", handed.append)
+    with pytest.raises(SystemExit) as stopped:
+        runpy.run_module(f"pipelines.{job}", run_name="__main__")
+    assert stopped.value.code == 0
+    # __main__ stopped before defining its options class a second time.
+    assert not [cls for cls in PipelineOptions.__subclasses__()
+                if cls.__module__ == "__main__"]
+    (run,) = handed
+    assert run.__module__ == f"pipelines.{job}"
+    assert run is __import__(f"pipelines.{job}").__dict__[job].run
+
+
+@pytest.mark.parametrize("local_flag", ["--input", "--output_dir", "--tft_temp_dir"])
+def test_dataflow_with_a_local_path_is_refused_in_one_line(
+        local_flag, gcs_bucket, small_input, tmp_path, monkeypatch, root_logging):
     from pipelines import images
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    setup_file = _copy_project(str(tmp_path / "src"))
-    out = tmp_path / "would_be_output"
-    manifest = images.run([
-        f"--input={small_input}", f"--output_dir={out}",
-        f"--tft_temp_dir={tmp_path / 'tft_tmp'}",
+    bucket = gcs_bucket.url
+    paths = {"--input": f"{bucket}/images", "--output_dir": f"{bucket}/out",
+             "--tft_temp_dir": f"{bucket}/tft_tmp"}
+    paths[local_flag] = small_input if local_flag == "--input" else str(tmp_path / "x")
+    exit_error = run_main(monkeypatch, images.run, [
+        *(f"{flag}={path}" for flag, path in paths.items()),
         "--runner=DataflowRunner", "--project=example-project", "--region=us-central1",
-        "--temp_location=gs://example-bucket/tmp", f"--setup_file={setup_file}",
-        "--dry_run=True"])
-    assert manifest == {}
-    assert "nothing submitted or written" in capsys.readouterr().out
-    assert not out.exists()
+        f"--temp_location={bucket}/tmp"])
+    assert exit_error.code == (
+        f"error: {local_flag} {paths[local_flag]!r} is on this machine's disk, which "
+        f"DataflowRunner workers cannot see: give gs:// paths for --input, "
+        f"--output_dir, --tft_temp_dir and --temp_location.")
+    assert not (tmp_path / "x").exists()
