@@ -167,6 +167,8 @@ class ImageJob:
     allowed_labels: frozenset[str] | None
     allow_outside_root: bool
     columns: image_labels.LabelColumns = image_labels.ONE_CLASS
+    # A folder input's layout (check_input): splits as top-level folders or not.
+    split_layout: bool | None = None
     # The version this run publishes: the first, or (--append) the next one.
     version: versions.DatasetVersion = versions.FIRST_VERSION
 
@@ -182,7 +184,7 @@ class ImageJob:
             options, default_name="images",
             default_gzip_level=default_gzip_level(options.image_format, options.image_size))
         columns = _label_columns(options)
-        check_input(options.input, columns)
+        split_layout = check_input(options.input, columns)
         job = cls(
             input=options.input,
             preprocessing=image_preprocessing.ImagePreprocessing(
@@ -198,6 +200,7 @@ class ImageJob:
             allowed_labels=_read_vocabulary(options.label_vocabulary),
             allow_outside_root=options.allow_paths_outside_root,
             columns=columns,
+            split_layout=split_layout,
         )
         if not options.append:
             return job
@@ -340,7 +343,7 @@ def _list_inputs(pipeline: beam.Pipeline, job: ImageJob
     """``(records, rejections)`` of the listing: every input, or (``--append``) the
     inputs the dataset does not hold yet, a class it lacks rejected."""
     records, rejected = pipeline | "ReadImageRecords" >> ReadImageRecords(
-        job.input, job.allow_outside_root, job.columns)
+        job.input, job.allow_outside_root, job.columns, job.split_layout)
     if not job.version.appends:
         return records, rejected
     held = [storage.join(job.output.output_dir, relpath)

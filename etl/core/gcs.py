@@ -1,10 +1,12 @@
 """GCS objects one request at a time: where the storage seam talks to GCS itself.
 
 Beam's GCS filesystem serves everything ``etl.core.storage`` does on ``gs://`` but
-three things, which this module does on the google-cloud-storage client Beam's
+four things, which this module does on the google-cloud-storage client Beam's
 ``gcsio`` makes (Beam's credentials and retries), one client per thread so that
 its requests reuse a connection:
 
+* **Top-level folders**: Beam lists every object under a prefix; :func:`subfolders`
+  asks for the names under it up to the next ``/`` only.
 * **Small whole files** (images): Beam opens an object with a metadata request
   (``blob.reload()``), reads it in ranged requests, learns its end from one more
   (answered 416), and makes a new client, and so a new connection and a bucket
@@ -47,8 +49,8 @@ def prepare() -> None:
         _settle_credentials()
 
 
-def _blob(path: str) -> Any:
-    """The blob of ``gs://bucket/name`` on this thread's client."""
+def _client() -> Any:
+    """This thread's google-cloud-storage client, made by Beam's ``gcsio``."""
     from apache_beam.io.gcp import gcsio
 
     prepare()
@@ -56,8 +58,35 @@ def _blob(path: str) -> Any:
     cached = getattr(_per_thread, "client", None)
     if cached is None or cached[0] != key:
         cached = _per_thread.client = (key, gcsio.GcsIO().client)
+    return cached[1]
+
+
+def _blob(path: str) -> Any:
+    """The blob of ``gs://bucket/name`` on this thread's client."""
+    from apache_beam.io.gcp import gcsio
+
     bucket, name = gcsio.parse_gcs_path(path)
-    return cached[1].bucket(bucket).blob(name)
+    return _client().bucket(bucket).blob(name)
+
+
+def subfolders(path: str) -> list[str]:
+    """Names of the "folders" right under the prefix ``path``: one listing with a
+    ``/`` delimiter (a request per 1,000 names), not every object under it.
+
+    Raises:
+        OSError: for a failed request.
+    """
+    from apache_beam.io.gcp import gcsio
+    from google.api_core import exceptions
+
+    bucket, prefix = gcsio.parse_gcs_path(path.rstrip("/") + "/", object_optional=True)
+    listing = _client().list_blobs(bucket, prefix=prefix, delimiter="/")
+    try:
+        for _ in listing.pages:
+            pass
+    except exceptions.GoogleAPICallError as e:
+        raise OSError(f"Cannot list {path!r}: {e}") from e
+    return sorted(name[len(prefix):].rstrip("/") for name in listing.prefixes)
 
 
 def read(path: str, max_bytes: int | None = None) -> bytes:

@@ -200,9 +200,11 @@ def list_files(folder: str) -> list[FileInfo]:
                 if info is not None:  # Gone since the walk saw it.
                     found.append(info)
         return sorted(found, key=lambda info: info.path)
+    # An object named like a folder ("a/b/": what consoles make for an empty one)
+    # holds no file.
     return sorted((FileInfo(m.path, m.size_in_bytes, m.last_updated_in_seconds)
-                   for m in _match(_glob_escape(folder) + "/**")),
-                  key=lambda info: info.path)
+                   for m in _match(_glob_escape(folder) + "/**")
+                   if not m.path.endswith("/")), key=lambda info: info.path)
 
 
 def relative_files(folder: str) -> list[str]:
@@ -254,11 +256,14 @@ def is_folder(path: str) -> bool:
 
 
 def subfolders(folder: str) -> list[str]:
-    """Names of the folders directly under ``folder``, sorted. On an object store
-    these are the first path segments of the objects under it, so the whole prefix
-    is listed (one request per 1,000 objects)."""
+    """Names of the folders directly under ``folder``, sorted (none if it is not a
+    folder). On an object store: the first path segments of the objects under it
+    (GCS lists just those; elsewhere the whole prefix is listed)."""
     if not is_remote(folder):
-        return sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
+        return sorted(entry.name for entry in os.scandir(folder)
+                      if entry.is_dir()) if os.path.isdir(folder) else []
+    if _scheme(folder) == "gs":
+        return gcs.subfolders(folder)
     return sorted({name.split("/", 1)[0] for name in relative_files(folder)
                    if "/" in name})
 

@@ -101,9 +101,10 @@ def detect_split_layout(root: str) -> bool:
             (ambiguous: a class called "test" next to real classes?), or if
             ``root`` has no folders at all.
     """
-    if not storage.is_folder(root):
+    found = storage.subfolders(root)
+    if not found and not storage.is_folder(root):
         raise ValueError(f"--input {root!r} is not a folder or a .csv/.jsonl manifest.")
-    folders = [name for name in storage.subfolders(root) if not name.startswith(".")]
+    folders = [name for name in found if not name.startswith(".")]
     if not folders:
         raise ValueError(
             f"No class folders under {root!r}: expected <root>/<class>/<image> or "
@@ -225,8 +226,12 @@ def is_manifest(input_path: str) -> bool:
     return input_path.lower().endswith((".csv", ".jsonl"))
 
 
-def check_input(input_path: str, columns: LabelColumns = labels.ONE_CLASS) -> None:
+def check_input(input_path: str, columns: LabelColumns = labels.ONE_CLASS) -> bool | None:
     """Validates the input before anything runs (layout, manifest header).
+
+    Returns:
+        For a folder, whether its top-level folders are splits
+        (:func:`detect_split_layout`); None for a manifest.
 
     Raises:
         ValueError: if the input is missing or has an unusable layout or header, or
@@ -244,9 +249,10 @@ def check_input(input_path: str, columns: LabelColumns = labels.ONE_CLASS) -> No
                 f"--input {input_path!r} is a folder, which gives one class per image "
                 f"(its class folder); --multi_label, --label_column, --target_columns "
                 f"and --carry_columns read a .csv or .jsonl manifest.")
-        detect_split_layout(storage.absolute(input_path))
-    elif input_path.lower().endswith(".csv"):
+        return detect_split_layout(storage.absolute(input_path))
+    if input_path.lower().endswith(".csv"):
         read_csv_header(input_path, columns)
+    return None
 
 
 class _ParseManifestLine(beam.DoFn):
@@ -311,19 +317,23 @@ class ReadImageRecords(beam.PTransform):
     Returns ``(records, rejected)``: a PCollection of ``ImageRecord``s with unique
     keys and one of ``Rejection``s (rows or files that name no usable image, and
     duplicate keys). Every listed input ends in exactly one of the two.
+    ``split_layout`` is a folder's :func:`check_input` result (None: detected here).
     """
 
     def __init__(self, input_path: str, allow_outside_root: bool = False,
-                 columns: LabelColumns = labels.ONE_CLASS) -> None:
+                 columns: LabelColumns = labels.ONE_CLASS,
+                 split_layout: bool | None = None) -> None:
         super().__init__()
         self._input = input_path
         self._allow_outside_root = allow_outside_root
         self._columns = columns
+        self._split_layout = split_layout
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> tuple[beam.PCollection, ...]:
         if not is_manifest(self._input):
             root = storage.absolute(self._input)
-            split_layout = detect_split_layout(root)
+            split_layout = (detect_split_layout(root) if self._split_layout is None
+                            else self._split_layout)
             # File paths are unique keys by construction. Listed on a worker, so a
             # large folder is not pickled into the job graph.
             paths = (

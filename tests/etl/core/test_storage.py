@@ -121,9 +121,20 @@ def test_list_files_is_recursive_sorted_and_prefix_exact(root):
         ["a/1.txt", f"a/{ODD_NAME}", "b/2.txt", "c.txt"])
     assert [info.size for info in storage.list_files(storage.join(root, "b"))] == [7]
     assert storage.subfolders(root) == ["a", "b"]
+    assert storage.subfolders(storage.join(root, "nothing")) == []
     assert storage.is_folder(root) and storage.is_folder(storage.join(root, "a"))
     assert not storage.is_folder(storage.join(root, "nothing"))
     assert storage.list_files(storage.join(root, "nothing")) == []
+
+
+def test_an_object_named_like_a_folder_is_not_a_file(monkeypatch):
+    # What a cloud console makes for an empty "folder": an object "a/b/" (the local
+    # GCS server keeps no such object, so the listing is given here).
+    from apache_beam.io.filesystem import FileMetadata
+
+    listed = [FileMetadata("gs://b/in/cat/", 0, 1.0), FileMetadata("gs://b/in/cat/1.jpg", 5, 2.0)]
+    monkeypatch.setattr(storage, "_match", lambda pattern, limit=None: listed)
+    assert storage.list_files("gs://b/in") == [storage.FileInfo("gs://b/in/cat/1.jpg", 5, 2.0)]
 
 
 def test_a_folder_whose_name_holds_glob_characters_lists_only_itself(root):

@@ -441,7 +441,10 @@ def test_check_input_accepts_good_inputs(tmp_path):
     _mkdirs(tmp_path, "imgs/cat")
     (tmp_path / "m.csv").write_text("path,label\n")
     (tmp_path / "m.jsonl").write_text("")
-    for path in ("imgs", "m.csv", "m.jsonl"):
+    assert sources.check_input(str(tmp_path / "imgs")) is False
+    _mkdirs(tmp_path, "split/train/cat")
+    assert sources.check_input(str(tmp_path / "split")) is True
+    for path in ("m.csv", "m.jsonl"):
         assert sources.check_input(str(tmp_path / path)) is None
 
 
