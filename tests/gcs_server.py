@@ -138,6 +138,12 @@ class GcsServer:
         self.client().create_bucket(name)
         return f"gs://{name}"
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used so far (Linux ``/proc``)."""
+        with open(f"/proc/{self._process.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def log_size(self) -> int:
         """A mark in the request log: :meth:`requests` counts what comes after it."""
         return os.path.getsize(self.log_path)

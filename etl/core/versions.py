@@ -5,7 +5,8 @@ shards sit beside the old ones under names of their own, its dead letters in a f
 of their own, and its manifest lists every shard of every version, the summed
 counts, and a ``history`` entry per version (what it added, where its keys and dead
 letters are). Old shard files are never rewritten, and the old manifest stays the
-published one until the new one replaces it in one atomic rename.
+published one until the new one replaces it whole (a rename on a disk, one upload
+on an object store).
 
 Each version writes its *key index*, ``keys/keys-vNNNNN.txt``: every key it accounted
 for (written or rejected), one JSON string a line, sorted. An append reads the
