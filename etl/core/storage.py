@@ -12,18 +12,17 @@ module is where the difference is handled:
 * **No directories.** A folder is a prefix: it exists while an object lies under
   it, and listing is by prefix (recursive, sorted).
 * **An object appears whole when its upload finishes**, and not at all if the
-  upload is abandoned (a killed process, an error): :func:`write` uploads straight
-  to the final name. A local file is written under a temporary name and renamed.
+  upload is abandoned: on GCS :func:`write` uploads straight to the final name; a
+  local file is written under a temporary name and renamed.
 * **No rename.** :func:`rename` is a copy and a delete (on a disk ``os.rename``).
 * **Exact names.** Beam's ``match`` reads a path as a glob, so a name holding
   ``[``, ``*`` or ``?`` would not find itself: listings here escape the folder.
 * **A round trip per request.** Small whole files are read in one request, looked
-  up in one, and deleted one by one by exact name (``etl.core.gcs`` on GCS, which
-  also keeps a local GCS server from costing a credential lookup); large files
-  stream through Beam's ``FileSystems.open``.
+  up in one, and deleted one by one by exact name (``etl.core.gcs`` on GCS); large
+  files stream through Beam's ``FileSystems.open``.
 
 TensorFlow's own file access (tf.Transform's temp files and ``transform_fn``, the
-reader's ``tf.data``) does not come through here: see docs/RUNNING_AT_SCALE.md.
+reader) does not come through here: docs/RUNNING_AT_SCALE.md.
 """
 
 from __future__ import annotations
@@ -47,9 +46,8 @@ from etl.core import gcs, local_tree
 INCOMPLETE_SUFFIX = ".incomplete"
 _RAW = CompressionTypes.UNCOMPRESSED  # Never let a ".gz" name be (de)compressed.
 _COPY_CHUNK_BYTES = 8 * 1024 * 1024
-# Local files are read this much at a time: below glibc's mmap threshold (128 KiB),
-# so reads come from the heap, and a short read shrinks in place instead of keeping
-# a page-rounded mapping of its own (f.read(n) allocates n bytes up front).
+# Local files are read this much at a time (f.read(n) allocates n bytes up front): below
+# glibc's mmap threshold (128 KiB), so a short read shrinks in place on the heap.
 READ_CHUNK_BYTES = 64 * 1024
 
 
@@ -84,8 +82,7 @@ def _scheme(path: str) -> str:
 
 
 def configure(options: Any) -> None:
-    """Has this process's filesystems use the job's Beam ``PipelineOptions`` (an
-    object store's project, credentials, endpoint), as Beam's workers do."""
+    """This process's filesystems use the job's Beam options, as Beam's workers do."""
     FileSystems.set_options(options)
 
 
@@ -209,8 +206,8 @@ def list_files(folder: str) -> list[FileInfo]:
 
 def relative_files(folder: str) -> list[str]:
     """The paths of :func:`list_files`, relative to ``folder``, with ``/``."""
-    prefix = folder.rstrip("/") + "/"
-    return [info.path[len(prefix):].replace(os.sep, "/") for info in list_files(folder)]
+    start = len(folder.rstrip("/")) + 1
+    return [info.path[start:].replace(os.sep, "/") for info in list_files(folder)]
 
 
 def glob(pattern: str) -> list[FileInfo]:
@@ -222,8 +219,7 @@ def glob(pattern: str) -> list[FileInfo]:
 
 @dataclasses.dataclass(frozen=True)
 class Listed:
-    """A path :func:`list_tree` found, with its size and mtime (None where it cannot
-    be looked up: a dangling link, a link not followed)."""
+    """A path :func:`list_tree` found; its size and mtime, or None (a dangling link)."""
 
     path: str
     info: FileInfo | None
@@ -244,7 +240,7 @@ def list_tree(root: str, allow_outside_root: bool = False) -> list[Listed]:
 def _stat_or_none(path: str) -> FileInfo | None:
     try:
         return stat(path)
-    except OSError:  # A link loop, no permission: the read will say so.
+    except OSError:  # A link loop, no permission: the read says so.
         return None
 
 
@@ -399,7 +395,6 @@ def make_folder(folder: str) -> None:
         os.makedirs(folder, exist_ok=True)
 
 
-def resolves_inside(path: str, root: str) -> bool:
-    """True if ``path`` lies under ``root`` once every symbolic link is followed
-    (URIs compare as written: object stores have no links)."""
-    return local_tree.resolves_inside(path, root)
+# True if a path lies under a root once every symbolic link is followed (URIs compare
+# as written: object stores have no links).
+resolves_inside = local_tree.resolves_inside

@@ -20,7 +20,7 @@ from etl.timeseries.series import Cleaning
 from pipelines import runner_defaults, timeseries
 from reader import contract
 from tests.job_commands import REPO_ROOT, run_until_killed
-from tests.job_runs import output_digests, printing, shard_digests
+from tests.job_runs import output_digests, printing
 from tests.series_fixtures import GEOMETRY, series_rows, write_jsonl
 from tests.series_fixtures import run_timeseries_job as run_job
 
@@ -419,37 +419,8 @@ def test_timeseries_cleaning_flags_reach_the_series_step(tmp_path, flags, cleani
     assert job.settings.cleaning == cleaning
 
 
-def _rows_of(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f]
-
-
-# The rows of three_series in another format or layout give the same shards (the
-# rejections' sources name the files, so they differ).
-def test_timeseries_job_reads_parquet_like_jsonl(three_series, tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path, out, manifest, _ = three_series
-    frame = pd.DataFrame(_rows_of(path))
-    parquet = str(tmp_path / "rows.parquet")
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), parquet,
-                   row_group_size=25)
-    from_parquet = run_job(parquet, str(tmp_path / "from_parquet"), *GEOMETRY)
-    assert shard_digests(str(tmp_path / "from_parquet")) == shard_digests(out)
-    assert from_parquet["rejected"]["by_reason"] == manifest["rejected"]["by_reason"]
-
-
-def test_timeseries_job_reads_a_glob_of_files_like_one_file(three_series, tmp_path):
-    path, out, manifest, _ = three_series
-    rows = _rows_of(path)
-    os.makedirs(tmp_path / "parts")
-    for part in range(3):  # every series spread over every file
-        write_jsonl(tmp_path / "parts" / f"part-{part}.jsonl", rows[part::3])
-    from_glob = run_job(str(tmp_path / "parts" / "*.jsonl"), str(tmp_path / "from_glob"),
-                        *GEOMETRY)
-    assert from_glob["inputs"] == len(rows) == manifest["inputs"]
-    assert shard_digests(str(tmp_path / "from_glob")) == shard_digests(out)
+# The same rows in Parquet files, every series spread over every file of a glob, give
+# the same shards as one text file: tests/pipelines/test_object_store.py, on gs://.
 
 
 def test_timeseries_job_refuses_per_series_normalisation_without_time_split(tmp_path):
