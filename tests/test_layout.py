@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+from typing import Any
 
 import pytest
 
@@ -157,14 +158,15 @@ def test_only_the_storage_seam_touches_files():
 
 # --- declared dependencies ---------------------------------------------------------------
 
-def _install_requires() -> list[str]:
-    """setup.py's INSTALL_REQUIRES, read from its source (importing it would run setup)."""
+def _setup_constant(name: str) -> Any:
+    """A literal constant of setup.py (INSTALL_REQUIRES, EXTRAS_REQUIRE), read from its
+    source: importing it would run setup()."""
     tree = ast.parse((REPO / "setup.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "INSTALL_REQUIRES" for t in node.targets):
-            return list(ast.literal_eval(node.value))
-    raise AssertionError("setup.py has no INSTALL_REQUIRES")
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"setup.py has no {name}")
 
 
 def _closure(requirements: list[str]) -> set[str]:
@@ -175,10 +177,10 @@ def _closure(requirements: list[str]) -> set[str]:
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    found: set[str] = set()
-    pending = [(Requirement(r), ()) for r in requirements]
+    found: set[tuple[str, tuple[str, ...]]] = set()
+    pending = [Requirement(r) for r in requirements]
     while pending:
-        requirement, _ = pending.pop()
+        requirement = pending.pop()
         name = canonicalize_name(requirement.name)
         key = (name, tuple(sorted(requirement.extras)))
         if key in found:
@@ -192,7 +194,7 @@ def _closure(requirements: list[str]) -> set[str]:
             child = Requirement(line)
             environments = [{"extra": extra} for extra in requirement.extras] or [{"extra": ""}]
             if child.marker is None or any(child.marker.evaluate(env) for env in environments):
-                pending.append((child, ()))
+                pending.append(child)
     return {name for name, _ in found}
 
 
@@ -201,23 +203,14 @@ def _closure(requirements: list[str]) -> set[str]:
 OPTIONAL_IMPORTS = {("reader/preview.py", "matplotlib"): "preview"}
 
 
-def _extras() -> dict[str, list[str]]:
-    tree = ast.parse((REPO / "setup.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "EXTRAS_REQUIRE" for t in node.targets):
-            return dict(ast.literal_eval(node.value))
-    raise AssertionError("setup.py has no EXTRAS_REQUIRE")
-
-
 def test_every_third_party_module_our_packages_import_is_a_declared_dependency():
     import sys
     from importlib import metadata
 
     from packaging.utils import canonicalize_name
 
-    extras = _extras()
-    declared = _closure(_install_requires())
+    extras = _setup_constant("EXTRAS_REQUIRE")
+    declared = _closure(_setup_constant("INSTALL_REQUIRES"))
     providers = metadata.packages_distributions()
     undeclared = set()
     for folder in ("etl", "pipelines", "reader"):
