@@ -1,5 +1,7 @@
 """What both jobs share, in the order a record meets it.
 
+0. ``storage`` (with ``gcs``, ``local_tree``): the one seam to files, local or on an
+   object store; every other module passes paths.
 1. ``text_rows``: CSV / JSON Lines rows, one physical line each.
 2. ``hashing``, ``splits``: stable key hashes and the train / validation / test split.
 3. ``dead_letters``: rejected inputs, their reason codes and the errors/ file.
@@ -11,5 +13,5 @@
 8. ``accounting``: the pieces of a job's check: errors, reconciliation, error fraction.
 9. ``manifest``, ``publish``: the tail every job ends with, the manifest written last;
    ``fingerprint``, ``resume``: what a run will produce, and the shards a rerun keeps.
-10. ``output_dir``, ``atomic_files``, ``fault_injection``: files and test pause points.
+10. ``output_dir``, ``fault_injection``: preparing the output, test pause points.
 """
