@@ -22,10 +22,13 @@ Usage::
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import re
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +37,14 @@ from typing import Any
 # A request line of the server's log: "GET /storage/v1/b/x/o?prefix=... HTTP/1.1" 200
 _REQUEST = re.compile(r'\\"([A-Z]+) (\S+) HTTP/[\d.]+\\" (\d{3})')
 PROJECT = "etl-tests"
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before it starts: it is sent SIGTERM when the process
+    that started it ends, however that ends (a test process killed mid-run)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free_port() -> int:
@@ -44,14 +55,17 @@ def _free_port() -> int:
 
 def request_kind(method: str, target: str) -> str:
     """What a JSON-API request does, in one word: ``media_get`` (object bytes),
-    ``metadata_get``, ``list``, ``upload_start``, ``upload_chunk``, ``copy``,
-    ``delete``, ``bucket``."""
+    ``metadata_get``, ``list``, ``upload`` (a whole object in one request),
+    ``upload_start`` and ``upload_chunk`` (a resumable upload), ``copy``, ``delete``,
+    ``bucket``."""
     path = target.split("?", 1)[0]
     if method == "DELETE":
         return "delete"
     if "/copyTo/" in path or "/rewriteTo/" in path:
         return "copy"
     if path.startswith("/upload/"):
+        if "uploadType=multipart" in target:
+            return "upload"
         return "upload_start" if method == "POST" else "upload_chunk"
     if path.startswith("/download/") or "alt=media" in target:
         return "media_get"
@@ -83,7 +97,7 @@ class GcsServer:
                  "-port", str(self.port), "-external-url", self.url,
                  "-backend", "filesystem",
                  "-filesystem-root", os.path.join(self.root, "objects")],
-                stdout=log, stderr=log)
+                stdout=log, stderr=log, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

@@ -1,7 +1,7 @@
 """GCS objects one request at a time: where the storage seam talks to GCS itself.
 
 Beam's GCS filesystem serves everything ``etl.core.storage`` does on ``gs://`` but
-four things, which this module does on the google-cloud-storage client Beam's
+these things, which this module does on the google-cloud-storage client Beam's
 ``gcsio`` makes (Beam's credentials and retries), one client per thread so that
 its requests reuse a connection:
 
@@ -11,7 +11,7 @@ its requests reuse a connection:
   (``blob.reload()``), reads it in ranged requests, learns its end from one more
   (answered 416), and makes a new client, and so a new connection and a bucket
   lookup, for every call. :func:`read` is one ranged GET, :func:`stat` one
-  metadata GET.
+  metadata GET, :func:`write` one upload (a resumable upload takes two).
 * **Deletes**: Beam reads the path as a glob (a name with ``[`` would not find
   itself) and deletes through GCS's batch API, which the local GCS server used in
   the tests does not implement (fsouza/fake-gcs-server issue 411). :func:`delete`
@@ -31,6 +31,11 @@ import threading
 from typing import Any
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+# google-cloud-storage (3.x) looks each bucket up, in the background, once per client
+# and bucket, to label OpenTelemetry trace spans, even when tracing is off; Beam makes
+# a client per call: ~35 lookups a run. Unless its tracing is on, they are turned off.
+_TRACES_ENV = "ENABLE_GCS_PYTHON_CLIENT_OTEL_TRACES"
+_NO_TRACE_METADATA_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
 _per_thread = threading.local()
 
 
@@ -44,9 +49,12 @@ def _settle_credentials() -> None:
 
 
 def prepare() -> None:
-    """Readies this process for GCS: with a local GCS server, no credential lookup."""
+    """Readies this process for GCS: with a local GCS server, no credential lookup;
+    without OpenTelemetry tracing, no bucket lookups for it."""
     if os.environ.get(EMULATOR_ENV):
         _settle_credentials()
+    if os.environ.get(_TRACES_ENV, "").strip().lower() not in ("1", "true", "yes", "on"):
+        os.environ.setdefault(_NO_TRACE_METADATA_ENV, "true")
 
 
 def _client() -> Any:
@@ -106,6 +114,21 @@ def read(path: str, max_bytes: int | None = None) -> bytes:
         return b""  # An empty object has no byte 0.
     except exceptions.GoogleAPICallError as e:
         raise OSError(f"Cannot read {path!r}: {e}") from e
+
+
+def write(path: str, data: bytes) -> None:
+    """Uploads ``data`` as the object ``path`` in one request (a small file: what
+    a resumable upload does in two).
+
+    Raises:
+        OSError: for a failed request.
+    """
+    from google.api_core import exceptions
+
+    try:
+        _blob(path).upload_from_string(data, content_type="application/octet-stream")
+    except exceptions.GoogleAPICallError as e:
+        raise OSError(f"Cannot write {path!r}: {e}") from e
 
 
 def stat(path: str) -> tuple[int, float] | None:

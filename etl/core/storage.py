@@ -61,13 +61,11 @@ class FileInfo:
     mtime: float
 
 
-def is_remote(path: str) -> bool:
-    """True for a URI (``gs://...``), False for a local path."""
+def is_remote(path: str) -> bool:  # A URI (gs://...), not a local path.
     return "://" in path
 
 
-def join(base: str, *names: str) -> str:
-    """``base/names...`` with ``/`` separators (URIs and local paths alike)."""
+def join(base: str, *names: str) -> str:  # With "/", URIs and local paths alike.
     return posixpath.join(base, *names)
 
 
@@ -98,12 +96,15 @@ def _glob_escape(path: str) -> str:
     return "".join(f"[{c}]" if c in "[*?" else c for c in path)
 
 
-def _match(pattern: str, limit: int | None = None) -> list[Any]:
-    """Beam's ``FileSystems.match`` of one pattern: its ``FileMetadata`` list."""
+def _match(pattern: str, limit: int | None = None) -> list[FileInfo]:
+    """The files Beam's ``FileSystems.match`` finds for one pattern, sorted. An object
+    named like a folder ("a/b/", what consoles make for an empty one) is no file."""
     with warnings.catch_warnings():
         # An escaped "[" ("[[]") reads to Python's re as a possible nested set.
         warnings.simplefilter("ignore", FutureWarning)
-        return FileSystems.match([_prepare(pattern)], limits=[limit])[0].metadata_list
+        found = FileSystems.match([_prepare(pattern)], limits=[limit])[0].metadata_list
+    return sorted((FileInfo(m.path, m.size_in_bytes, m.last_updated_in_seconds)
+                   for m in found if not m.path.endswith("/")), key=lambda f: f.path)
 
 
 # Reading.
@@ -179,8 +180,7 @@ def stat(path: str) -> FileInfo | None:
         found = gcs.stat(path)
         return None if found is None else FileInfo(path, *found)
     matched = _match(_glob_escape(path))
-    return None if not matched else FileInfo(path, matched[0].size_in_bytes,
-                                             matched[0].last_updated_in_seconds)
+    return matched[0] if matched else None
 
 
 def list_files(folder: str) -> list[FileInfo]:
@@ -197,11 +197,7 @@ def list_files(folder: str) -> list[FileInfo]:
                 if info is not None:  # Gone since the walk saw it.
                     found.append(info)
         return sorted(found, key=lambda info: info.path)
-    # An object named like a folder ("a/b/": what consoles make for an empty one)
-    # holds no file.
-    return sorted((FileInfo(m.path, m.size_in_bytes, m.last_updated_in_seconds)
-                   for m in _match(_glob_escape(folder) + "/**")
-                   if not m.path.endswith("/")), key=lambda info: info.path)
+    return _match(_glob_escape(folder) + "/**")
 
 
 def relative_files(folder: str) -> list[str]:
@@ -213,8 +209,7 @@ def relative_files(folder: str) -> list[str]:
 def glob(pattern: str) -> list[FileInfo]:
     """The files a user's glob (``*``, ``**``, ``?``, ``[...]``, Beam's syntax) or
     plain path matches, sorted by path."""
-    return sorted((FileInfo(m.path, m.size_in_bytes, m.last_updated_in_seconds)
-                   for m in _match(pattern)), key=lambda info: info.path)
+    return _match(pattern)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,11 +221,9 @@ class Listed:
 
 
 def list_tree(root: str, allow_outside_root: bool = False) -> list[Listed]:
-    """Every input candidate under the folder ``root``, sorted by path: on a local
-    disk with its symbolic links as ``local_tree.list_local_files`` lists them (links
-    leading outside ``root`` listed, not walked, unless ``allow_outside_root``); on
-    an object store every object under the prefix ``root/``, its size and mtime
-    from the listing itself."""
+    """Every input candidate under the folder ``root``, sorted: on a disk with its
+    links as ``local_tree.list_local_files`` lists them; on an object store every
+    object under ``root/``, with its size and mtime from the listing itself."""
     if not is_remote(root):
         return [Listed(path, _stat_or_none(path))
                 for path in local_tree.list_local_files(root, allow_outside_root)]
@@ -238,17 +231,18 @@ def list_tree(root: str, allow_outside_root: bool = False) -> list[Listed]:
 
 
 def _stat_or_none(path: str) -> FileInfo | None:
-    try:
+    try:  # A link loop, no permission: the read says so.
         return stat(path)
-    except OSError:  # A link loop, no permission: the read says so.
+    except OSError:
         return None
 
 
 def is_folder(path: str) -> bool:
-    """True for a local folder, or a prefix with at least one object under it."""
+    """True for a local folder, or a prefix with a file under it (in the first page
+    of a listing: what comes first may be a console's folder object)."""
     if not is_remote(path):
         return os.path.isdir(path)
-    return bool(_match(_glob_escape(path.rstrip("/")) + "/**", limit=1))
+    return bool(_match(_glob_escape(path.rstrip("/")) + "/**", limit=1000))
 
 
 def subfolders(folder: str) -> list[str]:
@@ -319,7 +313,10 @@ def write(path: str) -> Iterator[_HashingWriter]:
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through :func:`write` (whole or not at all)."""
+    """Writes ``data`` to ``path``, whole or not at all (on GCS in one request)."""
+    if _scheme(path) == "gs":
+        gcs.write(_prepare(path), data)
+        return
     with write(path) as out:
         out.write(data)
 
@@ -337,9 +334,15 @@ def copy(source: str, destination: str) -> None:
             os.makedirs(os.path.dirname(destination) or ".", exist_ok=True)
         FileSystems.copy([_prepare(source)], [_prepare(destination)])
         return
-    with open_read(source) as f, write(destination) as out:
-        while chunk := f.read(_COPY_CHUNK_BYTES):
-            out.write(chunk)
+    with open_read(source) as f:
+        chunk = f.read(_COPY_CHUNK_BYTES)
+        if len(chunk) < _COPY_CHUNK_BYTES:  # The whole file.
+            write_bytes(destination, chunk)
+            return
+        with write(destination) as out:
+            while chunk:
+                out.write(chunk)
+                chunk = f.read(_COPY_CHUNK_BYTES)
 
 
 def copy_tree(source: str, destination: str) -> list[str]:
@@ -369,8 +372,7 @@ def delete(path: str) -> None:
         return
     if _scheme(path) == "gs":
         gcs.delete(path)
-        return
-    if exists(path):
+    elif exists(path):
         FileSystems.delete([_glob_escape(path)])
 
 
@@ -389,12 +391,9 @@ def delete_tree(folder: str) -> int:
     return len(found)
 
 
-def make_folder(folder: str) -> None:
-    """Creates a local folder (and its parents); an object store has none to make."""
+def make_folder(folder: str) -> None:  # A local folder; an object store has none.
     if not is_remote(folder):
         os.makedirs(folder, exist_ok=True)
 
 
-# True if a path lies under a root once every symbolic link is followed (URIs compare
-# as written: object stores have no links).
-resolves_inside = local_tree.resolves_inside
+resolves_inside = local_tree.resolves_inside  # Links followed; URIs as written.

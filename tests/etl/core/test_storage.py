@@ -130,10 +130,12 @@ def test_list_files_is_recursive_sorted_and_prefix_exact(root):
 def test_an_object_named_like_a_folder_is_not_a_file(monkeypatch):
     # What a cloud console makes for an empty "folder": an object "a/b/" (the local
     # GCS server keeps no such object, so the listing is given here).
-    from apache_beam.io.filesystem import FileMetadata
+    from apache_beam.io.filesystem import FileMetadata, MatchResult
+    from apache_beam.io.filesystems import FileSystems
 
     listed = [FileMetadata("gs://b/in/cat/", 0, 1.0), FileMetadata("gs://b/in/cat/1.jpg", 5, 2.0)]
-    monkeypatch.setattr(storage, "_match", lambda pattern, limit=None: listed)
+    monkeypatch.setattr(FileSystems, "match", lambda patterns, limits=None: [
+        MatchResult(patterns[0], listed)])
     assert storage.list_files("gs://b/in") == [storage.FileInfo("gs://b/in/cat/1.jpg", 5, 2.0)]
 
 
@@ -198,18 +200,18 @@ def test_local_write_keeps_no_temporary_file(tmp_path):
     assert os.listdir(tmp_path) == ["f"]
 
 
-def test_gcs_small_reads_and_lookups_are_one_request_each(gcs_bucket):
+def test_gcs_small_files_are_one_request_each(gcs_bucket):
+    # No bucket lookups beside them either: google-cloud-storage's lookups for
+    # OpenTelemetry spans are off (etl/core/gcs.py), as its tracing is.
     server = gcs_bucket.server
     path = f"{gcs_bucket.url}/photo.jpg"
-    storage.write_bytes(path, b"j" * 5000)
-    storage.read_bytes(path, 100)  # This thread's client exists from here on.
     mark = server.log_size()
+    storage.write_bytes(path, b"j" * 5000)
     assert storage.read_bytes(path, 1 << 20) == b"j" * 5000
     assert storage.stat(path).size == 5000
-    counted = server.requests(mark)
-    # The client's own one-time lookup of the bucket, made in the background.
-    counted.pop("bucket", None)
-    assert counted == {"media_get": 1, "metadata_get": 1}
+    storage.delete(path)
+    assert server.requests(mark) == {"upload": 1, "media_get": 1, "metadata_get": 1,
+                                     "delete": 1}
 
 
 def test_gcs_write_is_one_object_as_the_server_reports_it(gcs_bucket):
