@@ -41,6 +41,14 @@ class DatasetOptions(PipelineOptions):
                  "and carried columns: docs/LABELS.md). pipelines.timeseries: a "
                  ".csv/.jsonl/.parquet file, or glob, of long-format rows.")
         parser.add_argument(
+            "--target_columns",
+            help="pipelines.images: comma-separated manifest columns of numeric targets "
+                 "(JSON numbers, or CSV text that parses as a finite float32), stored "
+                 "as float32 [k] 'target'; a missing, non-numeric or non-finite value is "
+                 "rejected (missing_target, invalid_target, non_finite_target). "
+                 "pipelines.timeseries: the columns to predict (default: "
+                 "--value_columns), a column role (docs/TIMESERIES_JOB.md, Covariates).")
+        parser.add_argument(
             "--label_column", default="label",
             help="pipelines.images (manifest input): the column holding each image's "
                  "class name, or with --multi_label its set of names; none: no class "

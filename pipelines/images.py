@@ -118,12 +118,6 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
             help="With --multi_label: reject images whose set of class names is empty "
                  "(missing_label).")
         parser.add_argument(
-            "--target_columns",
-            help="Comma-separated manifest columns of numeric targets (JSON numbers, or "
-                 "CSV text that parses as a finite float32), stored as float32 [k] "
-                 "'target'. A missing, non-numeric or non-finite value is rejected "
-                 "(missing_target, invalid_target, non_finite_target).")
-        parser.add_argument(
             "--normalize_targets", default="zscore", choices=("zscore", "none"),
             help="zscore: store (x - mean) / std with the train split's exact mean and "
                  "population std, both recorded in the manifest; none: store targets as "

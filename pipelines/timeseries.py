@@ -28,8 +28,9 @@ from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import Rejection
 from etl.core.inputs import InputsEntry
 from etl.core.publish import ManifestSpec, PublishDataset
-from etl.timeseries import accounting, summary
+from etl.timeseries import accounting, calendar, summary
 from etl.timeseries import preprocessing as ts_preprocessing
+from etl.timeseries import roles as roles_lib
 from etl.timeseries import series as ts_series
 from etl.timeseries.buckets import (
     ANALYSIS,
@@ -42,7 +43,6 @@ from etl.timeseries.read import ROW_COUNTS, InputPlan, ReadSeriesChunks
 from etl.timeseries.runs import PlanRunShards
 from etl.timeseries.shards import TransformAndWriteWindowShard
 from etl.timeseries.sources import Columns, parse_timestamp, read_labels
-from etl.timeseries.window_examples import WindowSchema
 from pipelines import common
 from reader import contract
 from reader.contract import CLASSIFICATION, FORECAST
@@ -109,6 +109,20 @@ class TimeSeriesOptions(common.DatasetOptions, PipelineOptions):
                             choices=("global", "per_series"),
                             help="z-score statistics over all train rows, or per series "
                                  "(needs --split_by=time).")
+        # Column roles (docs/TIMESERIES_JOB.md, "Covariates"); any of them switches to
+        # the covariate layout (known, static_real, target_scale).
+        parser.add_argument("--past_columns",
+                            help="Observed real covariates: in the window only.")
+        parser.add_argument("--known_columns",
+                            help="Real covariates known in advance: over the window and "
+                                 "the horizon (a missing one cuts the series there).")
+        parser.add_argument("--static_real_columns",
+                            help="Real columns constant per series: once per window.")
+        parser.add_argument("--calendar_features",
+                            help="Known features from the timestamps: any of "
+                                 + ",".join(calendar.FEATURES) + ".")
+        parser.add_argument("--target_transform", choices=roles_lib.TARGET_TRANSFORMS,
+                            help="Applied to the targets before scaling (default none).")
 
 
 def _is_labels_file(value: str) -> bool:
@@ -135,6 +149,28 @@ def remove_labels_files_from_job_labels(options: PipelineOptions) -> None:
     cloud = options.view_as(GoogleCloudOptions)
     if any(_is_labels_file(v) for v in cloud.labels or []):
         cloud.labels = [v for v in cloud.labels if not _is_labels_file(v)] or None
+
+
+_ROLE_FLAGS = ("target_columns", "past_columns", "known_columns", "static_real_columns",
+               "calendar_features", "target_transform")
+
+
+def column_roles(options: TimeSeriesOptions, values: tuple[str, ...]
+                 ) -> roles_lib.ColumnRoles:
+    """The real columns by role; with no role flag, the value columns are the targets
+    (and the layout is today's).
+
+    Raises:
+        ValueError: a column given two roles, an unknown calendar feature or transform.
+    """
+    given = any(getattr(options, flag) for flag in _ROLE_FLAGS)
+    names = roles_lib.split_names
+    return roles_lib.ColumnRoles(
+        targets=names(options.target_columns) or values,
+        past=names(options.past_columns), known=names(options.known_columns),
+        static_real=names(options.static_real_columns),
+        calendar=names(options.calendar_features),
+        target_transform=options.target_transform or "none", given=given)
 
 
 def _parse_max_gap(text: str) -> float | str:
@@ -195,7 +231,8 @@ class TimeSeriesJob:
         values = tuple(v.strip() for v in options.value_columns.split(",") if v.strip())
         if not values:
             raise ValueError("--value_columns names no column.")
-        columns = Columns(options.series_id_column, options.timestamp_column, values)
+        roles = column_roles(options, values)
+        columns = Columns(options.series_id_column, options.timestamp_column, roles.reals)
         input_plan = InputPlan.from_pattern(options.input, columns)
         labels_file = labels_path(options)
         classification = labels_file is not None
@@ -225,8 +262,8 @@ class TimeSeriesJob:
                                            _parse_split_times(options.split_times)),
             preprocessing=ts_preprocessing.SeriesPreprocessing(
                 window_size=options.window_size, horizon=horizon,
-                num_features=len(values), classification=classification,
-                per_series=options.normalize == "per_series"),
+                num_features=len(roles.reals), classification=classification,
+                per_series=options.normalize == "per_series", roles=roles),
             output=output,
         )
 
@@ -235,6 +272,7 @@ class TimeSeriesJob:
         return {
             **summary.describe_preprocessing(self.columns, self.windowing, self.cleaning,
                                              self.time_split, self.preprocessing.per_series),
+            **self.preprocessing.describe_roles(),
             **self.output.describe(),
         }
 
@@ -243,9 +281,9 @@ class TimeSeriesJob:
         """What the series step needs."""
         return SeriesSettings(
             windowing=self.windowing, cleaning=self.cleaning, time_split=self.time_split,
-            schema=WindowSchema(self.windowing.window_size, self.windowing.horizon,
-                                self.preprocessing.num_features, self.classification),
-            spill_dir=posixpath.join(self.output.tft_temp_dir, "series"))
+            schema=self.preprocessing.window_schema(),
+            spill_dir=posixpath.join(self.output.tft_temp_dir, "series"),
+            roles=self.preprocessing.roles)
 
     @property
     def summary(self) -> summary.WindowSummary:

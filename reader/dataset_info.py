@@ -101,6 +101,38 @@ class DatasetInfo:
                 + np.asarray(targets["mean"], np.float64))
 
     @property
+    def column_roles(self) -> Mapping[str, Any] | None:
+        """A forecasting dataset's column roles and blocks (``preprocessing.
+        column_roles`` in the manifest); None without covariates."""
+        return self.manifest.get("preprocessing", {}).get("column_roles")
+
+    @property
+    def model_inputs(self) -> list[str] | None:
+        """The stored blocks a forecasting model with covariates takes as named
+        inputs (``window``, ``known``, ``static_real``, where present); None for
+        datasets without column roles (their input is one tensor)."""
+        if self.column_roles is None:
+            return None
+        return [key for key in contract.MODEL_INPUT_KEYS if key in self.feature_spec]
+
+    def inverse_target(self, target: Any, target_scale: Any) -> np.ndarray:
+        """Stored (or predicted) targets ``[..., H, T]`` of a dataset with column
+        roles → real units (float64): ``target * scale + centre`` with each example's
+        ``target_scale`` ``[..., T, 2]``, then the inverse of the target transform
+        (``expm1`` after ``log1p``).
+
+        Raises:
+            ValueError: the dataset has no column roles.
+        """
+        roles = self.column_roles
+        if roles is None:
+            raise ValueError(f"{self.data_dir!r} has no column roles (no target_scale).")
+        scale = np.asarray(target_scale, np.float64)
+        values = (np.asarray(target, np.float64) * scale[..., None, :, 1]
+                  + scale[..., None, :, 0])
+        return np.expm1(values) if roles["target_transform"] == "log1p" else values
+
+    @property
     def preprocessing(self) -> Mapping[str, Any]:
         return self.manifest["preprocessing"]
 

@@ -83,7 +83,10 @@ def make_dataset(
         balance: undersample to equal class frequencies, from the manifest's
             per-class counts (single-class datasets only).
         features: None gives the model input tensor (``image`` ``float32 [b, s, s, 3]``
-            in ``[0, 1]``, or ``window``); a list of stored feature names (carried
+            in ``[0, 1]``, or ``window``), or, for a forecasting dataset with column
+            roles, the dict of its model-input blocks (``window``, ``known``,
+            ``static_real``: ``DatasetInfo.model_inputs``), which a Keras functional
+            model with inputs of those names takes as is; a list of stored feature names (carried
             columns included) gives a dict; var_len ones (a multi-label dataset's
             ``label`` ids and ``label_name``) are ``tf.RaggedTensor [b, None]``.
         drop_remainder: drop the last partial batch (static batch dimension).
@@ -185,7 +188,7 @@ def _plan(info: DatasetInfo, split: str, batch_size: int, *, shuffle: bool | Non
         shuffle=(split == contract.TRAIN) if shuffle is None else shuffle, seed=seed,
         num_epochs=num_epochs, kind=kind, augmentation=augmentation, cache=cache,
         snapshot=snapshot, balance=balance,
-        features=None if features is None else list(features),
+        features=info.model_inputs if features is None else list(features),
         drop_remainder=drop_remainder, deterministic=deterministic,
         shard_records=config.num_workers > len(files), symbolic_checkpoint=False,
         config=config)

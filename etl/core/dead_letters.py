@@ -40,6 +40,11 @@ SERIES_TOO_SHORT = "series_too_short"
 UNLABELLED_SERIES = "unlabelled_series"
 CONFLICTING_LABEL = "conflicting_label"
 WINDOW_OUT_OF_RANGE = "window_out_of_range"
+# Time-series covariates (column roles).
+STATIC_VARIES = "static_varies"
+MISSING_STATIC = "missing_static"
+NEGATIVE_UNDER_LOG1P = "negative_under_log1p"
+CALENDAR_NEEDS_DATES = "calendar_needs_dates"
 # Limits and input hygiene.
 FILE_TOO_LARGE = "file_too_large"
 IMAGE_TOO_LARGE = "image_too_large"
@@ -64,7 +69,8 @@ REASONS: tuple[str, ...] = (
     UNLABELLED_SERIES, CONFLICTING_LABEL, FILE_TOO_LARGE, IMAGE_TOO_LARGE, DUPLICATE_KEY,
     PATH_OUTSIDE_ROOT, UNKNOWN_LABEL, CORRUPT_IMAGE_DATA, VALUE_OUT_OF_RANGE,
     WINDOW_OUT_OF_RANGE, MISSING_TARGET, INVALID_TARGET, NON_FINITE_TARGET,
-    INVALID_CARRIED_VALUE, LABEL_NOT_IN_DATASET,
+    INVALID_CARRIED_VALUE, LABEL_NOT_IN_DATASET, STATIC_VARIES, MISSING_STATIC,
+    NEGATIVE_UNDER_LOG1P, CALENDAR_NEEDS_DATES,
 )
 # Examples of each reason kept in the manifest and in error messages.
 EXAMPLES_PER_REASON = 3

@@ -21,10 +21,12 @@ import numpy as np
 
 from etl.core import dead_letters, exact_stats, storage
 from etl.core.dead_letters import Rejection
+from etl.timeseries import covariates
 from etl.timeseries import series as ts_series
 from etl.timeseries.chunks import ChunkRef, RowChunk, read_chunks
 from etl.timeseries.preprocessing import analysis_instance
 from etl.timeseries.ranges import POSITION_FILE_STRIDE
+from etl.timeseries.roles import ColumnRoles
 from etl.timeseries.runs import WindowRun, rows_of, run_bounds, run_windows, write_run
 from etl.timeseries.time_texts import TimeTexts
 from etl.timeseries.window_examples import WindowSchema
@@ -45,6 +47,7 @@ class SeriesSettings:
     time_split: ts_series.TimeSplit
     schema: WindowSchema
     spill_dir: str
+    roles: ColumnRoles | None = None  # None: every column is a target
 
     @property
     def classification(self) -> bool:
@@ -96,10 +99,11 @@ class _Spill:
         self._out = out
         self._offset = 0
 
-    def write(self, values: np.ndarray, starts: list[str]) -> tuple[int, int]:
+    def write(self, values: np.ndarray, starts: list[str], times: np.ndarray | None
+              ) -> tuple[int, int]:
         """Appends a run; returns its (offset, text bytes)."""
         offset = self._offset
-        written, text_bytes = write_run(self._out, values, starts)
+        written, text_bytes = write_run(self._out, values, starts, times)
         self._offset += written
         return offset, text_bytes
 
@@ -145,11 +149,26 @@ class ProcessSeriesBucket(beam.DoFn):
                 message=f"No label for this series in --labels ({len(rows)} rows)."))
             yield from _stats(stats)
             return
-        cleaned = ts_series.clean_rows(series_id, rows, settings.cleaning, self._source)
+        roles = settings.roles
+        if roles is not None and roles.given:
+            checked, rejections = covariates.check_series(series_id, rows, roles,
+                                                          self._source, stats)
+            for rejection in rejections:
+                yield from dead_letters.route(rejection)
+            if checked is None:
+                yield from _stats(stats)
+                return
+            rows = checked
+        cleaned = ts_series.clean_rows(series_id, rows, settings.cleaning, self._source,
+                                       roles.missing_policy_columns if roles else None)
         stats.update(cleaned.stats)
         for rejection in cleaned.rejections:
             yield from dead_letters.route(rejection)
         pieces = ts_series.split_pieces(series_id, cleaned.segments, settings.time_split)
+        if roles is not None and roles.known:
+            pieces = {split: [part for piece in pieces[split] for part in
+                              covariates.cut_at_missing_known(piece, roles, windowing, stats)]
+                      for split in contract.SPLITS}
         counts = {split: [windowing.count(len(p)) for p in pieces[split]]
                   for split in contract.SPLITS}
         if not any(sum(c) for c in counts.values()):
@@ -169,10 +188,19 @@ class ProcessSeriesBucket(beam.DoFn):
                     LONGEST, (split, max(len(p) for p in pieces[split])))
         train = pieces[contract.TRAIN]
         if train:
-            moments = exact_stats.moments_of(
-                np.concatenate([p.values for p in train]).astype(np.float32))
+            moments = exact_stats.moments_of(_train_values(
+                np.concatenate([p.values for p in train]).astype(np.float32), roles))
             yield beam.pvalue.TaggedOutput(ANALYSIS, analysis_instance(
                 series_id, moments, label, sum(counts[contract.TRAIN])))
+        yield from self._runs(series_id, pieces, counts, label, first_source, spill)
+        yield from _stats(stats)
+
+    def _runs(self, series_id: str, pieces: dict[str, list[ts_series.Segment]],
+              counts: dict[str, list[int]], label: str | None, first_source: str,
+              spill: _Spill) -> Iterator[WindowRun]:
+        """Each piece's windows in runs, their rows spilled."""
+        settings, windowing = self._settings, self._settings.windowing
+        with_times = bool(settings.roles is not None and settings.roles.calendar)
         per_run = run_windows(settings.schema.example_bytes(
             len(series_id.encode()), 20, len((label or "").encode())))
         for split in contract.SPLITS:
@@ -182,15 +210,25 @@ class ProcessSeriesBucket(beam.DoFn):
                     num_rows = rows_of(num_windows, windowing)
                     starts = piece.texts.take(
                         row + np.arange(num_windows) * windowing.shift).strings()
-                    offset, text_bytes = spill.write(piece.values[row:row + num_rows],
-                                                     starts)
+                    offset, text_bytes = spill.write(
+                        piece.values[row:row + num_rows], starts,
+                        piece.times[row:row + num_rows] if with_times else None)
                     yield WindowRun(
                         split=split, key=f"{series_id}@{starts[0]}", series_id=series_id,
                         label=label, source=first_source, spill_path=spill.path,
                         offset=offset, num_rows=num_rows, num_windows=num_windows,
                         text_bytes=text_bytes,
                         num_bytes=_run_bytes(settings.schema, series_id, starts, label))
-        yield from _stats(stats)
+
+
+def _train_values(values: np.ndarray, roles: ColumnRoles | None) -> np.ndarray:
+    """Train rows as the analysis sums them: targets through --target_transform."""
+    if roles is None or roles.target_transform == "none":
+        return values
+    values = values.copy()
+    targets = slice(0, len(roles.targets))
+    values[:, targets] = np.log1p(values[:, targets])
+    return values
 
 
 def _stats(stats: collections.Counter) -> Iterator[Any]:

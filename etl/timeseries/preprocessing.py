@@ -24,19 +24,25 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from etl.core import exact_stats, zscore
+from etl.timeseries import calendar
+from etl.timeseries.roles import ColumnRoles
+from etl.timeseries.window_examples import WindowSchema
 from reader import contract
 from reader.contract import UNKNOWN_LABEL_ID
 
 
 @dataclasses.dataclass(frozen=True)
 class SeriesPreprocessing:
-    """What the transform needs to know about the windows."""
+    """What the transform needs to know about the windows. ``num_features`` counts
+    every real column (``roles.reals``); ``roles`` None or not ``given``: today's
+    layout, every column in ``window`` and ``target``."""
 
     window_size: int
     horizon: int
     num_features: int
     classification: bool
     per_series: bool = False
+    roles: ColumnRoles | None = None
 
     def __post_init__(self) -> None:
         if self.classification and self.horizon:
@@ -45,21 +51,85 @@ class SeriesPreprocessing:
         if not self.classification and self.horizon < 1:
             raise ValueError("Forecasting needs --horizon >= 1 (or give --labels to "
                              "classify whole series).")
+        if self.covariates and self.classification:
+            raise ValueError("Column roles (--target_columns, --past_columns, "
+                             "--known_columns, --static_real_columns, "
+                             "--calendar_features, --target_transform) are for "
+                             "forecasting; --labels classifies whole series.")
+
+    @property
+    def covariates(self) -> bool:
+        """Whether the covariate layout (known, static_real, target_scale) is written."""
+        return self.roles is not None and self.roles.given
+
+    def raw_shapes(self) -> dict[str, list[int]]:
+        """Raw (serving) shape of each real block (``time``: int64, the others float32)."""
+        if not self.covariates:
+            shapes = {contract.WINDOW_KEY: [self.window_size, self.num_features]}
+            if not self.classification:
+                shapes[contract.TARGET_KEY] = [self.horizon, self.num_features]
+            return shapes
+        roles, steps = self.roles, self.window_size + self.horizon
+        shapes = {contract.WINDOW_KEY: [self.window_size, roles.num_window_columns],
+                  contract.TARGET_KEY: [self.horizon, len(roles.targets)]}
+        if roles.known:
+            shapes[contract.KNOWN_KEY] = [steps, len(roles.known)]
+        if roles.calendar:
+            shapes[contract.RAW_TIME_KEY] = [steps]
+        if roles.static_real:
+            shapes[contract.STATIC_REAL_KEY] = [len(roles.static_real)]
+        return shapes
+
+    def describe_roles(self) -> dict[str, Any]:
+        """The manifest's ``column_roles`` entry (covariate layout only, else empty):
+        the columns by role, the target transform, and every stored block's shape and
+        channels in order."""
+        if not self.covariates:
+            return {}
+        roles = self.roles
+        shapes = {contract.WINDOW_KEY: [self.window_size, roles.num_window_columns],
+                  contract.TARGET_KEY: [self.horizon, len(roles.targets)],
+                  contract.KNOWN_KEY: [self.window_size + self.horizon,
+                                       roles.num_known_channels],
+                  contract.STATIC_REAL_KEY: [len(roles.static_real)],
+                  contract.TARGET_SCALE_KEY: [len(roles.targets), 2]}
+        return {"column_roles": {
+            "targets": list(roles.targets), "past": list(roles.past),
+            "known": list(roles.known), "static_real": list(roles.static_real),
+            "calendar_features": list(roles.calendar),
+            "target_transform": roles.target_transform,
+            "statistics_columns": list(roles.reals),
+            "blocks": {name: {"shape": shapes[name], "channels": channels}
+                       for name, channels in roles.channels().items()},
+        }}
+
+    def window_schema(self) -> WindowSchema:
+        """The stored example's layout."""
+        if not self.covariates:
+            return WindowSchema(self.window_size, self.horizon, self.num_features,
+                                self.classification)
+        roles, steps = self.roles, self.window_size + self.horizon
+        blocks = []
+        if roles.num_known_channels:
+            blocks.append((contract.KNOWN_KEY, steps * roles.num_known_channels))
+        if roles.static_real:
+            blocks.append((contract.STATIC_REAL_KEY, len(roles.static_real)))
+        blocks.append((contract.TARGET_SCALE_KEY, 2 * len(roles.targets)))
+        return WindowSchema(self.window_size, self.horizon, roles.num_window_columns,
+                            False, len(roles.targets), tuple(blocks))
 
     def serving_feature_spec(self) -> dict[str, tf.io.FixedLenFeature]:
         """Spec of a raw window: what the shard step and serving feed ``transform_fn``."""
-        spec = {
-            contract.WINDOW_KEY: tf.io.FixedLenFeature(
-                [self.window_size, self.num_features], tf.float32),
+        spec = {key: tf.io.FixedLenFeature(
+                    shape, tf.int64 if key == contract.RAW_TIME_KEY else tf.float32)
+                for key, shape in self.raw_shapes().items()}
+        spec.update({
             contract.SERIES_ID_KEY: tf.io.FixedLenFeature([], tf.string),
             contract.WINDOW_START_KEY: tf.io.FixedLenFeature([], tf.string),
             contract.SOURCE_KEY: tf.io.FixedLenFeature([], tf.string),
-        }
+        })
         if self.classification:
             spec[contract.LABEL_NAME_KEY] = tf.io.FixedLenFeature([], tf.string)
-        else:
-            spec[contract.TARGET_KEY] = tf.io.FixedLenFeature(
-                [self.horizon, self.num_features], tf.float32)
         return spec
 
     def raw_feature_spec(self) -> dict[str, tf.io.FixedLenFeature]:
@@ -175,20 +245,31 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessin
     statistics are those of the instance's own series. They come from tf.Transform
     analyzers (``ptransform_analyzer``) over the per-series exact moments
     (``TRAIN_MOMENTS_KEY``), so they do not depend on how Beam batches the data.
+    With column roles (``config.covariates``) the moments span every real column
+    (``roles.reals``, targets after the target transform) and the outputs are the
+    covariate blocks (``_covariate_blocks``: window, target, known, static_real,
+    target_scale).
     """
     moments = inputs[TRAIN_MOMENTS_KEY]
     mean, std = zscore.exact_mean_and_std(moments, config.num_features)
     window = inputs[contract.WINDOW_KEY]  # [batch, W, F]
     series_ids = inputs[contract.SERIES_ID_KEY]
     if config.per_series:
+        global_stats = mean, std
         mean, std = _per_series_stats(moments, series_ids, config.num_features, mean, std)
+        if config.covariates:  # Static reals are scaled globally (per series: all 0).
+            mean, std = (_global_statics(m, g, config.roles)
+                         for m, g in zip((mean, std), global_stats, strict=True))
         mean, std = mean[:, None, :], std[:, None, :]
     outputs = {
-        contract.WINDOW_KEY: zscore.normalise(window, mean, std),
         contract.SERIES_ID_KEY: tf.identity(series_ids),
         contract.WINDOW_START_KEY: tf.identity(inputs[contract.WINDOW_START_KEY]),
         contract.SOURCE_KEY: tf.identity(inputs[contract.SOURCE_KEY]),
     }
+    if config.covariates:
+        outputs.update(_covariate_blocks(inputs, config.roles, mean, std))
+        return outputs
+    outputs[contract.WINDOW_KEY] = zscore.normalise(window, mean, std)
     if config.classification:
         labels = inputs[contract.LABEL_NAME_KEY]
         outputs[contract.LABEL_KEY] = tft.compute_and_apply_vocabulary(
@@ -201,6 +282,61 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessin
     else:
         outputs[contract.TARGET_KEY] = zscore.normalise(inputs[contract.TARGET_KEY], mean, std)
     return outputs
+
+
+def _global_statics(per_series: tf.Tensor, global_stat: tf.Tensor, roles: ColumnRoles
+                    ) -> tf.Tensor:
+    """``[batch, F]`` per-series statistics with the static reals' columns global."""
+    if not roles.static_real:
+        return per_series
+    start, stop = roles.static_slice.start, roles.static_slice.stop
+    statics = tf.broadcast_to(global_stat[None, start:stop],
+                              tf.shape(per_series[:, start:stop]))
+    return tf.concat([per_series[:, :start], statics, per_series[:, stop:]], axis=1)
+
+
+def transform_targets(values: Any, target_transform: str) -> Any:
+    """What ``--target_transform`` applies to targets before they are scaled."""
+    return tf.math.log1p(values) if target_transform == "log1p" else values
+
+
+def _covariate_blocks(inputs: dict[str, tf.Tensor], roles: ColumnRoles, mean: tf.Tensor,
+                      std: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The covariate layout's blocks; ``mean``/``std`` are ``[F]`` or ``[batch, 1, F]``
+    over ``roles.reals`` (targets already transformed)."""
+    num_targets, num_window = len(roles.targets), roles.num_window_columns
+    window = inputs[contract.WINDOW_KEY]
+    window = tf.concat([transform_targets(window[..., :num_targets], roles.target_transform),
+                        window[..., num_targets:]], axis=-1)
+    target = transform_targets(inputs[contract.TARGET_KEY], roles.target_transform)
+    divisor = tf.where(std > 0, std, tf.ones_like(std))
+    scale = tf.stack([mean[..., :num_targets], divisor[..., :num_targets]], axis=-1)
+    batch = tf.shape(window)[0]
+    blocks = {
+        contract.WINDOW_KEY: zscore.normalise(window, mean[..., :num_window],
+                                              std[..., :num_window]),
+        contract.TARGET_KEY: zscore.normalise(target, mean[..., :num_targets],
+                                              std[..., :num_targets]),
+        contract.TARGET_SCALE_KEY: tf.broadcast_to(
+            tf.reshape(scale, [-1, num_targets, 2]), [batch, num_targets, 2]),
+    }
+    known = []
+    if roles.known:
+        sl = roles.known_slice
+        known.append(zscore.normalise(inputs[contract.KNOWN_KEY], mean[..., sl],
+                                      std[..., sl]))
+    if roles.calendar:
+        known.append(calendar.calendar_features(inputs[contract.RAW_TIME_KEY],
+                                                roles.calendar))
+    if known:
+        blocks[contract.KNOWN_KEY] = tf.concat(known, axis=-1)
+    if roles.static_real:
+        sl = roles.static_slice
+        # [batch, 1, F] per series: the statics' row is the series' own.
+        blocks[contract.STATIC_REAL_KEY] = zscore.normalise(
+            inputs[contract.STATIC_REAL_KEY], tf.reshape(mean[..., sl], [-1, sl.stop - sl.start]),
+            tf.reshape(std[..., sl], [-1, sl.stop - sl.start]))
+    return blocks
 
 
 def _moments(instance: dict[str, Any]) -> exact_stats.Moments:

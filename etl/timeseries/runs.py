@@ -11,7 +11,9 @@ at a time, and a series far larger than a shard is spread over several shards.
 
 Spill layout of a run, from ``offset``: ``num_rows × F`` little-endian float32
 values, then the UTF-8 start texts of its windows back to back, then their end
-offsets in that text block as ``num_windows`` little-endian int64.
+offsets in that text block as ``num_windows`` little-endian int64, then (only for
+``--calendar_features``) the rows' timestamps as ``num_rows`` little-endian int64
+whole seconds since the epoch.
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ class WindowRun:
         return repr((self.split, self.key, self.series_id, self.label, self.source,
                      self.num_rows, self.num_windows, self.text_bytes, self.num_bytes))
 
-    def spill_bytes(self, num_features: int) -> int:
-        return 4 * self.num_rows * num_features + self.text_bytes + 8 * self.num_windows
+    def spill_bytes(self, num_features: int, with_times: bool = False) -> int:
+        return (4 * self.num_rows * num_features + self.text_bytes + 8 * self.num_windows
+                + (8 * self.num_rows if with_times else 0))
 
 
 def run_windows(example_bytes: int) -> int:
@@ -72,30 +75,38 @@ def rows_of(num_windows: int, windowing: Windowing) -> int:
     return 0 if num_windows == 0 else (num_windows - 1) * windowing.shift + windowing.span
 
 
-def write_run(out: BinaryIO, values: np.ndarray, starts: list[str]) -> tuple[int, int]:
-    """Appends a run's rows ``[rows, F]`` and start texts; returns (bytes, text bytes)."""
+def write_run(out: BinaryIO, values: np.ndarray, starts: list[str],
+              times: np.ndarray | None = None) -> tuple[int, int]:
+    """Appends a run's rows ``[rows, F]``, start texts and (if given) the rows'
+    timestamps (seconds since the epoch, floored); returns (bytes, text bytes)."""
     texts = [s.encode() for s in starts]
     ends = np.cumsum([len(t) for t in texts], dtype=np.int64)
     blob = b"".join(texts)
     data = np.ascontiguousarray(values, dtype="<f4").tobytes() + blob + ends.astype(
         "<i8").tobytes()
+    if times is not None:
+        data += np.floor(times).astype("<i8").tobytes()
     out.write(data)
     return len(data), len(blob)
 
 
-def read_run(run: WindowRun, num_features: int) -> tuple[np.ndarray, list[str]]:
-    """A run's rows ``[num_rows, F]`` (float32) and the start texts of its windows."""
+def read_run(run: WindowRun, num_features: int, with_times: bool = False
+             ) -> tuple[np.ndarray, list[str], np.ndarray | None]:
+    """A run's rows ``[num_rows, F]`` (float32), the start texts of its windows and,
+    ``with_times``, the rows' timestamps (int64 seconds; else None)."""
     with storage.open_read(run.spill_path) as f:
         f.seek(run.offset)
-        data = f.read(run.spill_bytes(num_features))
+        data = f.read(run.spill_bytes(num_features, with_times))
     value_bytes = 4 * run.num_rows * num_features
     values = np.frombuffer(data, "<f4", run.num_rows * num_features).reshape(
         run.num_rows, num_features)
     blob = data[value_bytes:value_bytes + run.text_bytes]
-    ends = np.frombuffer(data, "<i8", run.num_windows,
-                         value_bytes + run.text_bytes).tolist()
+    ends_at = value_bytes + run.text_bytes
+    ends = np.frombuffer(data, "<i8", run.num_windows, ends_at).tolist()
     starts = [blob[a:b].decode() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-    return values.astype(np.float32, copy=False), starts
+    times = (np.frombuffer(data, "<i8", run.num_rows, ends_at + 8 * run.num_windows)
+             if with_times else None)
+    return values.astype(np.float32, copy=False), starts, times
 
 
 def _run_size(run: WindowRun) -> tuple[int, int]:

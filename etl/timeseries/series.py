@@ -193,12 +193,13 @@ def _group_means(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
         return sums / counts
 
 
-def _fill_missing(times: np.ndarray, values: np.ndarray, policy: str
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (filled values, mask of rows to keep) for ``ffill`` / ``interpolate``."""
+def _fill_missing(times: np.ndarray, values: np.ndarray, policy: str,
+                  columns: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (filled values, mask of rows to keep) for ``ffill`` / ``interpolate``
+    of ``columns``."""
     keep = np.ones(len(times), bool)
     filled = values.copy()
-    for f in range(values.shape[1]):
+    for f in columns:
         column = values[:, f]
         valid = ~np.isnan(column)
         if not valid.any():
@@ -266,10 +267,11 @@ def _merge_duplicates(series_id: str, rows: SeriesRows, policy: str, source_of: 
 
 
 def _apply_missing_policy(series_id: str, rows: SeriesRows, policy: str, source_of: SourceOf,
-                    stats: collections.Counter) -> tuple[SeriesRows, list[Rejection]]:
-    """Step 3 on time-sorted rows with distinct times: rows with a missing value
-    dropped, rejected, or filled (rows that cannot be filled are dropped)."""
-    missing = np.isnan(rows.values).any(axis=1)
+                          stats: collections.Counter, columns: Sequence[int]
+                          ) -> tuple[SeriesRows, list[Rejection]]:
+    """Step 3 on time-sorted rows with distinct times: rows with a missing value in
+    ``columns`` dropped, rejected, or filled (rows that cannot be filled are dropped)."""
+    missing = np.isnan(rows.values[:, list(columns)]).any(axis=1)
     if not missing.any():
         return rows, []
     rejections: list[Rejection] = []
@@ -284,18 +286,21 @@ def _apply_missing_policy(series_id: str, rows: SeriesRows, policy: str, source_
         else:
             stats["rows_dropped_missing"] += int(missing.sum())
         return rows.take(np.flatnonzero(~missing)), rejections
-    values, keep = _fill_missing(rows.times, rows.values, policy)
-    stats["values_filled"] += int(np.isnan(rows.values)[keep].sum())
+    values, keep = _fill_missing(rows.times, rows.values, policy, columns)
+    stats["values_filled"] += int(np.isnan(rows.values[:, list(columns)])[keep].sum())
     stats["rows_dropped_missing"] += int((~keep).sum())
     index = np.flatnonzero(keep)
     return rows.take(index, values=values[index]), rejections
 
 
 def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
-               source_of: SourceOf) -> CleanSeries:
+               source_of: SourceOf, policy_columns: Sequence[int] | None = None
+               ) -> CleanSeries:
     """Steps 1-4 of the module docstring for one series' columns.
 
-    ``source_of(position)`` names an input row in dead letters.
+    ``source_of(position)`` names an input row in dead letters; the missing-value
+    policy looks at ``policy_columns`` (default: every column; a known covariate's
+    gaps are not filled, ``etl/timeseries/covariates.py``).
     """
     stats: collections.Counter = collections.Counter()
     stats["rows_read"] += len(rows)
@@ -313,8 +318,9 @@ def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
                                          stats)
     if not len(rows):
         return CleanSeries([], rejections, stats)
-    rows, missing_rejections = _apply_missing_policy(series_id, rows, cleaning.missing, source_of,
-                                               stats)
+    columns = range(rows.values.shape[1]) if policy_columns is None else policy_columns
+    rows, missing_rejections = _apply_missing_policy(series_id, rows, cleaning.missing,
+                                                     source_of, stats, columns)
     stats["rows_kept"] += len(rows)
     return CleanSeries(_segments(rows.times, rows.texts, rows.values, cleaning.max_gap, stats),
                        rejections + missing_rejections, stats)

@@ -22,7 +22,6 @@ from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries.runs import WindowRun, read_run
 from etl.timeseries.series import Windowing, window_rows
-from etl.timeseries.window_examples import WindowSchema
 from reader import contract
 
 
@@ -38,23 +37,27 @@ class SeriesTransform:
     def __init__(self, transform_fn_dir: str, config: ts_preprocessing.SeriesPreprocessing
                  ) -> None:
         self._config = config
-        self.output_keys = [contract.WINDOW_KEY, contract.LABEL_KEY if config.classification
-                            else contract.TARGET_KEY]
-        self.input_keys = sorted([contract.WINDOW_KEY, contract.SERIES_ID_KEY,
-                                  contract.LABEL_NAME_KEY if config.classification
-                                  else contract.TARGET_KEY])
+        blocks = list(config.raw_shapes())
+        if config.classification:
+            self.output_keys = [contract.WINDOW_KEY, contract.LABEL_KEY]
+            self.input_keys = [*blocks, contract.LABEL_NAME_KEY]
+        else:
+            self.output_keys = [*(key for key, _ in config.window_schema().blocks),
+                                contract.WINDOW_KEY, contract.TARGET_KEY]
+            self.input_keys = blocks
+        self.input_keys = sorted([*self.input_keys, contract.SERIES_ID_KEY])
         self._apply = load_transform_fn(transform_fn_dir, self.input_keys, self.output_keys)
 
-    def __call__(self, windows: np.ndarray, targets: np.ndarray, series_ids: list[bytes],
+    def __call__(self, raw: dict[str, np.ndarray], series_ids: list[bytes],
                  labels: list[bytes] | None) -> dict[str, np.ndarray]:
+        """``raw``: the raw blocks (``SeriesPreprocessing.raw_shapes``) of a batch."""
         import tensorflow as tf
 
-        inputs = {contract.WINDOW_KEY: tf.constant(windows, tf.float32),
-                  contract.SERIES_ID_KEY: tf.constant(series_ids, tf.string)}
+        inputs = {key: tf.constant(value, tf.int64 if key == contract.RAW_TIME_KEY
+                                   else tf.float32) for key, value in raw.items()}
+        inputs[contract.SERIES_ID_KEY] = tf.constant(series_ids, tf.string)
         if self._config.classification:
             inputs[contract.LABEL_NAME_KEY] = tf.constant(labels, tf.string)
-        else:
-            inputs[contract.TARGET_KEY] = tf.constant(targets, tf.float32)
         return self._apply(inputs)
 
 
@@ -78,8 +81,7 @@ class TransformAndWriteWindowShard(ShardStep):
         super().__init__(output_dir, name, gzip_level, transform_handle)
         self._config = config
         self._windowing = windowing
-        self._schema = WindowSchema(config.window_size, config.horizon, config.num_features,
-                                    config.classification)
+        self._schema = config.window_schema()
 
     def load_transform(self, transform_fn_dir: str) -> SeriesTransform:
         return SeriesTransform(transform_fn_dir, self._config)
@@ -88,7 +90,7 @@ class TransformAndWriteWindowShard(ShardStep):
                          ) -> Iterator[ShardBlock]:
         # Windows are cut, normalised and serialized in shard order, a block at a time.
         shard_windows = _ShardWindows(sorted(units, key=lambda r: r.key),
-                                      self._config.num_features, self._windowing)
+                                      self._config, self._windowing)
         order = shard_windows.order
         for first in range(0, len(order), TRANSFORM_WINDOWS):
             yield self._block(shard_windows, order[first:first + TRANSFORM_WINDOWS],
@@ -103,8 +105,7 @@ class TransformAndWriteWindowShard(ShardStep):
         series = [run.series_id for run in runs]
         starts = [windows.starts[i] for i in block.tolist()]
         run_labels = [run.label or "" for run in runs]
-        raw_windows, raw_targets = windows.cut(block)
-        outputs = transform(raw_windows, raw_targets, [s.encode() for s in series],
+        outputs = transform(windows.cut(block), [s.encode() for s in series],
                             [label.encode() for label in run_labels] if classification
                             else None)
         normalised = outputs[contract.WINDOW_KEY]
@@ -116,6 +117,8 @@ class TransformAndWriteWindowShard(ShardStep):
         else:
             target = outputs[contract.TARGET_KEY]
             finite &= _finite_rows(target)
+        for name, _ in self._schema.blocks:
+            finite &= _finite_rows(outputs[name])
         keep = np.flatnonzero(finite).tolist()
         rejections = [Rejection(
             key=f"{series[i]}@{starts[i]}", source=runs[i].source,
@@ -127,7 +130,8 @@ class TransformAndWriteWindowShard(ShardStep):
         examples = self._schema.encode(
             [series[i] for i in keep], [starts[i] for i in keep], normalised[keep],
             None if target is None else target[keep], labels if classification else None,
-            None if label_ids is None else label_ids[keep].tolist())
+            None if label_ids is None else label_ids[keep].tolist(),
+            {name: outputs[name][keep] for name, _ in self._schema.blocks})
         return ShardBlock(examples, labels, rejections)
 
 
@@ -135,16 +139,20 @@ class _ShardWindows:
     """Every window of a shard's runs: their rows (read back from the spill), each
     window's start row, run and start text, and the shard order of the windows."""
 
-    def __init__(self, runs: list[WindowRun], num_features: int, windowing: Windowing
-                 ) -> None:
+    def __init__(self, runs: list[WindowRun],
+                 config: ts_preprocessing.SeriesPreprocessing, windowing: Windowing) -> None:
         self.runs = runs
         self._windowing = windowing
-        parts, start_rows, run_of = [], [], []
+        self._config = config
+        num_features = config.num_features
+        with_times = contract.RAW_TIME_KEY in config.raw_shapes()
+        parts, start_rows, run_of, times = [], [], [], []
         self.starts: list[str] = []
         offset = 0
         for index, run in enumerate(runs):
-            values, starts = read_run(run, num_features)
+            values, starts, run_times = read_run(run, num_features, with_times)
             parts.append(values)
+            times.append(run_times)
             start_rows.append(offset + np.arange(run.num_windows, dtype=np.int64)
                               * windowing.shift)
             run_of.append(np.full(run.num_windows, index, np.int64))
@@ -152,6 +160,8 @@ class _ShardWindows:
             offset += len(values)
         self._values = (np.concatenate(parts) if parts
                         else np.zeros((0, num_features), np.float32))
+        self._times = (np.concatenate(times) if with_times and times
+                       else np.zeros(0, np.int64))
         self._start_rows = np.concatenate(start_rows) if start_rows else np.zeros(0, np.int64)
         self.run_of = np.concatenate(run_of) if run_of else np.zeros(0, np.int64)
         sort_keys = [sharding.shard_sort_key(f"{runs[r].series_id}@{start}")
@@ -161,8 +171,24 @@ class _ShardWindows:
         window_offsets, target_offsets = window_rows(1, windowing)
         self._window_offsets, self._target_offsets = window_offsets[0], target_offsets[0]
 
-    def cut(self, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Raw windows ``[n, W, F]`` and targets ``[n, H, F]`` of windows ``block``."""
+    def cut(self, block: np.ndarray) -> dict[str, np.ndarray]:
+        """The raw blocks of windows ``block`` (``SeriesPreprocessing.raw_shapes``):
+        ``window`` ``[n, W, F]`` and ``target`` ``[n, H, F]``, or by column role."""
         first = self._start_rows[block][:, None]
-        return (self._values[first + self._window_offsets],
-                self._values[first + self._target_offsets])
+        window = self._values[first + self._window_offsets]
+        target = self._values[first + self._target_offsets]
+        config = self._config
+        if not config.covariates:
+            return ({contract.WINDOW_KEY: window} if config.classification
+                    else {contract.WINDOW_KEY: window, contract.TARGET_KEY: target})
+        roles = config.roles
+        steps = first + np.concatenate([self._window_offsets, self._target_offsets])
+        raw = {contract.WINDOW_KEY: window[..., :roles.num_window_columns],
+               contract.TARGET_KEY: target[..., :len(roles.targets)]}
+        if roles.known:
+            raw[contract.KNOWN_KEY] = self._values[steps][..., roles.known_slice]
+        if roles.calendar:
+            raw[contract.RAW_TIME_KEY] = self._times[steps]
+        if roles.static_real:
+            raw[contract.STATIC_REAL_KEY] = self._values[first[:, 0]][:, roles.static_slice]
+        return raw

@@ -19,6 +19,7 @@ from typing import Any
 from etl.core import dead_letters, storage
 from etl.core.dead_letters import Rejection
 from etl.core.text_rows import BOM, csv_fields, parse_csv_line, parse_jsonl_line
+from etl.timeseries.roles import closest
 
 REJECTED = dead_letters.REJECTED
 NUMERIC = "numeric"
@@ -201,7 +202,8 @@ def check_columns(names: Sequence[str], columns: Columns, path: str) -> None:
     missing = [c for c in (columns.series_id, columns.timestamp, *columns.values)
                if c not in names]
     if missing:
-        raise ValueError(f"{path!r} lacks column(s) {missing}; its columns are "
+        hint = closest(missing[0], names)
+        raise ValueError(f"{path!r} lacks column(s) {missing}{hint}; its columns are "
                          f"{list(names)}.")
 
 

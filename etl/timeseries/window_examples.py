@@ -49,13 +49,17 @@ def _reserialize(serialized: Sequence[bytes]) -> list[bytes]:
 @dataclasses.dataclass(frozen=True)
 class WindowSchema:
     """The stored window example (docs/FORMAT.md): ``window`` ``[W, F]``, then
-    ``target`` ``[H, F]`` or ``label`` + ``label_name``, ``series_id``,
-    ``window_start`` and ``key`` (``<series_id>@<window_start>``)."""
+    ``target`` ``[H, target_features or F]`` or ``label`` + ``label_name``,
+    ``series_id``, ``window_start`` and ``key`` (``<series_id>@<window_start>``);
+    with column roles also the float32 ``blocks``, each ``(name, values per example)``
+    (``known``, ``static_real``, ``target_scale``)."""
 
     window_size: int
     horizon: int
     num_features: int
     classification: bool
+    target_features: int | None = None
+    blocks: tuple[tuple[str, int], ...] = ()
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019  (schemas are few and immutable)
     def example_bytes(self, series_bytes: int, start_bytes: int, label_bytes: int = 0,
@@ -72,15 +76,19 @@ class WindowSchema:
             instance[contract.LABEL_KEY] = np.int64(label_id)
             instance[contract.LABEL_NAME_KEY] = b"l" * label_bytes
         else:
-            instance[contract.TARGET_KEY] = np.zeros(self.horizon * self.num_features,
-                                                     np.float32)
+            instance[contract.TARGET_KEY] = np.zeros(
+                self.horizon * (self.target_features or self.num_features), np.float32)
+        for name, size in self.blocks:
+            instance[name] = np.zeros(size, np.float32)
         return len(serialize_example(instance))
 
     def encode(self, series_ids: Sequence[str], starts: Sequence[str], windows: np.ndarray,
                targets: np.ndarray | None = None, labels: Sequence[str] | None = None,
-               label_ids: Sequence[int] | None = None) -> list[bytes]:
+               label_ids: Sequence[int] | None = None,
+               blocks: dict[str, np.ndarray] | None = None) -> list[bytes]:
         """Serialized examples, in order, of windows ``[n, W, F]`` with their series
-        ids and start texts, and targets ``[n, H, F]`` or labels and label ids."""
+        ids and start texts, and targets ``[n, H, F]`` or labels and label ids (and
+        the schema's ``blocks``, ``[n, ...]`` each, by name)."""
         from tfx_bsl.coders.example_coder import RecordBatchToExamplesEncoder
 
         if not len(starts):
@@ -100,5 +108,7 @@ class WindowSchema:
         else:
             assert targets is not None
             columns[contract.TARGET_KEY] = _list_of_rows(np.asarray(targets, np.float32))
+        for name, _ in self.blocks:
+            columns[name] = _list_of_rows(np.asarray(blocks[name], np.float32))
         batch = pa.RecordBatch.from_arrays(list(columns.values()), list(columns))
         return _reserialize(RecordBatchToExamplesEncoder().encode(batch))

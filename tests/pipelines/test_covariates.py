@@ -1,0 +1,215 @@
+"""Forecasting with column roles, end to end on M5-shaped data the test generates.
+
+Every stored block is recomputed here from the raw CSV with pandas and numpy (train
+rows by the job's documented time split, statistics in float64 from the float32
+values), never from the job's own code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.job_runs import all_records, rejected_records
+from tests.m5_fixtures import m5_frame, write_m5_csv
+from tests.series_fixtures import run_timeseries_job
+
+W, H, SHIFT = 14, 7, 7
+ROLE_FLAGS = ("--timestamp_column=date", "--target_columns=sales",
+              "--past_columns=visits", "--known_columns=price,promo",
+              "--static_real_columns=store_size,item_weight",
+              "--calendar_features=day_of_week,month,day_of_year",
+              "--target_transform=log1p", f"--window_size={W}", f"--horizon={H}",
+              f"--shift={SHIFT}")
+REALS = ["sales", "visits", "price", "promo", "store_size", "item_weight"]
+
+
+@pytest.fixture(scope="module")
+def m5(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("m5")
+    frame = m5_frame(items=3, stores=2, days=240, seed=1)
+    path = write_m5_csv(str(folder / "m5.csv"), frame)
+    out = str(folder / "out")
+    manifest = run_timeseries_job(path, out, *ROLE_FLAGS)
+    return frame, path, out, manifest
+
+
+def _train_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The first round(0.8 n) rows of each series in time (the default split)."""
+    return frame.groupby("series_id", group_keys=False).apply(
+        lambda s: s.sort_values("date").iloc[:round(len(s) * 0.8)])
+
+
+def _statistics(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    train = _train_rows(frame)[REALS].to_numpy(np.float32).astype(np.float64)
+    train[:, 0] = np.log1p(train[:, 0].astype(np.float32)).astype(np.float64)
+    mean, std = train.mean(axis=0), train.std(axis=0)
+    return mean, np.where(std > 0, std, 1.0)
+
+
+def _calendar(dates: pd.DatetimeIndex) -> np.ndarray:
+    return np.stack([dates.dayofweek / 6 - 0.5, (dates.month - 1) / 11 - 0.5,
+                     (dates.dayofyear - 1) / 365 - 0.5], axis=-1)
+
+
+def _expected_blocks(frame: pd.DataFrame, series_id: str, start: str,
+                     mean: np.ndarray, std: np.ndarray) -> dict[str, np.ndarray]:
+    rows = frame[frame.series_id == series_id].sort_values("date").reset_index(drop=True)
+    first = int(np.flatnonzero(rows.date.to_numpy() == start)[0])
+    span = rows.iloc[first:first + W + H]
+    values = span[REALS].to_numpy(np.float32).astype(np.float64)
+    values[:, 0] = np.log1p(values[:, 0])
+    z = (values - mean) / std
+    return {"window": z[:W, :2], "target": z[W:, :1],
+            "known": np.concatenate([z[:, 2:4], _calendar(pd.DatetimeIndex(span.date))],
+                                    axis=1),
+            "static_real": z[0, 4:], "target_scale": np.array([[mean[0], std[0]]]),
+            "raw_target": span.sales.to_numpy()[W:, None]}
+
+
+def test_every_block_equals_an_independent_computation(m5):
+    frame, _, out, manifest = m5
+    mean, std = _statistics(frame)
+    records = all_records(out, manifest)
+    # Windows per split from the documented split: 192 / 24 / 24 rows per series.
+    per_series = {split: (rows - (W + H)) // SHIFT + 1
+                  for split, rows in (("train", 192), ("validation", 24), ("test", 24))}
+    assert {s: manifest["splits"][s]["num_records"] for s in per_series} == {
+        s: 6 * n for s, n in per_series.items()}
+    assert len(records) == 6 * sum(per_series.values())
+    for key, (_, stored) in sorted(records.items())[::5]:
+        series_id, start = key.split("@")
+        expected = _expected_blocks(frame, series_id, start, mean, std)
+        for name in ("window", "target", "known", "static_real", "target_scale"):
+            np.testing.assert_allclose(stored[name].reshape(expected[name].shape),
+                                       expected[name], rtol=2e-5, atol=2e-5,
+                                       err_msg=f"{key} {name}")
+        # Back to real units: the stored target, its target_scale, and expm1.
+        target = stored["target"].reshape(H, 1).astype(np.float64)
+        scale = stored["target_scale"].reshape(1, 2).astype(np.float64)
+        np.testing.assert_allclose(np.expm1(target * scale[:, 1] + scale[:, 0]),
+                                   expected["raw_target"], rtol=1e-5, atol=1e-4)
+
+
+def test_the_manifest_names_each_block_channel(m5):
+    _, _, _, manifest = m5
+    roles = manifest["preprocessing"]["column_roles"]
+    assert roles["blocks"] == {
+        "window": {"shape": [W, 2], "channels": ["sales", "visits"]},
+        "target": {"shape": [H, 1], "channels": ["sales"]},
+        "known": {"shape": [W + H, 5], "channels": [
+            "price", "promo", "calendar:day_of_week", "calendar:month",
+            "calendar:day_of_year"]},
+        "static_real": {"shape": [2], "channels": ["store_size", "item_weight"]},
+        "target_scale": {"shape": [1, 2], "channels": ["centre", "scale"]},
+    }
+    assert roles["target_transform"] == "log1p"
+    for name in ("window", "target", "known", "static_real", "target_scale"):
+        assert manifest["features"][name]["shape"] == roles["blocks"][name]["shape"]
+
+
+def _raw_blocks(frame: pd.DataFrame, keys: list[str]) -> dict[str, np.ndarray]:
+    """What serving feeds ``transform_fn`` for these windows, from the raw rows."""
+    blocks: dict[str, list] = {k: [] for k in ("window", "target", "known", "time",
+                                               "static_real")}
+    for key in keys:
+        series_id, start = key.split("@")
+        rows = frame[frame.series_id == series_id].sort_values("date")
+        first = int(np.flatnonzero(rows.date.to_numpy() == start)[0])
+        span = rows.iloc[first:first + W + H]
+        blocks["window"].append(span[["sales", "visits"]].to_numpy(np.float32)[:W])
+        blocks["target"].append(span[["sales"]].to_numpy(np.float32)[W:])
+        blocks["known"].append(span[["price", "promo"]].to_numpy(np.float32))
+        blocks["time"].append(((pd.to_datetime(span.date) - pd.Timestamp(0))
+                               // pd.Timedelta(seconds=1)).to_numpy(np.int64))
+        blocks["static_real"].append(
+            span[["store_size", "item_weight"]].to_numpy(np.float32)[0])
+    return {name: np.stack(values) for name, values in blocks.items()}
+
+
+def test_serving_transform_fn_reproduces_every_stored_block(m5):
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    frame, _, out, manifest = m5
+    records = all_records(out, manifest)
+    keys = sorted(records)[::7]
+    raw = _raw_blocks(frame, keys)
+    served = tft.TFTransformOutput(out).transform_raw_features({
+        **{name: tf.constant(value) for name, value in raw.items()},
+        "series_id": tf.constant([k.split("@")[0].encode() for k in keys]),
+        "window_start": tf.constant([k.split("@")[1].encode() for k in keys]),
+        "key": tf.constant([k.encode() for k in keys]),
+    })
+    for name in ("window", "target", "known", "static_real", "target_scale"):
+        stored = np.stack([records[k][1][name] for k in keys])
+        np.testing.assert_array_equal(served[name].numpy().reshape(stored.shape), stored,
+                                      err_msg=name)
+
+
+def test_validation_and_test_rows_change_no_train_example(m5, tmp_path):
+    frame, _, out, manifest = m5
+    changed = frame.copy()
+    later = changed.groupby("series_id").cumcount() >= 192  # validation and test rows
+    changed.loc[later, "sales"] *= 10
+    changed.loc[later, "price"] += 3.5
+    changed.loc[later, "visits"] = -changed.loc[later, "visits"]
+    path = write_m5_csv(str(tmp_path / "changed.csv"), changed)
+    other = run_timeseries_job(path, str(tmp_path / "out"), *ROLE_FLAGS)
+    assert other["normalisation"] == manifest["normalisation"]
+    train = {k: r for k, (split, r) in all_records(out, manifest).items()
+             if split == "train"}
+    other_records = all_records(str(tmp_path / "out"), other)
+    other_train = {k: r for k, (split, r) in other_records.items() if split == "train"}
+    assert sorted(train) == sorted(other_train)
+    for key, stored in train.items():
+        for name, value in stored.items():
+            np.testing.assert_array_equal(other_train[key][name], value, err_msg=key)
+    # The change did reach validation and test.
+    some_test = next(k for k, (split, _) in other_records.items() if split == "test")
+    assert not np.array_equal(other_records[some_test][1]["target"],
+                              all_records(out, manifest)[some_test][1]["target"])
+
+
+def test_bad_series_and_rows_are_dead_letters_and_counts_reconcile(tmp_path):
+    frame = m5_frame(items=2, stores=2, days=100, seed=2)
+    ids = sorted(frame.series_id.unique())
+    varying, gap, negative = ids[0], ids[1], ids[2]
+    frame.loc[(frame.series_id == varying) & (frame.index % 100 == 50), "store_size"] = 999.0
+    gap_rows = frame.index[frame.series_id == gap]
+    frame.loc[gap_rows[30], "price"] = np.nan  # in the train split: 80 rows
+    negative_row = frame.index[frame.series_id == negative][10]
+    frame.loc[negative_row, "sales"] = -1.0
+    path = write_m5_csv(str(tmp_path / "bad.csv"), frame)
+    out = str(tmp_path / "out")
+    manifest = run_timeseries_job(path, out, *ROLE_FLAGS, "--max_error_fraction=0.5")
+    reasons = {(r["reason"], r["key"].split("@")[0]) for r in rejected_records(out)}
+    assert reasons == {("static_varies", varying), ("negative_under_log1p", negative)}
+    counts = manifest["timeseries"]["counts"]
+    assert counts["rows_read"] == len(frame) and counts["rows_rejected"] == 100 + 1
+    assert counts["rows_missing_known"] == 1
+    # 80 train rows: 9 windows; cut at row 30 into 30 and 49 rows: 2 + 5 windows.
+    assert counts["windows_missing_known"] == 9 - 7
+    records = all_records(out, manifest)
+    gap_date = frame.loc[gap_rows[30], "date"]
+    dates = sorted(frame.loc[gap_rows, "date"])
+    for key in records:
+        series_id, start = key.split("@")
+        if series_id == gap:
+            first = dates.index(start)
+            assert gap_date not in dates[first:first + W + H], key
+    assert not any(k.startswith(varying + "@") for k in records)
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--known_columns=prices", "'prices'] (closest: 'price')"),
+    ("--calendar_features=weekday", "--calendar_features: unknown ['weekday']"),
+    ("--past_columns=sales", "'sales' is in both --target_columns and --past_columns"),
+])
+def test_a_wrong_role_flag_is_one_clear_error(tmp_path, flag, message):
+    path = write_m5_csv(str(tmp_path / "m5.csv"), m5_frame(1, 1, 30))
+    with pytest.raises(ValueError) as error:
+        run_timeseries_job(path, str(tmp_path / "out"), "--timestamp_column=date",
+                           "--target_columns=sales", "--window_size=5", flag)
+    assert message in str(error.value)
