@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.job_runs import all_records, rejected_records
+from tests.job_runs import all_records, rejected_records, shard_digests
 from tests.m5_fixtures import m5_frame, write_m5_csv
 from tests.series_fixtures import run_timeseries_job
 
@@ -148,7 +148,7 @@ def test_serving_transform_fn_reproduces_every_stored_block(m5):
                                       err_msg=name)
 
 
-def test_validation_and_test_rows_change_no_train_example(m5, tmp_path):
+def test_validation_and_test_rows_change_no_train_byte_on_any_worker_count(m5, tmp_path):
     frame, _, out, manifest = m5
     changed = frame.copy()
     later = changed.groupby("series_id").cumcount() >= 192  # validation and test rows
@@ -156,8 +156,15 @@ def test_validation_and_test_rows_change_no_train_example(m5, tmp_path):
     changed.loc[later, "price"] += 3.5
     changed.loc[later, "visits"] = -changed.loc[later, "visits"]
     path = write_m5_csv(str(tmp_path / "changed.csv"), changed)
-    other = run_timeseries_job(path, str(tmp_path / "out"), *ROLE_FLAGS)
+    # Two workers here, one for the fixture's run: the train shards are the same bytes.
+    other = run_timeseries_job(path, str(tmp_path / "out"), *ROLE_FLAGS,
+                               "--direct_num_workers=2",
+                               "--direct_running_mode=multi_threading")
     assert other["normalisation"] == manifest["normalisation"]
+    train_shards = {p: d for p, d in shard_digests(out).items() if p.startswith("train/")}
+    assert train_shards and train_shards == {
+        p: d for p, d in shard_digests(str(tmp_path / "out")).items()
+        if p.startswith("train/")}
     train = {k: r for k, (split, r) in all_records(out, manifest).items()
              if split == "train"}
     other_records = all_records(str(tmp_path / "out"), other)
@@ -213,3 +220,32 @@ def test_a_wrong_role_flag_is_one_clear_error(tmp_path, flag, message):
         run_timeseries_job(path, str(tmp_path / "out"), "--timestamp_column=date",
                            "--target_columns=sales", "--window_size=5", flag)
     assert message in str(error.value)
+
+
+def test_a_keras_model_with_named_inputs_beats_seasonal_naive(m5):
+    import tensorflow as tf
+
+    from reader import make_dataset
+
+    _, _, out, _ = m5
+    train = make_dataset(out, "train", 16, seed=0)
+    features, _ = next(iter(train))
+    assert sorted(features) == ["known", "static_real", "window"]
+    tf.keras.utils.set_random_seed(0)
+    inputs = {name: tf.keras.Input(value.shape[1:], name=name)
+              for name, value in features.items()}
+    flat = tf.keras.layers.Concatenate()([tf.keras.layers.Flatten()(t)
+                                          for t in inputs.values()])
+    outputs = tf.keras.layers.Reshape((H, 1))(tf.keras.layers.Dense(H)(flat))
+    model = tf.keras.Model(inputs, outputs)
+    model.compile(tf.keras.optimizers.Adam(0.01), "mse")
+    model.fit(train, epochs=30, verbose=0)
+    model_errors, naive_errors = [], []
+    for split in ("validation", "test"):
+        for x, y in make_dataset(out, split, 64):
+            model_errors.append((model.predict(x, verbose=0) - y.numpy()).ravel())
+            # Seasonal naive, weekly season: each horizon day repeats a week before.
+            naive_errors.append((x["window"][:, W - 7:W - 7 + H, :1] - y).numpy().ravel())
+    model_mse = np.mean(np.concatenate(model_errors) ** 2)
+    naive_mse = np.mean(np.concatenate(naive_errors) ** 2)
+    assert model_mse < 0.8 * naive_mse, (model_mse, naive_mse)
