@@ -37,8 +37,10 @@ def m5(tmp_path_factory):
 
 def _train_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The first round(0.8 n) rows of each series in time (the default split)."""
-    return frame.groupby("series_id", group_keys=False).apply(
-        lambda s: s.sort_values("date").iloc[:round(len(s) * 0.8)])
+    position = frame.sort_values("date").groupby("series_id").cumcount().reindex(
+        frame.index)
+    rows = frame.groupby("series_id")["date"].transform("size")
+    return frame[position < rows.map(lambda n: round(n * 0.8))]
 
 
 def _statistics(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -190,7 +192,8 @@ def test_bad_series_and_rows_are_dead_letters_and_counts_reconcile(tmp_path):
     frame.loc[negative_row, "sales"] = -1.0
     path = write_m5_csv(str(tmp_path / "bad.csv"), frame)
     out = str(tmp_path / "out")
-    manifest = run_timeseries_job(path, out, *ROLE_FLAGS, "--max_error_fraction=0.5")
+    manifest = run_timeseries_job(path, out, *ROLE_FLAGS, "--max_error_fraction=0.5",
+                                  "--normalize=per_series")
     reasons = {(r["reason"], r["key"].split("@")[0]) for r in rejected_records(out)}
     assert reasons == {("static_varies", varying), ("negative_under_log1p", negative)}
     counts = manifest["timeseries"]["counts"]
@@ -207,6 +210,29 @@ def test_bad_series_and_rows_are_dead_letters_and_counts_reconcile(tmp_path):
             first = dates.index(start)
             assert gap_date not in dates[first:first + W + H], key
     assert not any(k.startswith(varying + "@") for k in records)
+    _check_per_series_scaling(frame.drop(index=negative_row), records,
+                              skip=varying, missing_known=gap_rows[30])
+
+
+def _check_per_series_scaling(frame: pd.DataFrame, records: dict, skip: str,
+                              missing_known: int) -> None:
+    """Per series: targets, past and known columns scaled by the series' own train
+    rows, static reals by every series' train rows (per series they would all be 0);
+    a row missing a known value is in no statistic."""
+    frame = frame[frame.series_id != skip]
+    train = _train_rows(frame).drop(index=missing_known)
+    values = train[REALS].to_numpy(np.float32).astype(np.float64)
+    values[:, 0] = np.log1p(values[:, 0])
+    static_mean, static_std = values[:, 4:].mean(axis=0), values[:, 4:].std(axis=0)
+    for key, (_, stored) in sorted(records.items())[::9]:
+        series_id = key.split("@")[0]
+        own = values[(train.series_id == series_id).to_numpy()]
+        np.testing.assert_allclose(stored["target_scale"].reshape(2),
+                                   [own[:, 0].mean(), own[:, 0].std()], rtol=1e-5)
+        raw = frame[frame.series_id == series_id][["store_size", "item_weight"]].iloc[0]
+        np.testing.assert_allclose(stored["static_real"],
+                                   (raw.to_numpy(np.float64) - static_mean) / static_std,
+                                   rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("flag, message", [
