@@ -165,6 +165,12 @@ def column_roles(options: TimeSeriesOptions, values: tuple[str, ...]
     """
     given = any(getattr(options, flag) for flag in _ROLE_FLAGS)
     names = roles_lib.split_names
+    for flag in ("target_columns", "past_columns", "known_columns", "static_real_columns"):
+        for name in names(getattr(options, flag)):
+            if name in (options.series_id_column, options.timestamp_column):
+                raise ValueError(f"--{flag} names {name!r}, the series id or timestamp "
+                                 f"column; calendar features come from "
+                                 f"--calendar_features.")
     return roles_lib.ColumnRoles(
         targets=names(options.target_columns) or values,
         past=names(options.past_columns), known=names(options.known_columns),

@@ -71,9 +71,12 @@ def _expected_blocks(frame: pd.DataFrame, series_id: str, start: str,
 
 
 def test_every_block_equals_an_independent_computation(m5):
+    from reader import open_dataset
+
     frame, _, out, manifest = m5
     mean, std = _statistics(frame)
     records = all_records(out, manifest)
+    info = open_dataset(out)
     # Windows per split from the documented split: 192 / 24 / 24 rows per series.
     per_series = {split: (rows - (W + H)) // SHIFT + 1
                   for split, rows in (("train", 192), ("validation", 24), ("test", 24))}
@@ -91,6 +94,8 @@ def test_every_block_equals_an_independent_computation(m5):
         target = stored["target"].reshape(H, 1).astype(np.float64)
         scale = stored["target_scale"].reshape(1, 2).astype(np.float64)
         np.testing.assert_allclose(np.expm1(target * scale[:, 1] + scale[:, 0]),
+                                   expected["raw_target"], rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(info.inverse_target(target, scale),
                                    expected["raw_target"], rtol=1e-5, atol=1e-4)
 
 
@@ -239,6 +244,7 @@ def _check_per_series_scaling(frame: pd.DataFrame, records: dict, skip: str,
     ("--known_columns=prices", "'prices'] (closest: 'price')"),
     ("--calendar_features=weekday", "--calendar_features: unknown ['weekday']"),
     ("--past_columns=sales", "'sales' is in both --target_columns and --past_columns"),
+    ("--known_columns=date", "--known_columns names 'date', the series id or timestamp"),
 ])
 def test_a_wrong_role_flag_is_one_clear_error(tmp_path, flag, message):
     path = write_m5_csv(str(tmp_path / "m5.csv"), m5_frame(1, 1, 30))
