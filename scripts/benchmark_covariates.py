@@ -40,7 +40,6 @@ import itertools
 import os
 import shutil
 import statistics
-import sys
 import time
 
 import benchmark_timeseries as series_bench
@@ -207,11 +206,7 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
 # --- measuring -------------------------------------------------------------------------
 
 def run_reference(input_path: str, out: str, log: str, flags: dict) -> dict:
-    result_path = out + ".result.json"
-    command = [sys.executable, os.path.abspath(__file__), "--reference", input_path, out,
-               str(flags["window_size"]), str(flags["shift"]), str(flags["horizon"]),
-               result_path]
-    result = series_bench._measured(command, log, result_path, "reference")
+    result = series_bench.run_reference(input_path, out, log, flags, script=__file__)
     shutil.rmtree(out, ignore_errors=True)
     return result
 
@@ -237,9 +232,7 @@ def run_job(input_path: str, out: str, log: str, flags: dict, extra: list[str]) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reference", nargs=6,
-                        metavar=("INPUT", "OUT", "W", "SHIFT", "H", "RESULT"),
-                        help=argparse.SUPPRESS)
+    series_bench.add_reference_flag(parser)
     parser.add_argument("--series", type=int, default=10000)
     parser.add_argument("--days", type=int, default=1200)
     parser.add_argument("--window_size", type=int, default=28)
@@ -261,10 +254,7 @@ def main() -> None:
     parser.add_argument("--out", default="docs/benchmarks/covariates.json")
     args = parser.parse_args()
 
-    if args.reference:
-        input_path, out, window, shift, horizon, result_path = args.reference
-        write_json(result_path, reference(input_path, out, int(window), int(shift),
-                                          int(horizon)))
+    if series_bench.ran_reference(args, reference):
         return
 
     os.makedirs(args.work_dir, exist_ok=True)

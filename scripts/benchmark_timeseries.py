@@ -208,12 +208,31 @@ def _measured(command: list[str], log: str, result_path: str, what: str) -> dict
     return {**result, **read_json(result_path)}
 
 
-def run_reference(input_path: str, out: str, log: str, flags: dict) -> dict:
+def run_reference(input_path: str, out: str, log: str, flags: dict,
+                  script: str = __file__) -> dict:
+    """``script --reference ...`` (its ``reference()``) measured in a fresh process."""
     result_path = out + ".result.json"
-    command = [sys.executable, os.path.abspath(__file__), "--reference", input_path, out,
+    command = [sys.executable, os.path.abspath(script), "--reference", input_path, out,
                str(flags["window_size"]), str(flags["shift"]), str(flags["horizon"]),
                result_path]
     return _measured(command, log, result_path, "reference")
+
+
+def add_reference_flag(parser: argparse.ArgumentParser) -> None:
+    """The hidden flag with which a script runs its own reference (run_reference)."""
+    parser.add_argument("--reference", nargs=6,
+                        metavar=("INPUT", "OUT", "W", "SHIFT", "H", "RESULT"),
+                        help=argparse.SUPPRESS)
+
+
+def ran_reference(args: argparse.Namespace, reference_fn) -> bool:
+    """Runs ``reference_fn`` and writes its result if ``--reference`` was given."""
+    if not args.reference:
+        return False
+    input_path, out, window, shift, horizon, result_path = args.reference
+    write_json(result_path, reference_fn(input_path, out, int(window), int(shift),
+                                         int(horizon)))
+    return True
 
 
 def run_job(input_path: str, out: str, log: str, flags: dict) -> dict:
@@ -242,9 +261,7 @@ def sample(fn, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reference", nargs=6,
-                        metavar=("INPUT", "OUT", "W", "SHIFT", "H", "RESULT"),
-                        help=argparse.SUPPRESS)
+    add_reference_flag(parser)
     parser.add_argument("--series", type=int, default=370)
     parser.add_argument("--hours", type=int, default=8760)
     parser.add_argument("--scale_factor", type=int, default=3,
@@ -262,10 +279,7 @@ def main() -> None:
     parser.add_argument("--out", default="docs/benchmarks/timeseries.json")
     args = parser.parse_args()
 
-    if args.reference:
-        input_path, out, window, shift, horizon, result_path = args.reference
-        write_json(result_path, reference(input_path, out, int(window), int(shift),
-                                          int(horizon)))
+    if ran_reference(args, reference):
         return
 
     os.makedirs(args.work_dir, exist_ok=True)
