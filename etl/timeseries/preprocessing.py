@@ -80,12 +80,9 @@ class SeriesPreprocessing:
             shapes[contract.STATIC_REAL_KEY] = [len(roles.static_real)]
         return shapes
 
-    def describe_roles(self) -> dict[str, Any]:
-        """The manifest's ``column_roles`` entry (covariate layout only, else empty):
-        the columns by role, the target transform, and every stored block's shape and
-        channels in order."""
-        if not self.covariates:
-            return {}
+    def stored_shapes(self) -> dict[str, list[int]]:
+        """Shape of each stored float32 block of the covariate layout, in the order of
+        ``roles.channels()`` (a block whose role has no column is absent)."""
         roles = self.roles
         shapes = {contract.WINDOW_KEY: [self.window_size, roles.num_window_columns],
                   contract.TARGET_KEY: [self.horizon, len(roles.targets)],
@@ -93,6 +90,15 @@ class SeriesPreprocessing:
                                        roles.num_known_channels],
                   contract.STATIC_REAL_KEY: [len(roles.static_real)],
                   contract.TARGET_SCALE_KEY: [len(roles.targets), 2]}
+        return {name: shapes[name] for name in roles.channels()}
+
+    def describe_roles(self) -> dict[str, Any]:
+        """The manifest's ``column_roles`` entry (covariate layout only, else empty):
+        the columns by role, the target transform, and every stored block's shape and
+        channels in order."""
+        if not self.covariates:
+            return {}
+        roles, shapes = self.roles, self.stored_shapes()
         return {"column_roles": {
             "targets": list(roles.targets), "past": list(roles.past),
             "known": list(roles.known), "static_real": list(roles.static_real),
@@ -108,15 +114,13 @@ class SeriesPreprocessing:
         if not self.covariates:
             return WindowSchema(self.window_size, self.horizon, self.num_features,
                                 self.classification)
-        roles, steps = self.roles, self.window_size + self.horizon
-        blocks = []
-        if roles.num_known_channels:
-            blocks.append((contract.KNOWN_KEY, steps * roles.num_known_channels))
-        if roles.static_real:
-            blocks.append((contract.STATIC_REAL_KEY, len(roles.static_real)))
-        blocks.append((contract.TARGET_SCALE_KEY, 2 * len(roles.targets)))
+        roles = self.roles
+        # window and target are the schema's own fields; the other blocks, flattened.
+        blocks = tuple((name, int(np.prod(shape)))
+                       for name, shape in self.stored_shapes().items()
+                       if name not in (contract.WINDOW_KEY, contract.TARGET_KEY))
         return WindowSchema(self.window_size, self.horizon, roles.num_window_columns,
-                            False, len(roles.targets), tuple(blocks))
+                            False, len(roles.targets), blocks)
 
     def serving_feature_spec(self) -> dict[str, tf.io.FixedLenFeature]:
         """Spec of a raw window: what the shard step and serving feed ``transform_fn``."""
