@@ -28,7 +28,7 @@ from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import Rejection
 from etl.core.inputs import InputsEntry
 from etl.core.publish import ManifestSpec, PublishDataset
-from etl.timeseries import accounting, calendar, summary
+from etl.timeseries import accounting, calendar, categories, summary
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries import roles as roles_lib
 from etl.timeseries import series as ts_series
@@ -118,6 +118,13 @@ class TimeSeriesOptions(common.DatasetOptions, PipelineOptions):
                                  "the horizon (a missing one cuts the series there).")
         parser.add_argument("--static_real_columns",
                             help="Real columns constant per series: once per window.")
+        parser.add_argument("--known_categorical_columns",
+                            help="Categorical covariates known in advance (events, "
+                                 "holidays): vocabulary ids over the window and the "
+                                 "horizon.")
+        parser.add_argument("--static_categorical_columns",
+                            help="Categorical columns constant per series (store, item): "
+                                 "vocabulary ids, once per window.")
         parser.add_argument("--calendar_features",
                             help="Known features from the timestamps: any of "
                                  + ",".join(calendar.FEATURES) + ".")
@@ -151,8 +158,9 @@ def remove_labels_files_from_job_labels(options: PipelineOptions) -> None:
         cloud.labels = [v for v in cloud.labels if not _is_labels_file(v)] or None
 
 
-_ROLE_FLAGS = ("target_columns", "past_columns", "known_columns", "static_real_columns",
-               "calendar_features", "target_transform")
+_COLUMN_FLAGS = ("target_columns", "past_columns", "known_columns", "static_real_columns",
+                 "known_categorical_columns", "static_categorical_columns")
+_ROLE_FLAGS = (*_COLUMN_FLAGS, "calendar_features", "target_transform")
 
 
 def column_roles(options: TimeSeriesOptions, values: tuple[str, ...]
@@ -165,7 +173,7 @@ def column_roles(options: TimeSeriesOptions, values: tuple[str, ...]
     """
     given = any(getattr(options, flag) for flag in _ROLE_FLAGS)
     names = roles_lib.split_names
-    for flag in ("target_columns", "past_columns", "known_columns", "static_real_columns"):
+    for flag in _COLUMN_FLAGS:
         for name in names(getattr(options, flag)):
             if name in (options.series_id_column, options.timestamp_column):
                 raise ValueError(f"--{flag} names {name!r}, the series id or timestamp "
@@ -175,6 +183,8 @@ def column_roles(options: TimeSeriesOptions, values: tuple[str, ...]
         targets=names(options.target_columns) or values,
         past=names(options.past_columns), known=names(options.known_columns),
         static_real=names(options.static_real_columns),
+        known_categorical=names(options.known_categorical_columns),
+        static_categorical=names(options.static_categorical_columns),
         calendar=names(options.calendar_features),
         target_transform=options.target_transform or "none", given=given)
 
@@ -238,7 +248,8 @@ class TimeSeriesJob:
         if not values:
             raise ValueError("--value_columns names no column.")
         roles = column_roles(options, values)
-        columns = Columns(options.series_id_column, options.timestamp_column, roles.reals)
+        columns = Columns(options.series_id_column, options.timestamp_column, roles.reals,
+                          roles.categoricals)
         input_plan = InputPlan.from_pattern(options.input, columns)
         labels_file = labels_path(options)
         classification = labels_file is not None
@@ -339,6 +350,12 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
     # {"normalisation": ...}: the statistics the analysis fits, from the same moments.
     normalisation_entry = processed[ANALYSIS] | "DescribeNormalisation" >> (
         ts_preprocessing.DescribeNormalisation(job.preprocessing))
+    extras = [timeseries_entry, inputs, normalisation_entry]
+    roles = job.preprocessing.roles
+    if job.preprocessing.covariates and roles.categoricals:
+        # {"categories": ...}: each vocabulary's size and the ids it gives.
+        extras.append(transform_dir | "DescribeCategories" >> beam.Map(
+            categories.describe_categories, roles=roles))
 
     # WindowRun: consecutive windows of a piece of a series, kept whole in one shard.
     _ = processed.runs | "Publish" >> PublishDataset(
@@ -352,7 +369,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         rejected=[read[dead_letters.REJECTED], processed[dead_letters.REJECTED],
                   pipeline | "LabelFileRejections" >> beam.Create(job.label_rejections)],
         transform_dir=transform_dir,
-        extras=[timeseries_entry, inputs, normalisation_entry],
+        extras=extras,
         # The rows shape the windows: every input file's size and mtime, and the
         # labels read from the labels file, identify them for a resumed run.
         inputs={"files": [list(stat) for stat in plan.file_stats],

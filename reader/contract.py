@@ -92,15 +92,19 @@ TARGET_KEY = "target"
 SERIES_ID_KEY = "series_id"
 WINDOW_START_KEY = "window_start"
 # With column roles (forecasting covariates, docs/TIMESERIES_JOB.md "Covariates"):
-# known covariates and calendar features over window and horizon, static reals, and
-# each target's (centre, scale) to return predictions to real units. ``time`` is a
-# raw (serving) input only: whole seconds since the epoch of the W + H steps.
+# known covariates and calendar features over window and horizon, known and static
+# categoricals (int64 vocabulary ids; raw: the strings), static reals, and each
+# target's (centre, scale) to return predictions to real units. ``time`` is a raw
+# (serving) input only: whole seconds since the epoch of the W + H steps.
 KNOWN_KEY = "known"
+KNOWN_CAT_KEY = "known_cat"
+STATIC_CAT_KEY = "static_cat"
 STATIC_REAL_KEY = "static_real"
 TARGET_SCALE_KEY = "target_scale"
 RAW_TIME_KEY = "time"
 # The stored blocks a forecasting model takes as inputs, in this order, where present.
-MODEL_INPUT_KEYS: tuple[str, ...] = (WINDOW_KEY, KNOWN_KEY, STATIC_REAL_KEY)
+MODEL_INPUT_KEYS: tuple[str, ...] = (WINDOW_KEY, KNOWN_KEY, KNOWN_CAT_KEY, STATIC_CAT_KEY,
+                                     STATIC_REAL_KEY)
 
 # tf.Transform vocabulary file name of the label vocabulary.
 LABEL_VOCABULARY_NAME = "label"

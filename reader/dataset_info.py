@@ -109,11 +109,20 @@ class DatasetInfo:
     @property
     def model_inputs(self) -> list[str] | None:
         """The stored blocks a forecasting model with covariates takes as named
-        inputs (``window``, ``known``, ``static_real``, where present); None for
-        datasets without column roles (their input is one tensor)."""
+        inputs (``window``, ``known``, ``known_cat``, ``static_cat``, ``static_real``,
+        where present); None for datasets without column roles (their input is one
+        tensor)."""
         if self.column_roles is None:
             return None
         return [key for key in contract.MODEL_INPUT_KEYS if key in self.feature_spec]
+
+    @property
+    def categories(self) -> Mapping[str, Any]:
+        """Per categorical column (``--known_categorical_columns``,
+        ``--static_categorical_columns``): its ``block``, ``vocabulary`` name,
+        vocabulary ``size``, ``oov_id`` and ``cardinality`` (the ids an embedding
+        takes); empty without categoricals."""
+        return self.manifest.get("categories", {})
 
     def inverse_target(self, target: Any, target_scale: Any) -> np.ndarray:
         """Stored (or predicted) targets ``[..., H, T]`` of a dataset with column

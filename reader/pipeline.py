@@ -85,7 +85,8 @@ def make_dataset(
         features: None gives the model input tensor (``image`` ``float32 [b, s, s, 3]``
             in ``[0, 1]``, or ``window``), or, for a forecasting dataset with column
             roles, the dict of its model-input blocks (``window``, ``known``,
-            ``static_real``: ``DatasetInfo.model_inputs``), which a Keras functional
+            ``known_cat``, ``static_cat`` (int64 ids), ``static_real``:
+            ``DatasetInfo.model_inputs``), which a Keras functional
             model with inputs of those names takes as is; a list of stored feature names (carried
             columns included) gives a dict; var_len ones (a multi-label dataset's
             ``label`` ids and ``label_name``) are ``tf.RaggedTensor [b, None]``.

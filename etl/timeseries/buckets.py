@@ -60,8 +60,29 @@ def source_text(position: int, files: Sequence[str], fmt: str) -> str:
     return f"{files[file_index]}:{'row' if fmt == 'parquet' else ''}{number}"
 
 
-def gather_series(chunks: Iterable[RowChunk]) -> dict[str, ts_series.SeriesRows]:
-    """Every series of ``chunks`` with all its rows (in any order)."""
+def _bucket_codes(chunks: Sequence[RowChunk]) -> tuple[list[RowChunk], list[str]]:
+    """The chunks with their categorical codes renumbered into one list of the
+    bucket's category texts, sorted (returned): codes then order rows as their texts
+    do, whatever order the chunks came in."""
+    categories = sorted(set().union(*(chunk.categories for chunk in chunks)))
+    if not categories:
+        return list(chunks), []
+    index = {text: code for code, text in enumerate(categories)}
+    renumbered = []
+    for chunk in chunks:
+        lookup = np.array([index[text] for text in chunk.categories], np.float64)
+        values = chunk.values.copy()
+        columns = slice(values.shape[1] - chunk.num_categoricals, None)
+        values[:, columns] = lookup[values[:, columns].astype(np.int64)]
+        renumbered.append(dataclasses.replace(chunk, values=values, categories=categories))
+    return renumbered, categories
+
+
+def gather_series(chunks: Iterable[RowChunk]
+                  ) -> tuple[dict[str, ts_series.SeriesRows], list[str]]:
+    """Every series of ``chunks`` with all its rows (in any order), and the category
+    texts their categorical codes index."""
+    chunks, categories = _bucket_codes(list(chunks))
     slices: dict[str, list[tuple[RowChunk, slice, int]]] = collections.defaultdict(list)
     for chunk in chunks:
         for series_id, kinds, rows in chunk.slices():
@@ -78,7 +99,7 @@ def gather_series(chunks: Iterable[RowChunk]) -> dict[str, ts_series.SeriesRows]
             texts=TimeTexts.concat([c.time_texts().take(np.arange(r.start, r.stop))
                                     for c, r, _ in found]),
             kinds=kinds)
-    return series
+    return series, categories
 
 
 def _run_bytes(schema: WindowSchema, series_id: str, starts: list[str],
@@ -99,13 +120,15 @@ class _Spill:
         self._out = out
         self._offset = 0
 
-    def write(self, values: np.ndarray, starts: list[str], times: np.ndarray | None
-              ) -> tuple[int, int]:
-        """Appends a run; returns its (offset, text bytes)."""
+    def write(self, values: np.ndarray, starts: list[str], times: np.ndarray | None,
+              categories: tuple[np.ndarray, list[str]] | None
+              ) -> tuple[int, int, int]:
+        """Appends a run; returns its (offset, start text bytes, category bytes)."""
         offset = self._offset
-        written, text_bytes = write_run(self._out, values, starts, times)
+        written, text_bytes, category_bytes = write_run(self._out, values, starts, times,
+                                                        categories)
         self._offset += written
-        return offset, text_bytes
+        return offset, text_bytes, category_bytes
 
 
 class ProcessSeriesBucket(beam.DoFn):
@@ -117,6 +140,7 @@ class ProcessSeriesBucket(beam.DoFn):
         self._settings = settings
         self._files = tuple(files)
         self._fmt = fmt
+        self._categories: list[str] = []  # the texts of the bucket's categorical codes
 
     def _source(self, position: int) -> str:
         return source_text(position, self._files, self._fmt)
@@ -124,7 +148,7 @@ class ProcessSeriesBucket(beam.DoFn):
     def process(self, element: tuple[int, Iterable[ChunkRef]], labels: Mapping[str, str]
                 ) -> Iterator[Any]:
         bucket, refs = element
-        series = gather_series(read_chunks(refs))
+        series, self._categories = gather_series(read_chunks(refs))
         path = posixpath.join(self._settings.spill_dir, f"bucket-{bucket:05d}.bin")
         # Emitted once the spill file is complete under its final name.
         outputs: list[Any] = []
@@ -151,16 +175,18 @@ class ProcessSeriesBucket(beam.DoFn):
             return
         roles = settings.roles
         if roles is not None and roles.given:
-            checked, rejections = covariates.check_series(series_id, rows, roles,
-                                                          self._source, stats)
+            checked, rejections = covariates.check_series(
+                series_id, rows, roles, self._source, stats, self._categories)
             for rejection in rejections:
                 yield from dead_letters.route(rejection)
             if checked is None:
                 yield from _stats(stats)
                 return
             rows = checked
-        cleaned = ts_series.clean_rows(series_id, rows, settings.cleaning, self._source,
-                                       roles.missing_policy_columns if roles else None)
+        cleaned = ts_series.clean_rows(
+            series_id, rows, settings.cleaning, self._source,
+            roles.missing_policy_columns if roles else None,
+            first_columns=roles.categorical_columns if roles else ())
         stats.update(cleaned.stats)
         for rejection in cleaned.rejections:
             yield from dead_letters.route(rejection)
@@ -186,14 +212,24 @@ class ProcessSeriesBucket(beam.DoFn):
             if pieces[split]:
                 yield beam.pvalue.TaggedOutput(
                     LONGEST, (split, max(len(p) for p in pieces[split])))
-        train = pieces[contract.TRAIN]
-        if train:
-            moments = exact_stats.moments_of(_train_values(
-                np.concatenate([p.values for p in train]).astype(np.float32), roles))
-            yield beam.pvalue.TaggedOutput(ANALYSIS, analysis_instance(
-                series_id, moments, label, sum(counts[contract.TRAIN])))
+        if pieces[contract.TRAIN]:
+            yield beam.pvalue.TaggedOutput(ANALYSIS, self._analysis_instance(
+                series_id, pieces[contract.TRAIN], sum(counts[contract.TRAIN]), label))
         yield from self._runs(series_id, pieces, counts, label, first_source, spill)
         yield from _stats(stats)
+
+    def _analysis_instance(self, series_id: str, train: list[ts_series.Segment],
+                           train_windows: int, label: str | None) -> dict[str, Any]:
+        """The series' train rows summed (reals) and counted (categoricals)."""
+        roles, windowing = self._settings.roles, self._settings.windowing
+        values = np.concatenate([p.values for p in train])
+        num_reals = len(roles.reals) if roles else values.shape[1]
+        moments = exact_stats.moments_of(_train_values(
+            values[:, :num_reals].astype(np.float32), roles))
+        return analysis_instance(
+            series_id, moments, label, train_windows,
+            _train_categories(values[:, num_reals:], self._categories), roles,
+            windowing.window_size + windowing.horizon)
 
     def _runs(self, series_id: str, pieces: dict[str, list[ts_series.Segment]],
               counts: dict[str, list[int]], label: str | None, first_source: str,
@@ -201,6 +237,7 @@ class ProcessSeriesBucket(beam.DoFn):
         """Each piece's windows in runs, their rows spilled."""
         settings, windowing = self._settings, self._settings.windowing
         with_times = bool(settings.roles is not None and settings.roles.calendar)
+        num_reals = len(settings.roles.reals) if settings.roles else None  # None: all
         per_run = run_windows(settings.schema.example_bytes(
             len(series_id.encode()), 20, len((label or "").encode())))
         for split in contract.SPLITS:
@@ -210,15 +247,21 @@ class ProcessSeriesBucket(beam.DoFn):
                     num_rows = rows_of(num_windows, windowing)
                     starts = piece.texts.take(
                         row + np.arange(num_windows) * windowing.shift).strings()
-                    offset, text_bytes = spill.write(
-                        piece.values[row:row + num_rows], starts,
-                        piece.times[row:row + num_rows] if with_times else None)
+                    values = piece.values[row:row + num_rows]
+                    categories = (None if num_reals is None else
+                                  _run_categories(values[:, num_reals:], self._categories))
+                    offset, text_bytes, category_bytes = spill.write(
+                        values[:, :num_reals], starts,
+                        piece.times[row:row + num_rows] if with_times else None,
+                        categories)
                     yield WindowRun(
                         split=split, key=f"{series_id}@{starts[0]}", series_id=series_id,
                         label=label, source=first_source, spill_path=spill.path,
                         offset=offset, num_rows=num_rows, num_windows=num_windows,
                         text_bytes=text_bytes,
-                        num_bytes=_run_bytes(settings.schema, series_id, starts, label))
+                        num_bytes=_run_bytes(settings.schema, series_id, starts, label),
+                        num_categories=len(categories[1]) if categories else 0,
+                        category_bytes=category_bytes)
 
 
 def _train_values(values: np.ndarray, roles: ColumnRoles | None) -> np.ndarray:
@@ -229,6 +272,27 @@ def _train_values(values: np.ndarray, roles: ColumnRoles | None) -> np.ndarray:
     targets = slice(0, len(roles.targets))
     values[:, targets] = np.log1p(values[:, targets])
     return values
+
+
+def _train_categories(codes: np.ndarray, categories: Sequence[str]
+                      ) -> list[tuple[list[str], list[int]]]:
+    """Per categorical column, its distinct texts in the train rows ``codes``
+    ``[rows, Fc]`` and how many rows hold each (the vocabulary's weights)."""
+    result = []
+    for column in codes.T.astype(np.int64):
+        used, counts = np.unique(column, return_counts=True)
+        result.append(([categories[c] for c in used.tolist()], counts.tolist()))
+    return result
+
+
+def _run_categories(codes: np.ndarray, categories: Sequence[str]
+                    ) -> tuple[np.ndarray, list[str]] | None:
+    """A run's categorical codes ``[rows, Fc]`` renumbered into the texts it uses
+    (returned with them); None without categorical columns."""
+    if not codes.shape[1]:
+        return None
+    used, local = np.unique(codes.astype(np.int64), return_inverse=True)
+    return local.reshape(codes.shape).astype(np.int32), [categories[c] for c in used.tolist()]
 
 
 def _stats(stats: collections.Counter) -> Iterator[Any]:

@@ -8,8 +8,9 @@ byte range) crosses the grouping stage, so grouping gives the series step
 the runner never holds the input: Beam's local runner keeps what crosses a stage in
 memory, unspilled. A chunk stays compact all the same: per row a float64 time, the
 float64 values and an int64 input position (about 24 bytes for one value column),
-the rows of one series contiguous (a *slice*), series ids once per slice, and the
-timestamps as written usually a style name (``etl/timeseries/time_texts.py``).
+the rows of one series contiguous (a *slice*), series ids once per slice, the
+timestamps as written usually a style name (``etl/timeseries/time_texts.py``), and
+the categorical columns as codes into the chunk's own list of their texts.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class RowChunk:
     (float64: seconds since the epoch for dates, else the number), ``values``
     (float64 ``[rows, F]``, NaN = missing) and ``positions`` (file index ×
     ``POSITION_FILE_STRIDE`` + line or row number). Their timestamp texts are
-    ``text_style``'s formatting of the times, or ``texts``.
+    ``text_style``'s formatting of the times, or ``texts``. The last
+    ``num_categoricals`` columns of ``values`` are codes: indices into ``categories``.
     """
 
     series_ids: list[str]
@@ -61,6 +63,8 @@ class RowChunk:
     positions: np.ndarray
     text_style: str | None
     texts: pa.Array | None
+    categories: list[str] = dataclasses.field(default_factory=list)
+    num_categoricals: int = 0
 
     def __len__(self) -> int:
         return len(self.times)
@@ -106,7 +110,9 @@ def encode_chunk(chunk: RowChunk) -> bytes:
         parts += [blob, ends.tobytes()]
         text_layout = [len(blob), len(texts)]
     header = json.dumps({"series_ids": chunk.series_ids, "text_style": chunk.text_style,
-                         "arrays": layout, "texts": text_layout}).encode()
+                         "arrays": layout, "texts": text_layout,
+                         "categories": chunk.categories,
+                         "num_categoricals": chunk.num_categoricals}).encode()
     return b"".join([len(header).to_bytes(8, "little"), header, *parts])
 
 
@@ -129,7 +135,8 @@ def decode_chunk(data: bytes) -> RowChunk:
                                                              strict=True)],
                          pa.large_string())
     return RowChunk(series_ids=header["series_ids"], text_style=header["text_style"],
-                    texts=texts, **arrays)
+                    texts=texts, categories=header["categories"],
+                    num_categoricals=header["num_categoricals"], **arrays)
 
 
 def to_chunks(parsed: ParsedRows, buckets: int) -> Iterator[tuple[int, RowChunk]]:
@@ -158,14 +165,28 @@ def to_chunks(parsed: ParsedRows, buckets: int) -> Iterator[tuple[int, RowChunk]
         mine = np.flatnonzero(slice_buckets == bucket)
         first, last = int(slice_starts[mine[0]]), int(slice_ends[mine[-1]])
         rows = order[first:last]
+        values, categories = _own_categories(parsed, rows)
         yield bucket, RowChunk(
             series_ids=[ids[c] for c in codes[slice_starts[mine]].tolist()],
             slice_lengths=(slice_ends[mine] - slice_starts[mine]).astype(np.int64),
             slice_kinds=slice_kinds[mine].astype(np.uint8),
-            times=parsed.times[rows], values=parsed.values[rows],
+            times=parsed.times[rows], values=values,
             positions=parsed.positions[rows], text_style=style,
             texts=None if dictionary is None else dictionary.take(
-                pa.array(parsed.text_codes[rows])))
+                pa.array(parsed.text_codes[rows])),
+            categories=categories, num_categoricals=parsed.num_categoricals)
+
+
+def _own_categories(parsed: ParsedRows, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The values of ``rows``, their categorical codes renumbered into the texts
+    they use (returned), so a chunk carries only its own categories."""
+    values = parsed.values[rows]
+    if not parsed.num_categoricals:
+        return values, []
+    codes = values[:, -parsed.num_categoricals:].astype(np.int64)
+    used, local = np.unique(codes, return_inverse=True)
+    values[:, -parsed.num_categoricals:] = local.reshape(codes.shape)
+    return values, [parsed.categories[c] for c in used.tolist()]
 
 
 def spill_chunks(chunks: Iterable[tuple[int, RowChunk]], path: str

@@ -5,6 +5,8 @@ Before cleaning (``check_series``), on the series' raw rows:
 * every static real must have one value in the series (rows may leave it empty); a
   series where it varies is a dead letter (``static_varies``), one where no row has it
   too (``missing_static``); empty cells take the series' value;
+* every static categorical too, but a series none of whose rows gives it keeps the
+  category ``""`` (empty), as any categorical's empty cells do;
 * with ``--calendar_features`` the timestamps must be dates (``calendar_needs_dates``);
 * with ``--target_transform=log1p`` a row with a negative target is a dead letter
   (``negative_under_log1p``): ``log1p`` of it is undefined below -1 and means
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -59,12 +61,34 @@ def _static_values(series_id: str, rows: SeriesRows, roles: ColumnRoles, source:
     return rows.take(np.arange(len(rows)), values=values), []
 
 
+def _static_categories(series_id: str, rows: SeriesRows, roles: ColumnRoles,
+                       categories: Sequence[str], source: str, stats: collections.Counter
+                       ) -> tuple[SeriesRows | None, list[Rejection]]:
+    """Rows with each static categorical's empty cells given the series' one value."""
+    values = rows.values.copy()
+    for name, column in zip(roles.static_categorical, roles.static_cat_columns,
+                            strict=True):
+        codes = np.unique(values[:, column]).astype(np.int64).tolist()
+        given = [c for c in codes if categories[c]]
+        if len(given) > 1:
+            return None, _series_rejection(
+                series_id, source, dead_letters.STATIC_VARIES,
+                f"The static column {name!r} takes {len(given)} values in this series "
+                f"(e.g. {categories[given[0]]!r} and {categories[given[1]]!r}); a static "
+                f"column has one value per series ({len(rows)} rows).", len(rows), stats)
+        if given:
+            values[:, column] = given[0]
+    return rows.take(np.arange(len(rows)), values=values), []
+
+
 def check_series(series_id: str, rows: SeriesRows, roles: ColumnRoles,
-                 source_of: Callable[[int], str], stats: collections.Counter
+                 source_of: Callable[[int], str], stats: collections.Counter,
+                 categories: Sequence[str] = ()
                  ) -> tuple[SeriesRows | None, list[Rejection]]:
     """The series' rows as the roles need them, or None if the whole series is a
     dead letter (its rows then counted read and rejected in ``stats``); rows
-    rejected on their own are left out and counted read and rejected."""
+    rejected on their own are left out and counted read and rejected.
+    ``categories``: the texts the rows' categorical codes index."""
     source = source_of(int(rows.positions.min()))
     if roles.calendar and rows.kinds & NUMERIC_BIT:
         return None, _series_rejection(
@@ -73,6 +97,12 @@ def check_series(series_id: str, rows: SeriesRows, roles: ColumnRoles,
             f"ones ({len(rows)} rows).", len(rows), stats)
     if roles.static_real:
         filled, rejections = _static_values(series_id, rows, roles, source, stats)
+        if filled is None:
+            return None, rejections
+        rows = filled
+    if roles.static_categorical:
+        filled, rejections = _static_categories(series_id, rows, roles, categories,
+                                                source, stats)
         if filled is None:
             return None, rejections
         rows = filled

@@ -24,6 +24,7 @@ from etl.timeseries.sources import (
     FLOAT32_OVERFLOW,
     Columns,
     Row,
+    category_text,
     parse_row,
     parse_timestamp,
 )
@@ -44,18 +45,22 @@ class ParsedRows:
     kinds: np.ndarray  # uint8 [n], NUMERIC_BIT or DATETIME_BIT
     text_dictionary: list[str]  # distinct timestamps as written (stripped)
     text_codes: np.ndarray  # int64 [n] into text_dictionary
-    values: np.ndarray  # float64 [n, F]
+    values: np.ndarray  # float64 [n, F + Fc]: reals, then categorical codes
     positions: np.ndarray  # int64 [n]
     rejections: list[Rejection]
+    categories: list[str] = dataclasses.field(default_factory=list)  # codes index it
+    num_categoricals: int = 0  # the last columns of values
 
 
 class RowsBuilder:
     """Gathers the column-wise path's rows and ``parse_row``'s, in any order."""
 
-    def __init__(self, num_features: int) -> None:
-        self._num_features = num_features
+    def __init__(self, columns: Columns) -> None:
+        self._num_categoricals = len(columns.categoricals)
+        self._num_features = len(columns.values) + self._num_categoricals
         self._ids: dict[str, int] = {}
         self._texts: dict[str, int] = {}
+        self._categories: dict[str, int] = {}
         self._parts: list[tuple[np.ndarray, ...]] = []
         self._slow: list[tuple[int, Row]] = []
         self.rejections: list[Rejection] = []
@@ -65,6 +70,9 @@ class RowsBuilder:
 
     def text_code(self, text: str) -> int:
         return self._texts.setdefault(text, len(self._texts))
+
+    def category_code(self, text: str) -> int:
+        return self._categories.setdefault(text, len(self._categories))
 
     def add_columns(self, codes: np.ndarray, times: np.ndarray, kinds: np.ndarray,
                     text_codes: np.ndarray, values: np.ndarray, positions: np.ndarray
@@ -87,8 +95,8 @@ class RowsBuilder:
                 np.array([DATETIME_BIT if r.time_kind == DATETIME else NUMERIC_BIT
                           for r in rows], np.uint8),
                 np.array([self.text_code(r.time_text) for r in rows], np.int64),
-                np.array([r.values for r in rows], np.float64).reshape(
-                    len(rows), self._num_features),
+                np.array([(*r.values, *map(self.category_code, r.categories))
+                          for r in rows], np.float64).reshape(len(rows), self._num_features),
                 np.array([p for p, _ in self._slow], np.int64)))
         if not parts:
             parts = [(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.uint8),
@@ -97,7 +105,8 @@ class RowsBuilder:
         codes, times, kinds, text_codes, values, positions = (
             np.concatenate(c) for c in zip(*parts, strict=True))
         return ParsedRows(list(self._ids), codes, times, kinds, list(self._texts),
-                          text_codes, values, positions, self.rejections)
+                          text_codes, values, positions, self.rejections,
+                          list(self._categories), self._num_categoricals)
 
 
 def _distinct(column: pa.Array) -> tuple[list[Any], np.ndarray]:
@@ -183,11 +192,20 @@ def add_table(builder: RowsBuilder, table: Mapping[str, pa.Array], columns: Colu
         parsed_texts[k] = builder.text_code(text)
     ok &= parsed_kinds[stamp_index] > 0
 
-    values = np.empty((n, len(columns.values)))
+    num_values = len(columns.values)
+    values = np.empty((n, num_values + len(columns.categoricals)))
     for f, name in enumerate(columns.values):
         column_values, decided = _fast_values(table[name])
         values[:, f] = column_values
         ok &= decided
+    for f, name in enumerate(columns.categoricals, start=num_values):
+        # Every Arrow type: each distinct value is read back as the Python object
+        # parse_row would get, and made text by the same function. Index -1 (null)
+        # reads the extra last entry.
+        distinct, index = _distinct(table[name])
+        texts = [*(category_text(value) for value in distinct), ""]
+        values[:, f] = np.array([builder.category_code(t) for t in texts],
+                                np.float64)[index]
 
     fast = np.flatnonzero(ok)
     fast_stamps = stamp_index[fast]
@@ -196,8 +214,7 @@ def add_table(builder: RowsBuilder, table: Mapping[str, pa.Array], columns: Colu
     slow = np.flatnonzero(~ok)
     if len(slow):
         needed = {name: table[name].take(pa.array(slow)).to_pylist()
-                  for name in dict.fromkeys((columns.series_id, columns.timestamp,
-                                             *columns.values))}
+                  for name in columns.names}
         for i, row_index in enumerate(slow.tolist()):
             row = {name: values_[i] for name, values_ in needed.items()}
             position = int(positions[row_index])

@@ -79,7 +79,7 @@ def _is_plain_block(block: bytes) -> bool:
 def csv_block_rows(block: bytes, first_line: int, header: tuple[str, ...],
                    columns: Columns, file_index: int, path: str) -> ParsedRows:
     """The rows of ``block`` (whole CSV data lines; the first is line ``first_line``)."""
-    builder = RowsBuilder(len(columns.values))
+    builder = RowsBuilder(columns)
     base = file_index * POSITION_FILE_STRIDE
 
     def source_of(position: int) -> str:
@@ -87,7 +87,7 @@ def csv_block_rows(block: bytes, first_line: int, header: tuple[str, ...],
 
     # A column named twice in the header: the later field wins (as in a dict).
     needed = {name: max(i for i, h in enumerate(header) if h == name)
-              for name in (columns.series_id, columns.timestamp, *columns.values)}
+              for name in columns.names}
     if not block:
         return builder.build()
     if len(header) >= 2 and _is_plain_block(block):
@@ -151,7 +151,7 @@ def _read_plain_jsonl(block: bytes, columns: Columns) -> dict[str, pa.Array] | N
     import pyarrow.json as pa_json
 
     count = block.count(b"\n") + (not block.endswith(b"\n"))
-    needed = list(dict.fromkeys((columns.series_id, columns.timestamp, *columns.values)))
+    needed = list(columns.names)
     try:
         table = pa_json.read_json(pa.py_buffer(block))
         # pyarrow turns strings that look like dates into timestamps: read those
@@ -183,7 +183,7 @@ def _read_plain_jsonl(block: bytes, columns: Columns) -> dict[str, pa.Array] | N
 def jsonl_block_rows(block: bytes, first_line: int, columns: Columns, file_index: int,
                      path: str, strip_bom: bool) -> ParsedRows:
     """The rows of ``block`` (whole JSON Lines; the first is line ``first_line``)."""
-    builder = RowsBuilder(len(columns.values))
+    builder = RowsBuilder(columns)
     base = file_index * POSITION_FILE_STRIDE
     plain = block
     while strip_bom and plain.startswith(_BOM_BYTES):
@@ -220,9 +220,9 @@ def parquet_group_rows(task: InputRange, columns: Columns) -> ParsedRows:
     """The rows of one Parquet row group; row ``n`` of the file is ``<file>:row<n>``."""
     import pyarrow.parquet as pq
 
-    builder = RowsBuilder(len(columns.values))
+    builder = RowsBuilder(columns)
     base = task.file_index * POSITION_FILE_STRIDE
-    names = list(dict.fromkeys((columns.series_id, columns.timestamp, *columns.values)))
+    names = list(columns.names)
     with storage.open_read(task.path) as f:
         table = pq.ParquetFile(f).read_row_group(task.start, columns=names)
     arrays = {name: _as_array(table.column(name)) for name in names}

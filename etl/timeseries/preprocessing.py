@@ -15,7 +15,7 @@ the manifest's ``normalisation`` entry: the global statistics the graph applies.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -24,7 +24,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from etl.core import exact_stats, zscore
-from etl.timeseries import calendar
+from etl.timeseries import calendar, categories, per_series
 from etl.timeseries.roles import ColumnRoles
 from etl.timeseries.window_examples import WindowSchema
 from reader import contract
@@ -54,6 +54,7 @@ class SeriesPreprocessing:
         if self.covariates and self.classification:
             raise ValueError("Column roles (--target_columns, --past_columns, "
                              "--known_columns, --static_real_columns, "
+                             "--known_categorical_columns, --static_categorical_columns, "
                              "--calendar_features, --target_transform) are for "
                              "forecasting; --labels classifies whole series.")
 
@@ -63,7 +64,7 @@ class SeriesPreprocessing:
         return self.roles is not None and self.roles.given
 
     def raw_shapes(self) -> dict[str, list[int]]:
-        """Raw (serving) shape of each real block (``time``: int64, the others float32)."""
+        """Raw (serving) shape of each block (dtypes: ``raw_dtype``)."""
         if not self.covariates:
             shapes = {contract.WINDOW_KEY: [self.window_size, self.num_features]}
             if not self.classification:
@@ -76,18 +77,24 @@ class SeriesPreprocessing:
             shapes[contract.KNOWN_KEY] = [steps, len(roles.known)]
         if roles.calendar:
             shapes[contract.RAW_TIME_KEY] = [steps]
+        if roles.known_categorical:
+            shapes[contract.KNOWN_CAT_KEY] = [steps, len(roles.known_categorical)]
+        if roles.static_categorical:
+            shapes[contract.STATIC_CAT_KEY] = [len(roles.static_categorical)]
         if roles.static_real:
             shapes[contract.STATIC_REAL_KEY] = [len(roles.static_real)]
         return shapes
 
     def stored_shapes(self) -> dict[str, list[int]]:
-        """Shape of each stored float32 block of the covariate layout, in the order of
-        ``roles.channels()`` (a block whose role has no column is absent)."""
-        roles = self.roles
+        """Shape of each stored block of the covariate layout (int64 ids: ``ID_BLOCKS``,
+        the others float32), in the order of ``roles.channels()`` (a block whose
+        role has no column is absent)."""
+        roles, steps = self.roles, self.window_size + self.horizon
         shapes = {contract.WINDOW_KEY: [self.window_size, roles.num_window_columns],
                   contract.TARGET_KEY: [self.horizon, len(roles.targets)],
-                  contract.KNOWN_KEY: [self.window_size + self.horizon,
-                                       roles.num_known_channels],
+                  contract.KNOWN_KEY: [steps, roles.num_known_channels],
+                  contract.KNOWN_CAT_KEY: [steps, len(roles.known_categorical)],
+                  contract.STATIC_CAT_KEY: [len(roles.static_categorical)],
                   contract.STATIC_REAL_KEY: [len(roles.static_real)],
                   contract.TARGET_SCALE_KEY: [len(roles.targets), 2]}
         return {name: shapes[name] for name in roles.channels()}
@@ -102,6 +109,9 @@ class SeriesPreprocessing:
         return {"column_roles": {
             "targets": list(roles.targets), "past": list(roles.past),
             "known": list(roles.known), "static_real": list(roles.static_real),
+            "known_categorical": list(roles.known_categorical),
+            "static_categorical": list(roles.static_categorical),
+            "vocabularies": dict(roles.vocabularies()),
             "calendar_features": list(roles.calendar),
             "target_transform": roles.target_transform,
             "statistics_columns": list(roles.reals),
@@ -116,16 +126,16 @@ class SeriesPreprocessing:
                                 self.classification)
         roles = self.roles
         # window and target are the schema's own fields; the other blocks, flattened.
-        blocks = tuple((name, int(np.prod(shape)))
-                       for name, shape in self.stored_shapes().items()
-                       if name not in (contract.WINDOW_KEY, contract.TARGET_KEY))
+        blocks = [(name, int(np.prod(shape))) for name, shape in self.stored_shapes().items()
+                  if name not in (contract.WINDOW_KEY, contract.TARGET_KEY)]
         return WindowSchema(self.window_size, self.horizon, roles.num_window_columns,
-                            False, len(roles.targets), blocks)
+                            False, len(roles.targets),
+                            tuple(b for b in blocks if b[0] not in ID_BLOCKS),
+                            tuple(b for b in blocks if b[0] in ID_BLOCKS))
 
     def serving_feature_spec(self) -> dict[str, tf.io.FixedLenFeature]:
         """Spec of a raw window: what the shard step and serving feed ``transform_fn``."""
-        spec = {key: tf.io.FixedLenFeature(
-                    shape, tf.int64 if key == contract.RAW_TIME_KEY else tf.float32)
+        spec = {key: tf.io.FixedLenFeature(shape, raw_dtype(key))
                 for key, shape in self.raw_shapes().items()}
         spec.update({
             contract.SERIES_ID_KEY: tf.io.FixedLenFeature([], tf.string),
@@ -139,105 +149,46 @@ class SeriesPreprocessing:
     def raw_feature_spec(self) -> dict[str, tf.io.FixedLenFeature]:
         """The serving spec plus the analysis-only features."""
         spec = {**self.serving_feature_spec(),
-                TRAIN_MOMENTS_KEY: tf.io.FixedLenFeature([], tf.string)}
+                TRAIN_MOMENTS_KEY: tf.io.FixedLenFeature([], tf.string),
+                **categories.analysis_feature_spec(self.roles if self.covariates else None)}
         if self.classification:
             spec[TRAIN_WINDOWS_KEY] = tf.io.FixedLenFeature([], tf.int64)
         return spec
 
 
-# Raw features only the analysis reads: one instance per series with train rows.
+# The stored blocks of vocabulary ids (int64); the other blocks are float32.
+ID_BLOCKS = (contract.KNOWN_CAT_KEY, contract.STATIC_CAT_KEY)
+
+
+def raw_dtype(key: str) -> tf.DType:
+    """The dtype of a raw (serving) block: int64 seconds, category texts, or reals."""
+    if key == contract.RAW_TIME_KEY:
+        return tf.int64
+    return tf.string if key in ID_BLOCKS else tf.float32
+
+
+# Raw features only the analysis reads: one instance per series with train rows
+# (and etl/timeseries/categories.py's, per categorical column).
 TRAIN_MOMENTS_KEY = "train_moments"
 TRAIN_WINDOWS_KEY = "train_windows"
 
 
 def analysis_instance(series_id: str, moments: exact_stats.Moments, label: str | None,
-                      train_windows: int) -> dict[str, Any]:
-    """The one instance the analysis sees for a series with train rows."""
+                      train_windows: int,
+                      category_counts: Sequence[tuple[list[str], list[int]]] = (),
+                      roles: ColumnRoles | None = None, steps: int = 0
+                      ) -> dict[str, Any]:
+    """The one instance the analysis sees for a series with train rows;
+    ``category_counts``: per categorical column of ``roles``, its train texts and
+    row counts (``steps``: W + H)."""
     instance: dict[str, Any] = {TRAIN_MOMENTS_KEY: moments.to_bytes(),
                                 contract.SERIES_ID_KEY: series_id}
+    if category_counts:
+        instance.update(categories.analysis_features(category_counts, roles, steps))
     if label is not None:
         instance[contract.LABEL_NAME_KEY] = label
         instance[TRAIN_WINDOWS_KEY] = train_windows
     return instance
-
-
-def _moments_by_key(batch: list[np.ndarray]
-                    ) -> Iterator[tuple[bytes, exact_stats.Moments]]:
-    moments, keys = batch
-    for data, key in zip(moments, keys, strict=True):
-        yield key, exact_stats.Moments.from_bytes(data)
-
-
-# Series ids are looked up by a 63-bit FarmHash fingerprint (binary search), so the
-# transform needs O(batch) memory for any number of series.
-_FINGERPRINT_BUCKETS = 2**63 - 1
-
-
-def fingerprint(ids: Any) -> Any:
-    """Fingerprints of string ids, the same in the analyzer and in the graph."""
-    return tf.strings.to_hash_bucket_fast(ids, _FINGERPRINT_BUCKETS)
-
-
-def _emit_per_key(pairs: list[tuple[bytes, exact_stats.Moments]], num_columns: int
-                  ) -> Iterator[Any]:
-    keys = [key for key, _ in pairs]
-    fingerprints = (fingerprint(tf.constant(keys, tf.string)).numpy() if keys
-                    else np.zeros([0], np.int64))
-    order = sorted(range(len(pairs)), key=lambda i: (int(fingerprints[i]), keys[i]))
-    fingerprints = fingerprints[order]
-    clashes = np.flatnonzero(fingerprints[1:] == fingerprints[:-1])
-    if clashes.size:
-        clash = int(clashes[0])
-        raise ValueError(
-            f"Series ids {keys[order[clash]]!r} and {keys[order[clash + 1]]!r} have the "
-            f"same 63-bit fingerprint; rename one of them to use --normalize=per_series.")
-    pairs = [pairs[i] for i in order]
-    stats = [moments.mean_and_std() for _, moments in pairs]
-    yield beam.pvalue.TaggedOutput("keys", np.array([k for k, _ in pairs], dtype=object))
-    yield beam.pvalue.TaggedOutput("fingerprints", fingerprints.astype(np.int64))
-    for index, tag in enumerate(("mean", "std")):
-        values = [s[index] for s in stats]
-        yield beam.pvalue.TaggedOutput(tag, np.stack(values) if values else np.zeros(
-            (0, num_columns), np.float32))
-
-
-@beam.ptransform_fn
-def _ExactMeanAndStdPerKey(batches: beam.PCollection, num_columns: int
-                           ) -> tuple[beam.PCollection, ...]:
-    """Analyzer body: batches ``([serialized moments], [series ids])`` → keys ``[K]``
-    and their fingerprints ``[K]`` (sorted by fingerprint), mean ``[K, F]``,
-    std ``[K, F]``."""
-    outputs = (
-        batches
-        | "MomentsByKey" >> beam.FlatMap(_moments_by_key)
-        | "SumPerKey" >> beam.CombinePerKey(exact_stats.MomentsCombineFn(num_columns))
-        | "Gather" >> beam.combiners.ToList()
-        | "PerKeyStats" >> beam.FlatMap(_emit_per_key, num_columns=num_columns).with_outputs(
-            "keys", "fingerprints", "mean", "std"))
-    return outputs.keys, outputs.fingerprints, outputs.mean, outputs.std
-
-
-def _per_series_stats(moments: tf.Tensor, series_ids: tf.Tensor, num_columns: int,
-                      global_mean: tf.Tensor, global_std: tf.Tensor
-                      ) -> tuple[tf.Tensor, tf.Tensor]:
-    """``[batch, F]`` mean and std of each instance's series (train rows only);
-    series never seen in train fall back to the global statistics."""
-    keys, key_fingerprints, means, stds = tft.experimental.ptransform_analyzer(
-        [moments, series_ids], _ExactMeanAndStdPerKey(num_columns),
-        [tf.string, tf.int64, tf.float32, tf.float32],
-        [[None], [None], [None, num_columns], [None, num_columns]],
-        name="exact_mean_and_std_per_series")
-    # Binary search of each id's fingerprint among the sorted train fingerprints, then
-    # an exact string check; a miss (unseen series) takes index K, the appended row
-    # of global statistics.
-    num_keys = tf.size(keys, out_type=tf.int64)
-    position = tf.searchsorted(key_fingerprints, fingerprint(series_ids), out_type=tf.int64)
-    candidate = tf.gather(tf.concat([keys, [""]], axis=0), position)
-    index = tf.where((position < num_keys) & tf.equal(candidate, series_ids),
-                     position, num_keys)
-    mean = tf.gather(tf.concat([means, global_mean[None, :]], axis=0), index)
-    std = tf.gather(tf.concat([stds, global_std[None, :]], axis=0), index)
-    return mean, std
 
 
 def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessing
@@ -252,7 +203,7 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessin
     With column roles (``config.covariates``) the moments span every real column
     (``roles.reals``, targets after the target transform) and the outputs are the
     covariate blocks (``_covariate_blocks``: window, target, known, static_real,
-    target_scale).
+    target_scale; known_cat and static_cat ids from train-only vocabularies).
     """
     moments = inputs[TRAIN_MOMENTS_KEY]
     mean, std = zscore.exact_mean_and_std(moments, config.num_features)
@@ -260,7 +211,7 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessin
     series_ids = inputs[contract.SERIES_ID_KEY]
     if config.per_series:
         global_stats = mean, std
-        mean, std = _per_series_stats(moments, series_ids, config.num_features, mean, std)
+        mean, std = per_series.per_series_stats(moments, series_ids, config.num_features, mean, std)
         if config.covariates:  # Static reals are scaled globally (per series: all 0).
             mean, std = (_global_statics(m, g, config.roles)
                          for m, g in zip((mean, std), global_stats, strict=True))
@@ -334,6 +285,7 @@ def _covariate_blocks(inputs: dict[str, tf.Tensor], roles: ColumnRoles, mean: tf
                                                 roles.calendar))
     if known:
         blocks[contract.KNOWN_KEY] = tf.concat(known, axis=-1)
+    blocks.update(categories.categorical_blocks(inputs, roles))
     if roles.static_real:
         sl = roles.static_slice
         # [batch, 1, F] per series: the statics' row is the series' own.

@@ -246,8 +246,10 @@ def _row_rejections(series_id: str, texts: TimeTexts, positions: np.ndarray,
 
 
 def _merge_duplicates(series_id: str, rows: SeriesRows, policy: str, source_of: SourceOf,
-                      stats: collections.Counter) -> tuple[SeriesRows, list[Rejection]]:
-    """Step 2 on time-sorted rows: each group of equal times merged (``mean``) or
+                      stats: collections.Counter, first_columns: Sequence[int] = ()
+                      ) -> tuple[SeriesRows, list[Rejection]]:
+    """Step 2 on time-sorted rows: each group of equal times merged (``mean``; the
+    ``first_columns``, categorical codes, take the group's first row's value) or
     every row of it rejected (``reject``)."""
     starts = np.flatnonzero(np.concatenate([[True], np.diff(rows.times) != 0]))
     if len(starts) == len(rows):
@@ -255,7 +257,10 @@ def _merge_duplicates(series_id: str, rows: SeriesRows, policy: str, source_of: 
     sizes = np.diff(np.concatenate([starts, [len(rows)]]))
     if policy == "mean":
         stats["rows_merged_duplicates"] += int((sizes - 1).sum())
-        return rows.take(starts, values=_group_means(rows.values, starts)), []
+        merged = _group_means(rows.values, starts)
+        first = list(first_columns)
+        merged[:, first] = rows.values[starts][:, first]
+        return rows.take(starts, values=merged), []
     group_size = np.repeat(sizes, sizes)
     duplicated_rows = np.flatnonzero(group_size > 1)
     rejections = _row_rejections(
@@ -294,13 +299,15 @@ def _apply_missing_policy(series_id: str, rows: SeriesRows, policy: str, source_
 
 
 def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
-               source_of: SourceOf, policy_columns: Sequence[int] | None = None
-               ) -> CleanSeries:
+               source_of: SourceOf, policy_columns: Sequence[int] | None = None,
+               first_columns: Sequence[int] = ()) -> CleanSeries:
     """Steps 1-4 of the module docstring for one series' columns.
 
     ``source_of(position)`` names an input row in dead letters; the missing-value
     policy looks at ``policy_columns`` (default: every column; a known covariate's
-    gaps are not filled, ``etl/timeseries/covariates.py``).
+    gaps are not filled, ``etl/timeseries/covariates.py``); duplicates merged by
+    ``mean`` keep their first row's ``first_columns`` (categorical codes: rows sort
+    by time, then values, then input position).
     """
     stats: collections.Counter = collections.Counter()
     stats["rows_read"] += len(rows)
@@ -315,7 +322,7 @@ def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
             message=f"Series mixes numeric and date/time timestamps ({len(rows)} rows).")],
             stats)
     rows, rejections = _merge_duplicates(series_id, rows, cleaning.duplicates, source_of,
-                                         stats)
+                                         stats, first_columns)
     if not len(rows):
         return CleanSeries([], rejections, stats)
     columns = range(rows.values.shape[1]) if policy_columns is None else policy_columns

@@ -42,7 +42,8 @@ class SeriesTransform:
             self.output_keys = [contract.WINDOW_KEY, contract.LABEL_KEY]
             self.input_keys = [*blocks, contract.LABEL_NAME_KEY]
         else:
-            self.output_keys = [*(key for key, _ in config.window_schema().blocks),
+            schema = config.window_schema()
+            self.output_keys = [*(key for key, _ in schema.blocks + schema.id_blocks),
                                 contract.WINDOW_KEY, contract.TARGET_KEY]
             self.input_keys = blocks
         self.input_keys = sorted([*self.input_keys, contract.SERIES_ID_KEY])
@@ -53,8 +54,8 @@ class SeriesTransform:
         """``raw``: the raw blocks (``SeriesPreprocessing.raw_shapes``) of a batch."""
         import tensorflow as tf
 
-        inputs = {key: tf.constant(value, tf.int64 if key == contract.RAW_TIME_KEY
-                                   else tf.float32) for key, value in raw.items()}
+        inputs = {key: tf.constant(value, ts_preprocessing.raw_dtype(key))
+                  for key, value in raw.items()}
         inputs[contract.SERIES_ID_KEY] = tf.constant(series_ids, tf.string)
         if self._config.classification:
             inputs[contract.LABEL_NAME_KEY] = tf.constant(labels, tf.string)
@@ -131,7 +132,8 @@ class TransformAndWriteWindowShard(ShardStep):
             [series[i] for i in keep], [starts[i] for i in keep], normalised[keep],
             None if target is None else target[keep], labels if classification else None,
             None if label_ids is None else label_ids[keep].tolist(),
-            {name: outputs[name][keep] for name, _ in self._schema.blocks})
+            {name: outputs[name][keep]
+             for name, _ in self._schema.blocks + self._schema.id_blocks})
         return ShardBlock(examples, labels, rejections)
 
 
@@ -146,13 +148,19 @@ class _ShardWindows:
         self._config = config
         num_features = config.num_features
         with_times = contract.RAW_TIME_KEY in config.raw_shapes()
-        parts, start_rows, run_of, times = [], [], [], []
+        num_categoricals = len(config.roles.categoricals) if config.covariates else 0
+        parts, start_rows, run_of, times, codes = [], [], [], [], []
         self.starts: list[str] = []
+        categories: list[bytes] = []  # every run's category texts, one after another
         offset = 0
         for index, run in enumerate(runs):
-            values, starts, run_times = read_run(run, num_features, with_times)
+            values, starts, run_times, run_codes, run_categories = read_run(
+                run, num_features, with_times, num_categoricals)
             parts.append(values)
             times.append(run_times)
+            if num_categoricals:
+                codes.append(run_codes.astype(np.int64) + len(categories))
+                categories += [text.encode() for text in run_categories]
             start_rows.append(offset + np.arange(run.num_windows, dtype=np.int64)
                               * windowing.shift)
             run_of.append(np.full(run.num_windows, index, np.int64))
@@ -162,6 +170,9 @@ class _ShardWindows:
                         else np.zeros((0, num_features), np.float32))
         self._times = (np.concatenate(times) if with_times and times
                        else np.zeros(0, np.int64))
+        self._codes = (np.concatenate(codes) if codes
+                       else np.zeros((0, num_categoricals), np.int64))
+        self._categories = np.array(categories, dtype=object)
         self._start_rows = np.concatenate(start_rows) if start_rows else np.zeros(0, np.int64)
         self.run_of = np.concatenate(run_of) if run_of else np.zeros(0, np.int64)
         sort_keys = [sharding.shard_sort_key(f"{runs[r].series_id}@{start}")
@@ -191,4 +202,11 @@ class _ShardWindows:
             raw[contract.RAW_TIME_KEY] = self._times[steps]
         if roles.static_real:
             raw[contract.STATIC_REAL_KEY] = self._values[first[:, 0]][:, roles.static_slice]
+        # The categoricals' texts, from each run's codes.
+        num_known = len(roles.known_categorical)
+        if roles.known_categorical:
+            raw[contract.KNOWN_CAT_KEY] = self._categories[self._codes[steps][..., :num_known]]
+        if roles.static_categorical:
+            raw[contract.STATIC_CAT_KEY] = self._categories[
+                self._codes[first[:, 0]][:, num_known:]]
         return raw

@@ -4,7 +4,9 @@ Long format: one row per (series id, timestamp, value columns...). Timestamps ar
 numbers (any unit) or ISO 8601 dates/times (naive ones are taken as UTC). Empty,
 ``"nan"`` and null values are *missing* (handled later by the missing-value policy);
 anything else that is not a finite number is rejected as ``unparsable_value``, and a
-number float32 cannot hold as ``value_out_of_range``. ``parse_row`` is the reference
+number float32 cannot hold as ``value_out_of_range``. A categorical column's value is
+its text, stripped (``category_text``; empty or null: ``""``, a category of its own).
+``parse_row`` is the reference
 for one row; ``etl/timeseries/parsing.py`` reads whole blocks column-wise by these rules.
 """
 
@@ -30,11 +32,19 @@ _MISSING_TEXT = frozenset({"", "nan", "null", "none", "na", "n/a"})
 
 @dataclasses.dataclass(frozen=True)
 class Columns:
-    """Which input columns hold the series id, the timestamp and the values."""
+    """Which input columns hold the series id, the timestamp, the (real) values and
+    the categoricals."""
 
     series_id: str
     timestamp: str
     values: tuple[str, ...]
+    categoricals: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every column read, each once, in this order."""
+        return tuple(dict.fromkeys((self.series_id, self.timestamp, *self.values,
+                                    *self.categoricals)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +57,7 @@ class Row:
     time_kind: str  # NUMERIC or DATETIME
     values: tuple[float, ...]
     source: str
+    categories: tuple[str, ...] = ()  # the categorical columns' texts
 
 
 def _looks_numeric(text: str) -> bool:
@@ -124,6 +135,11 @@ def parse_value(value: Any) -> float:
     return _finite_float(value)
 
 
+def category_text(value: Any) -> str:
+    """A categorical value as text: ``str(value)`` stripped; ``""`` for null."""
+    return "" if value is None else str(value).strip()
+
+
 # Finite float64 values at least this large in magnitude round to ±inf as float32,
 # the dtype windows are stored in: 2**128 - 2**103, halfway between float32's largest
 # value (2**128 - 2**104) and 2**128 (ties round to even, i.e. up).
@@ -166,7 +182,8 @@ def parse_row(row: Mapping[str, Any], columns: Columns, source: str) -> Row | Re
                                      f"float32 (largest finite 3.4028235e+38), the dtype "
                                      f"windows are stored in.")
     return Row(series_id=series_id, time=time, time_text=time_text, time_kind=kind,
-               values=tuple(values), source=source)
+               values=tuple(values), source=source,
+               categories=tuple(category_text(row.get(c)) for c in columns.categoricals))
 
 
 def input_format(path: str) -> str:
@@ -199,8 +216,7 @@ def matched_files(pattern: str) -> list[storage.FileInfo]:
 def check_columns(names: Sequence[str], columns: Columns, path: str) -> None:
     """Raises ValueError naming the required columns a file lacks (``names``: its
     CSV header or Parquet schema)."""
-    missing = [c for c in (columns.series_id, columns.timestamp, *columns.values)
-               if c not in names]
+    missing = [c for c in columns.names if c not in names]
     if missing:
         hint = closest(missing[0], names)
         raise ValueError(f"{path!r} lacks column(s) {missing}{hint}; its columns are "

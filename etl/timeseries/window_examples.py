@@ -52,7 +52,8 @@ class WindowSchema:
     ``target`` ``[H, target_features or F]`` or ``label`` + ``label_name``,
     ``series_id``, ``window_start`` and ``key`` (``<series_id>@<window_start>``);
     with column roles also the float32 ``blocks``, each ``(name, values per example)``
-    (``known``, ``static_real``, ``target_scale``)."""
+    (``known``, ``static_real``, ``target_scale``), and the int64 ``id_blocks``
+    (``known_cat``, ``static_cat``)."""
 
     window_size: int
     horizon: int
@@ -60,6 +61,7 @@ class WindowSchema:
     classification: bool
     target_features: int | None = None
     blocks: tuple[tuple[str, int], ...] = ()
+    id_blocks: tuple[tuple[str, int], ...] = ()
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019  (schemas are few and immutable)
     def example_bytes(self, series_bytes: int, start_bytes: int, label_bytes: int = 0,
@@ -80,6 +82,8 @@ class WindowSchema:
                 self.horizon * (self.target_features or self.num_features), np.float32)
         for name, size in self.blocks:
             instance[name] = np.zeros(size, np.float32)
+        for name, size in self.id_blocks:  # Each id counted as 1 byte (ids < 128).
+            instance[name] = np.zeros(size, np.int64)
         return len(serialize_example(instance))
 
     def encode(self, series_ids: Sequence[str], starts: Sequence[str], windows: np.ndarray,
@@ -110,5 +114,7 @@ class WindowSchema:
             columns[contract.TARGET_KEY] = _list_of_rows(np.asarray(targets, np.float32))
         for name, _ in self.blocks:
             columns[name] = _list_of_rows(np.asarray(blocks[name], np.float32))
+        for name, _ in self.id_blocks:
+            columns[name] = _list_of_rows(np.asarray(blocks[name], np.int64))
         batch = pa.RecordBatch.from_arrays(list(columns.values()), list(columns))
         return _reserialize(RecordBatchToExamplesEncoder().encode(batch))

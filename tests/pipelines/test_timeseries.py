@@ -235,13 +235,13 @@ def test_per_series_lookup_in_job_and_serving_with_unseen_series_fallback(tmp_pa
 
 def test_per_series_analyzer_refuses_fingerprint_clashes(monkeypatch):
     from etl.core import exact_stats
-    from etl.timeseries import preprocessing as timeseries_preprocessing
+    from etl.timeseries import per_series
 
-    monkeypatch.setattr(timeseries_preprocessing, "fingerprint",
+    monkeypatch.setattr(per_series, "fingerprint",
                         lambda ids: tf.zeros_like(ids, tf.int64))
     moments = exact_stats.moments_of(np.ones([2, 1], np.float32))
     with pytest.raises(ValueError, match="same 63-bit fingerprint"):
-        list(timeseries_preprocessing._emit_per_key([(b"a", moments), (b"b", moments)], 1))
+        list(per_series._emit_per_key([(b"a", moments), (b"b", moments)], 1))
 
 
 def test_timeseries_job_multivariate_columns(tmp_path):

@@ -39,7 +39,7 @@ def _rows(series_id: str, values, times=None) -> list[dict]:
 
 def _run_summary(run) -> tuple:
     """A run as (split, first window's key, windows, its rows' first column)."""
-    values, _, _ = read_run(run, num_features=1)
+    values = read_run(run, num_features=1).values
     return run.split, run.key, run.num_windows, [float(v) for v in values[:, 0]]
 
 

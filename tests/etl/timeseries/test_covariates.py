@@ -69,3 +69,30 @@ def test_a_missing_known_value_cuts_the_piece_and_counts_the_lost_windows():
     assert [p.times.tolist() for p in parts] == [[0, 1, 2, 3, 4], list(range(6, 12))]
     # 9 windows over 12 rows; 2 + 3 without row 5.
     assert stats == {"rows_missing_known": 1, "windows_missing_known": 4}
+
+
+CATEGORY_ROLES = ColumnRoles(targets=("y",), known_categorical=("event",),
+                             static_categorical=("store",), given=True)
+# The texts the rows' codes index (codes 0..3).
+CATEGORIES = ["", "a", "b", "s1"]
+
+
+@pytest.mark.parametrize("stores, expected", [([0, 3, 0], 3), ([0, 0, 0], 0)])
+def test_a_static_categorical_fills_its_empty_cells_or_stays_empty(stores, expected):
+    rows = _rows([[1, 1, s] for s in stores])
+    stats = collections.Counter()
+    checked, rejections = covariates.check_series("s1", rows, CATEGORY_ROLES,
+                                                  lambda p: f"f:{p}", stats, CATEGORIES)
+    assert rejections == [] and not stats
+    np.testing.assert_array_equal(checked.values[:, 2], [expected] * 3)
+    np.testing.assert_array_equal(checked.values[:, 1], [1, 1, 1])  # known: as given
+
+
+def test_a_varying_static_categorical_rejects_the_series_naming_both_texts():
+    stats = collections.Counter()
+    checked, rejections = covariates.check_series(
+        "s1", _rows([[1, 0, 1], [2, 0, 2], [3, 0, 0]]), CATEGORY_ROLES, lambda p: f"f:{p}",
+        stats, CATEGORIES)
+    assert checked is None and [r.reason for r in rejections] == ["static_varies"]
+    assert "'a' and 'b'" in rejections[0].message
+    assert stats == {"rows_read": 3, "rows_rejected": 3}

@@ -21,7 +21,7 @@ from etl.core import dead_letters, text_rows
 from etl.core.dead_letters import Rejection
 from etl.timeseries import parsed_rows, parsing
 from etl.timeseries.ranges import plan_parquet_ranges
-from etl.timeseries.sources import Columns, Row, parse_row
+from etl.timeseries.sources import Columns, Row, category_text, parse_row
 from etl.timeseries.time_texts import DATETIME_BIT, NUMERIC_BIT
 
 _KINDS = {NUMERIC_BIT: "numeric", DATETIME_BIT: "datetime"}
@@ -215,3 +215,59 @@ def test_jsonl_typed_columns_agree_with_parse_row(ids, stamps, values, count):
     parsed = parsing.jsonl_block_rows(("\n".join(lines) + "\n").encode(), 1,
                                       columns, 0, "in.jsonl", strip_bom=True)
     assert _parsed_rows(parsed) == _reference_rows(lines, columns, "in.jsonl")
+
+
+def _categories_by_position(parsed) -> dict[int, tuple[str, ...]]:
+    """Each parsed row's categorical texts, by input position."""
+    codes = parsed.values[:, -parsed.num_categoricals:].astype(np.int64)
+    return {int(p): tuple(parsed.categories[c] for c in row)
+            for p, row in zip(parsed.positions.tolist(), codes.tolist(), strict=True)}
+
+
+_CATEGORY_VALUES = [None, "", " a ", "a", "NA", "nan", 7, 7.5, 7.0, True, "é", "x y"]
+
+
+def test_categoricals_of_every_format_agree_with_parse_row(tmp_path):
+    """The column-wise texts of categoricals (CSV plain and quoted lines, JSON Lines,
+    typed Parquet) are those ``parse_row`` gives row by row."""
+    columns = Columns("id", "ts", ("v",), ("cat", "other"))
+    rng = np.random.default_rng(3)
+    records = [{"id": "s", "ts": i, "v": 1.0,
+                "cat": _CATEGORY_VALUES[int(rng.integers(len(_CATEGORY_VALUES)))],
+                "other": _CATEGORY_VALUES[int(rng.integers(len(_CATEGORY_VALUES)))]}
+               for i in range(200)]
+
+    def expected(rows, source_of):
+        return {position: parse_row(row, columns, source_of(position)).categories
+                for position, row in rows}
+
+    # JSON Lines: one block, typed columns where pyarrow stands for json.loads.
+    lines = [json.dumps(r) for r in records]
+    parsed = parsing.jsonl_block_rows(("\n".join(lines) + "\n").encode(), 1, columns, 0,
+                                      "in.jsonl", strip_bom=False)
+    assert _categories_by_position(parsed) == expected(
+        [(n, json.loads(line)) for n, line in enumerate(lines, start=1)], str)
+    # Parquet: string columns, then typed ones (each distinct value made text once).
+    strings = [{**r, "cat": None if r["cat"] is None else str(r["cat"]),
+                "other": None if r["other"] is None else str(r["other"])} for r in records]
+    path = str(tmp_path / "strings.parquet")
+    pq.write_table(pa.Table.from_pylist(strings), path)
+    (task,) = plan_parquet_ranges([path], columns)
+    assert _categories_by_position(parsing.parquet_group_rows(task, columns)) == {
+        n: (category_text(r["cat"]), category_text(r["other"]))
+        for n, r in enumerate(strings, start=1)}
+    ints = pa.table({"id": ["s"] * 4, "ts": [1, 2, 3, 4], "v": [1.0] * 4,
+                     "cat": pa.array([3, None, -1, 3], pa.int64()),
+                     "other": pa.array([1.5, None, 2.0, 1.5], pa.float64())})
+    pq.write_table(ints, path)
+    (task,) = plan_parquet_ranges([path], columns)
+    assert list(_categories_by_position(parsing.parquet_group_rows(task, columns)).values()
+                ) == [("3", "1.5"), ("", ""), ("-1", "2.0"), ("3", "1.5")]
+    # CSV: plain lines column-wise, quoted ones one by one.
+    header = ("id", "ts", "v", "cat", "other")
+    texts = ["s,1,1, a ,b", 's,2,1,"q, r",b', "s,3,1,,", "s,4,1,NA, é ", 's,5,1,"",x']
+    parsed = parsing.csv_block_rows(("\n".join(texts) + "\n").encode(), 2, header, columns,
+                                    0, "in.csv")
+    assert _categories_by_position(parsed) == expected(
+        [(n, text_rows.parse_csv_line(t, header)) for n, t in enumerate(texts, start=2)], str)
+    assert _categories_by_position(parsed)[3] == ("q, r", "b")

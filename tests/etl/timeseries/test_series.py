@@ -579,3 +579,19 @@ def test_clean_series_missing_value_rejection_names_the_input_row():
     result = clean_series(SERIES, rows, Cleaning(missing="reject"))
     assert [(r.reason, r.source) for r in result.rejections] == [
         ("missing_value", "in.csv:7")]
+
+
+def test_merged_duplicates_keep_the_first_rows_categorical_codes():
+    from etl.timeseries.series import SeriesRows, clean_rows
+    from etl.timeseries.time_texts import DATETIME_BIT, TimeTexts
+
+    # Two rows at t=0 (values 4 and 2: the one with 2 sorts first) and one at t=1;
+    # column 1 holds categorical codes.
+    rows = SeriesRows(times=np.array([0.0, 0.0, 1.0]),
+                      values=np.array([[4.0, 7.0], [2.0, 5.0], [1.0, 9.0]]),
+                      positions=np.arange(3, dtype=np.int64),
+                      texts=TimeTexts.stored(["0", "0", "1"]), kinds=DATETIME_BIT)
+    cleaned = clean_rows("s", rows, Cleaning(), lambda p: str(p), policy_columns=[0],
+                         first_columns=[1])
+    (segment,) = cleaned.segments
+    np.testing.assert_array_equal(segment.values, [[3.0, 5.0], [1.0, 9.0]])
