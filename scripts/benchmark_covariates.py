@@ -2,16 +2,20 @@
 
 Input: generated M5-shaped long-format CSV (--series series × --days days, one row
 per (series, day): series_id, date, sales (a count), price and promo (known in
-advance), visits (observed only), store_size and item_weight (constant per series)),
-written once into --work_dir. Both sides do the same work with the same roles
-(--target_columns=sales --past_columns=visits --known_columns=price,promo
+advance), visits (observed only), event (a category known in advance, empty on most
+days, as in M5), store_id, item_id (categories constant per series), store_size and
+item_weight (reals constant per series)), written once into --work_dir. Both sides
+do the same work with the same roles (--target_columns=sales --past_columns=visits
+--known_columns=price,promo --known_categorical_columns=event
+--static_categorical_columns=store_id,item_id
 --static_real_columns=store_size,item_weight
 --calendar_features=day_of_week,month,day_of_year --target_transform=log1p,
 --window_size=28 --horizon=7 --shift=7): read the CSV, sort each series by date,
-split it 80/10/10 by time, fit the z-score of every real column on the train rows
-(log1p of sales first), cut the window, target, known (with the calendar features)
-and static blocks with target_scale, then serialize one tf.train.Example per window
-and write GZIP TFRecords.
+split it 80/10/10 by time, fit the z-score of every real column and the vocabulary
+of every categorical on the train rows (log1p of sales first), cut the window,
+target, known (with the calendar features), known_cat and static blocks with
+target_scale, then serialize one tf.train.Example per window and write GZIP
+TFRecords.
 
   reference  this file run with --reference: pandas.read_csv, numpy per series
              (sliding_window_view), tf.train.Example protos, one TFRecordWriter
@@ -21,8 +25,8 @@ and write GZIP TFRecords.
 
 Times exclude interpreter start and imports; peak RSS is ru_maxrss of a fresh
 wrapper process's only child (scripts/measure_memory.py). Rounds alternate the two.
-Both outputs are checked to hold the same windows per split and the same train
-statistics of the target.
+Both outputs are checked to hold the same windows per split, the same train
+statistics of the target and the same vocabulary sizes.
 
 Targets (PASS/FAIL, the issue's): job rows/s >= --min_ratio (1.5) x the reference's
 (whole script, and, reported beside it, arrays only); job peak RSS <= --max_peak_gb (2).
@@ -58,9 +62,13 @@ from bench_common import (
 )
 
 ROLES = {"timestamp_column": "date", "target_columns": "sales", "past_columns": "visits",
-         "known_columns": "price,promo", "static_real_columns": "store_size,item_weight",
+         "known_columns": "price,promo", "known_categorical_columns": "event",
+         "static_categorical_columns": "store_id,item_id",
+         "static_real_columns": "store_size,item_weight",
          "calendar_features": "day_of_week,month,day_of_year", "target_transform": "log1p"}
 REALS = ["sales", "visits", "price", "promo", "store_size", "item_weight"]
+CATEGORICALS = ["event", "store_id", "item_id"]
+EVENTS = [f"event{k}" for k in range(30)]  # M5 has 30 event names
 
 
 # --- input -----------------------------------------------------------------------------
@@ -76,6 +84,7 @@ def generate(path: str, series: int, days: int, quoted: bool, seed: int = 0,
     rng = np.random.default_rng(seed)
     dates = np.datetime_as_string(np.datetime64("2011-01-29") + np.arange(days), unit="D")
     weekend = ((np.arange(days) + 5) % 7 >= 5).astype(np.float64)  # 2011-01-29: Saturday
+    event = np.where(rng.random(days) < 0.08, rng.choice(EVENTS, days), "")
     tmp = path + ".tmp"
     with pa.OSFile(tmp, "wb") as sink:
         writer = None
@@ -92,6 +101,11 @@ def generate(path: str, series: int, days: int, quoted: bool, seed: int = 0,
                 "sales": rng.poisson(expected).astype(np.float64).ravel(),
                 "price": price.ravel(), "promo": promo.ravel(),
                 "visits": np.round(expected * 10 + rng.normal(0, 1, (n, days)), 1).ravel(),
+                "event": np.tile(event, n),
+                "store_id": np.repeat([f"store{i % 10}" for i in range(first, first + n)],
+                                      days),
+                "item_id": np.repeat([f"item{i // 10}" for i in range(first, first + n)],
+                                     days),
                 "store_size": np.repeat(100.0 + 37 * (np.arange(first, first + n) % 10), days),
                 "item_weight": np.repeat(np.round(0.1 * (np.arange(first, first + n) // 10
                                                          % 50 + 1), 1), days)})
@@ -105,7 +119,8 @@ def generate(path: str, series: int, days: int, quoted: bool, seed: int = 0,
 
 
 def ensure_input(work_dir: str, series: int, days: int, quoted: bool) -> str:
-    path = os.path.join(work_dir, f"m5{'_quoted' if quoted else ''}_{series}x{days}.csv")
+    path = os.path.join(work_dir,
+                        f"m5cat{'_quoted' if quoted else ''}_{series}x{days}.csv")
     if not os.path.exists(path):
         print(f"generating {path} ...", flush=True)
         generate(path, series, days, quoted)
@@ -122,19 +137,32 @@ def _calendar(dates: np.ndarray) -> np.ndarray:
                      (index.dayofyear - 1) / 365 - 0.5], axis=-1).astype(np.float32)
 
 
-def _blocks(values: np.ndarray, dates: np.ndarray, mean: np.ndarray, std: np.ndarray,
-            window: int, horizon: int, shift: int) -> dict[str, np.ndarray]:
-    """Every block of one piece's windows ``[n, ...]``."""
+def _vocabulary(train: np.ndarray) -> dict[str, int]:
+    """text → id, as tft.vocabulary orders them: most rows first, ties in reverse
+    byte order."""
+    import pandas as pd
+
+    counts = sorted(pd.Series(train).value_counts().items(),
+                    key=lambda kv: (kv[1], kv[0].encode()), reverse=True)
+    return {text: index for index, (text, _) in enumerate(counts)}
+
+
+def _blocks(values: np.ndarray, ids: np.ndarray, dates: np.ndarray, mean: np.ndarray,
+            std: np.ndarray, window: int, horizon: int, shift: int
+            ) -> dict[str, np.ndarray]:
+    """Every block of one piece's windows ``[n, ...]`` (``ids``: categorical ids)."""
     from numpy.lib.stride_tricks import sliding_window_view
 
     z = ((values - mean) / std).astype(np.float32)
     span = window + horizon
     cut = sliding_window_view(z, span, axis=0)[::shift].transpose(0, 2, 1)  # [n, span, F]
+    known_cat = sliding_window_view(ids[:, :1], span, axis=0)[::shift].transpose(0, 2, 1)
     calendar = sliding_window_view(_calendar(dates), span, axis=0)[::shift].transpose(0, 2, 1)
     n = len(cut)
     return {"window": cut[:, :window, :2], "target": cut[:, window:, :1],
             "known": np.concatenate([cut[:, :, 2:4], calendar], axis=-1),
-            "static_real": cut[:, 0, 4:],
+            "static_real": cut[:, 0, 4:], "known_cat": known_cat,
+            "static_cat": np.broadcast_to(ids[0, 1:], (n, 2)),
             "target_scale": np.broadcast_to(np.float32([[mean[0], std[0]]]), (n, 1, 2)),
             "starts": dates[:len(dates) - span + 1:shift][:n]}
 
@@ -147,29 +175,36 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
 
     started = time.perf_counter()
     frame = pd.read_csv(input_path, dtype={"series_id": str, "date": str,
-                                           **{c: np.float64 for c in REALS}})
+                                           **{c: np.float64 for c in REALS},
+                                           **{c: str for c in CATEGORICALS}})
     frame = frame.sort_values(["series_id", "date"], kind="stable", ignore_index=True)
-    ids = frame["series_id"].to_numpy()
+    series = frame["series_id"].to_numpy()
     dates = frame["date"].to_numpy()
     values = frame[REALS].to_numpy(np.float32).astype(np.float64)
     values[:, 0] = np.log1p(values[:, 0])
-    bounds = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(ids)]
+    bounds = [0, *(np.flatnonzero(series[1:] != series[:-1]) + 1).tolist(), len(series)]
     edges = {}
     for a, b in itertools.pairwise(bounds):
         n = b - a
         edges[a] = [("train", a, a + round(n * 0.8)),
                     ("validation", a + round(n * 0.8), a + round(n * 0.9)),
                     ("test", a + round(n * 0.9), b)]
-    train = np.concatenate([values[lo:hi] for parts in edges.values()
-                            for split, lo, hi in parts if split == "train"])
+    train_rows = np.concatenate([np.arange(lo, hi) for parts in edges.values()
+                                 for split, lo, hi in parts if split == "train"])
+    train = values[train_rows]
     mean, std = train.mean(axis=0), train.std(axis=0)
     std = np.where(std > 0, std, 1.0)
+    texts = frame[CATEGORICALS].fillna("")  # an empty cell is the category ""
+    vocabularies = [_vocabulary(texts[c].to_numpy()[train_rows]) for c in CATEGORICALS]
+    ids = np.stack([texts[c].map(v).fillna(len(v)).to_numpy(np.int64)
+                    for c, v in zip(CATEGORICALS, vocabularies, strict=True)], axis=1)
     pieces = {"train": [], "validation": [], "test": []}
     for a, parts in edges.items():
         for split, lo, hi in parts:
             if hi - lo >= window + horizon:
-                pieces[split].append((ids[a], _blocks(values[lo:hi], dates[lo:hi], mean,
-                                                      std, window, horizon, shift)))
+                pieces[split].append((series[a], _blocks(
+                    values[lo:hi], ids[lo:hi], dates[lo:hi], mean, std, window, horizon,
+                    shift)))
     arrays_s = time.perf_counter() - started
     counts = {}
     os.makedirs(output_dir, exist_ok=True)
@@ -177,6 +212,9 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
 
     def floats(array: np.ndarray) -> tf.train.Feature:
         return tf.train.Feature(float_list=tf.train.FloatList(value=array.ravel()))
+
+    def ints(array: np.ndarray) -> tf.train.Feature:
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=array.ravel()))
 
     for split, split_pieces in pieces.items():
         counts[split] = 0
@@ -188,6 +226,8 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
                     start = start.encode()
                     feature = {name: floats(blocks[name][i]) for name in (
                         "window", "target", "known", "static_real", "target_scale")}
+                    feature.update({name: ints(blocks[name][i])
+                                    for name in ("known_cat", "static_cat")})
                     feature.update({
                         "series_id": tf.train.Feature(bytes_list=tf.train.BytesList(
                             value=[sid])),
@@ -200,7 +240,9 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
                     counts[split] += 1
     return {"seconds": time.perf_counter() - started, "arrays_s": arrays_s,
             "rows": len(frame), "windows": counts, "mean": float(np.float32(mean[0])),
-            "std": float(np.float32(std[0]))}
+            "std": float(np.float32(std[0])),
+            "vocabulary_sizes": {c: len(v) for c, v in zip(CATEGORICALS, vocabularies,
+                                                             strict=True)}}
 
 
 # --- measuring -------------------------------------------------------------------------
@@ -227,6 +269,7 @@ def run_job(input_path: str, out: str, log: str, flags: dict, extra: list[str]) 
             "windows": {s: manifest["splits"][s]["num_records"] for s in manifest["splits"]},
             "mean": manifest["normalisation"]["mean"][0],
             "std": manifest["normalisation"]["std"][0],
+            "vocabulary_sizes": {c: manifest["categories"][c]["size"] for c in CATEGORICALS},
             "shards": summary["shards"], "output_mib": summary["output_mib"]}
 
 
@@ -292,7 +335,8 @@ def main() -> None:
     first = samples["reference"][0]
     same = all(s["windows"] == first["windows"] and abs(s["mean"] - first["mean"])
                <= 1e-5 * abs(first["mean"]) and abs(s["std"] - first["std"])
-               <= 1e-5 * first["std"] for s in samples["job"])
+               <= 1e-5 * first["std"]
+               and s["vocabulary_sizes"] == first["vocabulary_sizes"] for s in samples["job"])
     targets = {
         "ratio": {"value": round(reference_s / job_s, 3), "min": args.min_ratio,
                   "pass": reference_s / job_s >= args.min_ratio},
