@@ -133,8 +133,8 @@ def _calendar(dates: np.ndarray) -> np.ndarray:
     import pandas as pd
 
     index = pd.DatetimeIndex(dates)
-    return np.stack([index.dayofweek / 6 - 0.5, (index.month - 1) / 11 - 0.5,
-                     (index.dayofyear - 1) / 365 - 0.5], axis=-1).astype(np.float32)
+    return np.stack([index.day_of_week / 6 - 0.5, (index.month - 1) / 11 - 0.5,
+                     (index.day_of_year - 1) / 365 - 0.5], axis=-1).astype(np.float32)
 
 
 def _vocabulary(train: np.ndarray) -> dict[str, int]:
