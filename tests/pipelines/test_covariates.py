@@ -312,8 +312,8 @@ def _check_per_series_scaling(frame: pd.DataFrame, records: dict, skip: tuple[st
     ("--past_columns=sales", "'sales' is in both --target_columns and --past_columns"),
     ("--known_columns=date", "--known_columns names 'date', the series id or timestamp"),
     ("--static_categorical_columns=itemid", "'itemid'] (closest: 'item_id')"),
-    ("--known_categorical_columns=sales", "'sales' is in both --target_columns and "
-                                          "--known_categorical_columns"),
+    ("--known_categorical_columns=sales",
+     "'sales' is in both --target_columns and --known_categorical_columns"),
 ])
 def test_a_wrong_role_flag_is_one_clear_error(tmp_path, flag, message):
     path = write_m5_csv(str(tmp_path / "m5.csv"), m5_frame(1, 1, 30))
