@@ -41,10 +41,56 @@ _FIELDS = st.one_of(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.lists(st.tuples(_FIELDS, _FIELDS, _FIELDS, _FIELDS), min_size=1, max_size=30))
 def test_csv_block_rows_agree_with_parse_row(rows):
-    columns = Columns("id", "ts", ("a", "b"))
-    header = ("id", "ts", "a", "b")
     lines = [",".join(f.replace(",", ";").replace('"', "'") for f in row) for row in rows]
-    block = ("\n".join(lines) + "\n").encode()
+    _check_csv_lines(lines, Columns("id", "ts", ("a", "b")), ("id", "ts", "a", "b"))
+
+
+# A field as CSV writers quote it, or quoted in ways only the csv module reads.
+_QUOTED = st.one_of(
+    _FIELDS.map(lambda f: f.replace('"', "'")),
+    _FIELDS.map(lambda f: '"' + f.replace('"', "'") + '"'),
+    st.sampled_from(['"a,b"', '""', '" 7 "', '"1,5"', '"2024-01-02"', '"a""b"', 'a"b',
+                     '"a"b', ' "a"', '"a" ', '"a', '"é"', '"\t7"', '","']),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.tuples(_QUOTED, _QUOTED, _QUOTED, _QUOTED, _QUOTED), min_size=1,
+                     max_size=30), crlf=st.booleans())
+def test_quoted_csv_block_rows_agree_with_parse_row(rows, crlf):
+    """Simply quoted lines go column-wise, the others line by line: the same rows."""
+    lines = [",".join(row) for row in rows]
+    _check_csv_lines(lines, Columns("id", "ts", ("a", "b"), ("c",)),
+                     ("id", "ts", "a", "b", "c"), "\r\n" if crlf else "\n")
+
+
+@pytest.mark.parametrize("line_break", ["\n", "\r\n"])
+def test_quoted_csv_as_writers_quote_it_takes_the_column_path(monkeypatch, line_break):
+    # R's write.csv and pyarrow quote every text; pandas quotes texts with commas. Each
+    # such line, and a block of them, is read column-wise: no line alone.
+    lines = ['"s1","2024-01-02",1.5,"x, y",""', 's1,2024-01-03,"2","a",b',
+             '"s2","2024-01-02",,"","q"'] * 3
+    calls = []
+    for module in (parsing, parsed_rows):
+        monkeypatch.setattr(module, "parse_row",
+                            lambda *args: calls.append(args) or parse_row(*args))
+    header = ("id", "ts", "a", "b", "c")
+    block = line_break.join(lines) + line_break
+    odd = 's3,2024-01-04,1,"a"b",c'  # the csv module reads 'ab"'
+    for text, rows in ((block, 9), (block + odd + line_break, 10)):
+        parsed = parsing.csv_block_rows(text.encode(), 2, header,
+                                        Columns("id", "ts", ("a",), ("b", "c")), 0, "in.csv")
+        assert len(parsed.codes) == rows
+    assert len(calls) == 1  # the odd line only
+    assert sorted(set(_categories_by_position(parsed).values())) == [
+        ("", "q"), ("a", "b"), ("ab\"", "c"), ("x, y", "")]
+    _check_csv_lines(lines, Columns("id", "ts", ("a",), ("b", "c")), header, line_break)
+
+
+def _check_csv_lines(lines: list[str], columns: Columns, header: tuple[str, ...],
+                     line_break: str = "\n") -> None:
+    """``csv_block_rows`` of the lines gives what ``parse_row`` gives line by line."""
+    block = (line_break.join(lines) + line_break).encode()
     parsed = parsing.csv_block_rows(block, 2, header, columns, 0, "in.csv")
     expected_rows, expected_rejections = [], []
     for number, line in enumerate(lines, start=2):
@@ -58,17 +104,19 @@ def test_csv_block_rows_agree_with_parse_row(rows):
             expected_rows.append((result.series_id, result.time, result.time_text,
                                   result.time_kind,
                                   tuple("nan" if math.isnan(v) else v for v in result.values),
-                                  result.source))
+                                  result.categories, result.source))
         else:
             expected_rejections.append((result.key, result.source, result.reason,
                                         result.message))
     got_rows = []
+    num_values = len(columns.values)
     for i in range(len(parsed.codes)):
         got_rows.append((
             parsed.series_ids[parsed.codes[i]], float(parsed.times[i]),
             parsed.text_dictionary[parsed.text_codes[i]],
             _KINDS[int(parsed.kinds[i])],
-            tuple("nan" if math.isnan(v) else float(v) for v in parsed.values[i]),
+            tuple("nan" if math.isnan(v) else float(v) for v in parsed.values[i, :num_values]),
+            tuple(parsed.categories[int(c)] for c in parsed.values[i, num_values:]),
             f"in.csv:{int(parsed.positions[i])}"))
     got_rejections = [(r.key, r.source, r.reason, r.message) for r in parsed.rejections]
     assert sorted(got_rows, key=repr) == sorted(expected_rows, key=repr)
