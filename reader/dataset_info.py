@@ -120,8 +120,8 @@ class DatasetInfo:
     def categories(self) -> Mapping[str, Any]:
         """Per categorical column (``--known_categorical_columns``,
         ``--static_categorical_columns``): its ``block``, ``vocabulary`` name,
-        vocabulary ``size``, ``oov_id`` and ``cardinality`` (the ids an embedding
-        takes); empty without categoricals."""
+        vocabulary ``size``, its texts in id order (``values``), ``oov_id`` and
+        ``cardinality`` (the ids an embedding takes); empty without categoricals."""
         return self.manifest.get("categories", {})
 
     def inverse_target(self, target: Any, target_scale: Any) -> np.ndarray:

@@ -13,7 +13,9 @@ The graph maps the raw texts of ``known_cat`` ``[W + H, Kc]`` and ``static_cat``
 ``[Sc]`` to int64 ids with ``tft.apply_vocabulary`` and one out-of-vocabulary
 bucket: a text no train row holds (a store first seen in the test period) gets id
 ``size``, the same for every such text. A model's embedding for a column therefore
-takes ``cardinality = size + 1`` ids, the manifest's ``categories`` entry.
+takes ``cardinality = size + 1`` ids, the manifest's ``categories`` entry, which
+also lists each vocabulary's texts in id order (``values``), so a reader maps ids
+back to texts without TensorFlow.
 """
 
 from __future__ import annotations
@@ -95,12 +97,13 @@ def _raw_column(roles: ColumnRoles, index: int) -> tuple[str, int]:
 
 def describe_categories(transform_dir: str, roles: ColumnRoles) -> dict[str, Any]:
     """The manifest's ``categories`` entry: per categorical column, its block, its
-    vocabulary's name and size, the out-of-vocabulary id and the cardinality (ids a
-    model's embedding takes)."""
+    vocabulary's name, size and texts in id order, the out-of-vocabulary id and the
+    cardinality (ids a model's embedding takes)."""
     output = tft.TFTransformOutput(transform_dir)
     entry = {}
     for index, (column, name) in enumerate(roles.vocabularies()):
-        size = int(output.vocabulary_size_by_name(name))
+        values = [text.decode() for text in output.vocabulary_by_name(name)]
         entry[column] = {"block": _raw_column(roles, index)[0], "vocabulary": name,
-                         "size": size, "oov_id": size, "cardinality": size + OOV_BUCKETS}
+                         "size": len(values), "values": values, "oov_id": len(values),
+                         "cardinality": len(values) + OOV_BUCKETS}
     return {"categories": entry}

@@ -161,10 +161,12 @@ def test_the_manifest_names_each_block_channel(m5):
     for name in BLOCKS:
         assert manifest["features"][name]["shape"] == roles["blocks"][name]["shape"]
     # Cardinalities: the train vocabulary's size plus the out-of-vocabulary id.
-    sizes = {column: len(vocabulary) for column, vocabulary in _vocabularies(frame).items()}
+    vocabularies = _vocabularies(frame)
     assert manifest["categories"] == {
-        column: {"block": block, "vocabulary": f"{block}_{k}", "size": sizes[column],
-                 "oov_id": sizes[column], "cardinality": sizes[column] + 1}
+        column: {"block": block, "vocabulary": f"{block}_{k}",
+                 "size": len(vocabularies[column]), "values": list(vocabularies[column]),
+                 "oov_id": len(vocabularies[column]),
+                 "cardinality": len(vocabularies[column]) + 1}
         for block, columns in CATEGORICALS.items() for k, column in enumerate(columns)}
 
 
