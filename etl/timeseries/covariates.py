@@ -38,6 +38,16 @@ def _series_rejection(series_id: str, source: str, reason: str, message: str,
     return [Rejection(key=series_id, source=source, reason=reason, message=message)]
 
 
+def _static_varies(series_id: str, source: str, name: str, values: Sequence[str],
+                   rows: int, stats: collections.Counter) -> list[Rejection]:
+    """The dead letter of a series whose static column ``name`` takes ``values``."""
+    return _series_rejection(
+        series_id, source, dead_letters.STATIC_VARIES,
+        f"The static column {name!r} takes {len(values)} values in this series (e.g. "
+        f"{values[0]} and {values[1]}); a static column has one value per series "
+        f"({rows} rows).", rows, stats)
+
+
 def _static_values(series_id: str, rows: SeriesRows, roles: ColumnRoles, source: str,
                    stats: collections.Counter) -> tuple[SeriesRows | None, list[Rejection]]:
     """Rows with each static real filled with the series' one value."""
@@ -52,11 +62,9 @@ def _static_values(series_id: str, rows: SeriesRows, roles: ColumnRoles, source:
                 f"No row gives the static column {name!r} ({len(rows)} rows).",
                 len(rows), stats)
         if len(distinct) > 1:
-            return None, _series_rejection(
-                series_id, source, dead_letters.STATIC_VARIES,
-                f"The static column {name!r} takes {len(distinct)} values in this "
-                f"series (e.g. {distinct[0]:g} and {distinct[1]:g}); a static column "
-                f"has one value per series ({len(rows)} rows).", len(rows), stats)
+            return None, _static_varies(series_id, source, name,
+                                        [f"{v:g}" for v in distinct.tolist()], len(rows),
+                                        stats)
         values[:, column] = distinct[0]
     return rows.take(np.arange(len(rows)), values=values), []
 
@@ -71,11 +79,9 @@ def _static_categories(series_id: str, rows: SeriesRows, roles: ColumnRoles,
         codes = np.unique(values[:, column]).astype(np.int64).tolist()
         given = [c for c in codes if categories[c]]
         if len(given) > 1:
-            return None, _series_rejection(
-                series_id, source, dead_letters.STATIC_VARIES,
-                f"The static column {name!r} takes {len(given)} values in this series "
-                f"(e.g. {categories[given[0]]!r} and {categories[given[1]]!r}); a static "
-                f"column has one value per series ({len(rows)} rows).", len(rows), stats)
+            return None, _static_varies(series_id, source, name,
+                                        [repr(categories[c]) for c in given], len(rows),
+                                        stats)
         if given:
             values[:, column] = given[0]
     return rows.take(np.arange(len(rows)), values=values), []
