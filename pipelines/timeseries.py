@@ -175,10 +175,14 @@ def column_roles(options: TimeSeriesOptions, values: tuple[str, ...]
     names = roles_lib.split_names
     for flag in _COLUMN_FLAGS:
         for name in names(getattr(options, flag)):
+            # The series id may be a static category (an embedding per series).
+            if name == options.series_id_column and flag == "static_categorical_columns":
+                continue
             if name in (options.series_id_column, options.timestamp_column):
                 raise ValueError(f"--{flag} names {name!r}, the series id or timestamp "
                                  f"column; calendar features come from "
-                                 f"--calendar_features.")
+                                 f"--calendar_features, and the series id may be a "
+                                 f"--static_categorical_columns column.")
     return roles_lib.ColumnRoles(
         targets=names(options.target_columns) or values,
         past=names(options.past_columns), known=names(options.known_columns),

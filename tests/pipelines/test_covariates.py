@@ -372,10 +372,11 @@ def test_a_store_first_seen_in_the_test_period_gets_the_out_of_vocabulary_id(tmp
     out = str(tmp_path / "out")
     manifest = run_timeseries_job(
         path, out, "--timestamp_column=date", "--target_columns=sales",
-        "--static_categorical_columns=store_id,item_id", "--known_categorical_columns=event",
-        "--split_times=2015-02-20,2015-03-06", "--window_size=7", "--horizon=2")
+        "--static_categorical_columns=store_id,item_id,series_id",
+        "--known_categorical_columns=event", "--split_times=2015-02-20,2015-03-06",
+        "--window_size=7", "--horizon=2")
     train = frame[frame.date < "2015-02-20"]
-    stores = _vocabulary(train.store_id)
+    stores, series = _vocabulary(train.store_id), _vocabulary(train.series_id)
     assert sorted(stores) == ["store0", "store1"]
     assert manifest["categories"]["store_id"]["oov_id"] == 2
     records = all_records(out, manifest)
@@ -383,5 +384,7 @@ def test_a_store_first_seen_in_the_test_period_gets_the_out_of_vocabulary_id(tmp
     assert new_store and all(split == "test" for k, (split, _) in records.items()
                              if k in new_store)
     for key, (_, stored) in records.items():
-        store = key.split("@")[0].split("_")[1]
-        assert stored["static_cat"][0] == stores.get(store, 2), key
+        series_id = key.split("@")[0]
+        # The series id as a static category too: the new series is out of vocabulary.
+        assert list(stored["static_cat"][[0, 2]]) == [
+            stores.get(series_id.split("_")[1], 2), series.get(series_id, 2)], key
