@@ -23,7 +23,7 @@ from etl.core import dead_letters, exact_stats, storage
 from etl.core.dead_letters import Rejection
 from etl.timeseries import covariates
 from etl.timeseries import series as ts_series
-from etl.timeseries.chunks import ChunkRef, RowChunk, read_chunks
+from etl.timeseries.chunks import ChunkRef, RowChunk, own_categories, read_chunks
 from etl.timeseries.preprocessing import analysis_instance
 from etl.timeseries.ranges import POSITION_FILE_STRIDE
 from etl.timeseries.roles import ColumnRoles
@@ -291,8 +291,8 @@ def _run_categories(codes: np.ndarray, categories: Sequence[str]
     (returned with them); None without categorical columns."""
     if not codes.shape[1]:
         return None
-    used, local = np.unique(codes.astype(np.int64), return_inverse=True)
-    return local.reshape(codes.shape).astype(np.int32), [categories[c] for c in used.tolist()]
+    local, used = own_categories(codes, categories)
+    return local.astype(np.int32), used
 
 
 def _stats(stats: collections.Counter) -> Iterator[Any]:

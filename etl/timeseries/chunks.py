@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -177,16 +177,23 @@ def to_chunks(parsed: ParsedRows, buckets: int) -> Iterator[tuple[int, RowChunk]
             categories=categories, num_categoricals=parsed.num_categoricals)
 
 
+def own_categories(codes: np.ndarray, categories: Sequence[str]
+                   ) -> tuple[np.ndarray, list[str]]:
+    """Categorical ``codes`` (any shape, indices into ``categories``) renumbered into
+    the texts they use, and those texts: what a chunk or a run carries of them."""
+    used, local = np.unique(codes.astype(np.int64), return_inverse=True)
+    return local.reshape(codes.shape), [categories[c] for c in used.tolist()]
+
+
 def _own_categories(parsed: ParsedRows, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """The values of ``rows``, their categorical codes renumbered into the texts
-    they use (returned), so a chunk carries only its own categories."""
+    """The values of ``rows``, their categorical codes renumbered (``own_categories``)."""
     values = parsed.values[rows]
     if not parsed.num_categoricals:
         return values, []
-    codes = values[:, -parsed.num_categoricals:].astype(np.int64)
-    used, local = np.unique(codes, return_inverse=True)
-    values[:, -parsed.num_categoricals:] = local.reshape(codes.shape)
-    return values, [parsed.categories[c] for c in used.tolist()]
+    codes, categories = own_categories(values[:, -parsed.num_categoricals:],
+                                       parsed.categories)
+    values[:, -parsed.num_categoricals:] = codes
+    return values, categories
 
 
 def spill_chunks(chunks: Iterable[tuple[int, RowChunk]], path: str
