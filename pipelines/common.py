@@ -15,7 +15,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
 from etl.core import accounting, resume, sharding, splits, storage, versions
 from etl.core.output_dir import prepare_output_dir
+from etl.core.shard_files import DEFAULT_GZIP_LEVEL, ShardFormat, check_gzip_level
 from pipelines import failures, held_reports, runner_defaults, summary
+from reader import contract
 from reader.contract import MANIFEST_FILENAME
 
 _MIB = 1024 * 1024
@@ -75,6 +77,14 @@ class DatasetOptions(PipelineOptions):
             parser, "--target_shard_mb", sharding.DEFAULT_TARGET_SHARD_BYTES,
             "Target shard size in MiB of serialized examples (before GZIP), used when "
             "--num_shards is not given.")
+        parser.add_argument(
+            "--compression", default=contract.GZIP, choices=contract.COMPRESSIONS,
+            help="Shard files: gzip (default), TFRecords in a GZIP stream, the format "
+                 "tf.data reads with compression_type='GZIP'; or none, plain TFRecord "
+                 "files each with a record index beside it (<shard>.idx), which "
+                 "PyTorch, Grain, TFDS and DALI readers can seek in "
+                 "(docs/READER.md). JPEG/PNG shards are stored at gzip level 0 by "
+                 "default anyway, so none costs them no space.")
         parser.add_argument(
             "--gzip_level", type=int,
             help="zlib level 0-9 of the GZIP shard files; 0 keeps the GZIP container "
@@ -153,16 +163,25 @@ class OutputSettings:
     overwrite: bool
     max_error_fraction: float
     resume: bool = True
+    compression: str = contract.GZIP
+
+    @property
+    def shard_format(self) -> ShardFormat:
+        return ShardFormat(self.compression, self.gzip_level)
 
     @classmethod
     def from_options(cls, options: Any, default_name: str,
-                     default_gzip_level: int = sharding.DEFAULT_GZIP_LEVEL) -> OutputSettings:
+                     default_gzip_level: int = DEFAULT_GZIP_LEVEL) -> OutputSettings:
         """The output flags of ``options``; ``default_name`` and ``default_gzip_level``
         are the job's own defaults for ``--name`` and ``--gzip_level``."""
         require(options, "output_dir")
         if not 0 <= options.max_error_fraction <= 1:
             raise ValueError(f"--max_error_fraction must be in [0, 1], got "
                              f"{options.max_error_fraction}.")
+        if (options.compression == contract.NO_COMPRESSION
+                and options.gzip_level is not None):
+            raise ValueError(f"--gzip_level={options.gzip_level} needs "
+                             f"--compression=gzip; --compression=none writes no GZIP.")
         target_shard_bytes = mib_to_bytes(options.target_shard_mb)
         sharding.plan_num_shards(1, 1, target_shard_bytes, options.num_shards)
         return cls(
@@ -171,7 +190,8 @@ class OutputSettings:
             fractions=splits.SplitFractions.parse(options.split_fractions),
             num_shards=options.num_shards,
             target_shard_bytes=target_shard_bytes,
-            gzip_level=sharding.check_gzip_level(
+            compression=contract.check_compression(options.compression),
+            gzip_level=check_gzip_level(
                 default_gzip_level if options.gzip_level is None else options.gzip_level),
             tft_temp_dir=(options.tft_temp_dir or runner_defaults.default_tft_temp_dir(
                 options.output_dir, options)),
@@ -185,7 +205,8 @@ class OutputSettings:
         return {
             "num_shards": self.num_shards,
             "target_shard_bytes": self.target_shard_bytes,
-            "gzip_level": self.gzip_level,
+            "compression": self.compression,
+            "gzip_level": self.gzip_level if self.compression == contract.GZIP else None,
             "sharding": "shard = sha256-based hash of key % num_shards; in-shard order "
                         "by a second hash; empty shard ids dropped",
         }

@@ -406,7 +406,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
                              num_shards=job.output.num_shards),
         write_shard=TransformAndWriteImageShard(
             output_dir, versions.shard_prefix(job.output.name, job.version.number),
-            job.output.gzip_level,
+            job.output.shard_format,
             job.limits, shared.Shared(), job.preprocessing, columns=job.columns),
         write_label="TransformAndWrite",
         rejected=[listing_rejected, decided[REJECTED]],

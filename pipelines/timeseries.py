@@ -367,7 +367,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         plan=PlanRunShards(target_shard_bytes=job.output.target_shard_bytes,
                            num_shards=job.output.num_shards),
         write_shard=TransformAndWriteWindowShard(
-            output_dir, job.output.name, job.output.gzip_level, job.preprocessing,
+            output_dir, job.output.name, job.output.shard_format, job.preprocessing,
             job.windowing, shared.Shared()),
         write_label="WindowTransformAndWrite",
         rejected=[read[dead_letters.REJECTED], processed[dead_letters.REJECTED],

@@ -13,7 +13,9 @@ Layout of a finished output directory::
       transformed_metadata/              tf.Transform schema of the stored features
       metadata/                          tf.Transform schema of the raw (serving) input
       errors/rejected.jsonl              one JSON object per rejected input
-      <split>/<name>-<split>-SSSSS-of-NNNNN.tfrecord.gz
+      <split>/<name>-<split>-SSSSS-of-NNNNN.tfrecord.gz      (--compression=gzip)
+      <split>/<name>-<split>-SSSSS-of-NNNNN.tfrecord         (--compression=none)
+      <split>/<name>-<split>-SSSSS-of-NNNNN.tfrecord.idx     its record index
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ from collections.abc import Mapping
 from typing import Any
 
 FORMAT_VERSION = 1
+
+
+class DatasetError(ValueError):
+    """The directory is not a complete, intact dataset (the message names the file)."""
+
 MANIFEST_FILENAME = "manifest.json"
 ERRORS_DIRNAME = "errors"
 REJECTED_FILENAME = "rejected.jsonl"
@@ -31,8 +38,25 @@ TRANSFORM_FN_DIRNAME = "transform_fn"
 TRANSFORMED_METADATA_DIRNAME = "transformed_metadata"
 # tft.TFTransformOutput.RAW_METADATA_DIR: what its raw_feature_spec() reads.
 RAW_METADATA_DIRNAME = "metadata"
-SHARD_SUFFIX = ".tfrecord.gz"
-COMPRESSION = "GZIP"
+
+# Shard compression (manifest ``compression``; a manifest without one is GZIP): a GZIP
+# stream of TFRecords, or the TFRecords as they are, each such shard with a record
+# index beside it so that a reader without TensorFlow can seek to any record.
+GZIP = "gzip"
+NO_COMPRESSION = "none"
+COMPRESSIONS: tuple[str, ...] = (GZIP, NO_COMPRESSION)
+_SHARD_SUFFIXES = {GZIP: ".tfrecord.gz", NO_COMPRESSION: ".tfrecord"}
+# ``tf.data.TFRecordDataset``'s ``compression_type`` for each.
+_TF_COMPRESSION_TYPES = {GZIP: "GZIP", NO_COMPRESSION: ""}
+SHARD_SUFFIX = _SHARD_SUFFIXES[GZIP]
+# The record index of an uncompressed shard is ``<shard path>.idx``: one line per
+# record, "<byte offset> <byte length>" of its whole TFRecord frame, in file order:
+# the format of the ``tfrecord`` package's ``create_index`` and NVIDIA DALI's
+# ``tfrecord2idx``.
+INDEX_SUFFIX = ".idx"
+# Bytes of TFRecord framing around each record: length (8), its masked CRC32C (4),
+# and the data's masked CRC32C (4).
+RECORD_FRAMING_BYTES = 16
 
 # What an example holds (manifest ``kind``) and what its target is (manifest ``task``).
 IMAGES = "images"
@@ -110,20 +134,60 @@ MODEL_INPUT_KEYS: tuple[str, ...] = (WINDOW_KEY, KNOWN_KEY, KNOWN_CAT_KEY, STATI
 LABEL_VOCABULARY_NAME = "label"
 
 
-def shard_filename(name: str, split: str, index: int, num_shards: int) -> str:
+def check_compression(compression: str) -> str:
+    """``compression`` if it is one of :data:`COMPRESSIONS`, else ValueError."""
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got "
+                         f"{compression!r}.")
+    return compression
+
+
+def shard_suffix(compression: str = GZIP) -> str:
+    """The file suffix of shards written with ``compression``."""
+    return _SHARD_SUFFIXES[check_compression(compression)]
+
+
+def compression_of(manifest: Mapping[str, Any]) -> str:
+    """The shards' compression a manifest records (GZIP for manifests without one).
+
+    Raises:
+        ValueError: a compression this reader version does not know.
+    """
+    compression = manifest.get("compression", GZIP)
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"The dataset's shards have compression {compression!r}, which "
+                         f"this reader version does not read ({', '.join(COMPRESSIONS)}).")
+    return compression
+
+
+def tf_compression_type(manifest: Mapping[str, Any]) -> str:
+    """``tf.data.TFRecordDataset``'s ``compression_type`` for the manifest's shards."""
+    return _TF_COMPRESSION_TYPES[compression_of(manifest)]
+
+
+def shard_filename(name: str, split: str, index: int, num_shards: int,
+                   compression: str = GZIP) -> str:
     """File name of shard ``index`` (0-based) of ``num_shards`` for ``split``.
 
     >>> shard_filename("images", "train", 0, 12)
     'images-train-00000-of-00012.tfrecord.gz'
+    >>> shard_filename("images", "train", 0, 12, NO_COMPRESSION)
+    'images-train-00000-of-00012.tfrecord'
     """
     if not 0 <= index < num_shards:
         raise ValueError(f"Shard index {index} is outside [0, {num_shards}).")
-    return f"{name}-{split}-{index:05d}-of-{num_shards:05d}{SHARD_SUFFIX}"
+    return f"{name}-{split}-{index:05d}-of-{num_shards:05d}{shard_suffix(compression)}"
 
 
-def shard_relpath(name: str, split: str, index: int, num_shards: int) -> str:
+def shard_relpath(name: str, split: str, index: int, num_shards: int,
+                  compression: str = GZIP) -> str:
     """Shard path relative to the output directory, always with ``/`` separators."""
-    return f"{split}/{shard_filename(name, split, index, num_shards)}"
+    return f"{split}/{shard_filename(name, split, index, num_shards, compression)}"
+
+
+def index_relpath(shard_path: str) -> str:
+    """Where the record index of the uncompressed shard at ``shard_path`` is."""
+    return shard_path + INDEX_SUFFIX
 
 
 # libjpeg IDCT (``tf.io.decode_jpeg``'s ``dct_method``) that stored JPEGs decode

@@ -19,11 +19,8 @@ from reader.contract import (
     REGRESSION,
     TIMESERIES,
     ZSCORE,
+    DatasetError,
 )
-
-
-class DatasetError(ValueError):
-    """The directory is not a complete, intact dataset (the message names the file)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -249,8 +249,10 @@ def _read_records(plan: _Plan) -> tf.data.Dataset:
         paths = paths.shuffle(len(plan.files), seed=plan.seed,
                               reshuffle_each_iteration=True)
 
+    compression_type = contract.tf_compression_type(plan.info.manifest)
+
     def read_shard(path: tf.Tensor) -> tf.data.Dataset:
-        shard = tf.data.TFRecordDataset(path, compression_type=contract.COMPRESSION)
+        shard = tf.data.TFRecordDataset(path, compression_type=compression_type)
         if config.skip_corrupt:
             # Each error is logged with its message; a damaged GZIP stream ends the
             # shard there. python -m reader.verify counts what each shard lost.

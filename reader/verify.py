@@ -1,4 +1,6 @@
-"""Full integrity check of a dataset: every shard's size, hash, record count and CRCs.
+"""Full integrity check of a dataset: every shard's size, hash, record count and CRCs,
+and each uncompressed shard's record index (its size, hash, and agreement with the
+shard).
 
 tf.data reports a corrupt record as ``DataLossError: corrupted record at <offset>``
 without naming the file (interleave mixes shards). When training hits that error, run
@@ -15,7 +17,7 @@ import sys
 
 import tensorflow as tf
 
-from reader import contract
+from reader import contract, record_index
 from reader.dataset_info import open_dataset
 
 # tf.data's messages for a damaged TFRecord stream (TensorFlow 2.21).
@@ -27,16 +29,18 @@ _NODE_PREFIX = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 _OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\].*$", re.DOTALL)
 
 
-def _records(path: str, skip_errors: bool = False) -> tf.data.Dataset:
-    dataset = tf.data.TFRecordDataset(path, compression_type=contract.COMPRESSION)
+def _records(path: str, compression_type: str, skip_errors: bool = False
+             ) -> tf.data.Dataset:
+    dataset = tf.data.TFRecordDataset(path, compression_type=compression_type)
     return dataset.ignore_errors() if skip_errors else dataset
 
 
-def read_until_error(path: str) -> tuple[int, tf.errors.OpError | None]:
+def read_until_error(path: str, compression_type: str = "GZIP"
+                     ) -> tuple[int, tf.errors.OpError | None]:
     """(records read before the first error, that error or None) for one shard."""
     count = 0
     try:
-        for _ in _records(path):
+        for _ in _records(path, compression_type):
             count += 1
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
         return count, error
@@ -60,23 +64,54 @@ def describe_read_error(error: tf.errors.OpError, records_before: int, expected:
     return f"{record} cannot be read ({message})"
 
 
-def shard_problems(path: str, shard: dict) -> list[str]:
-    """Everything wrong with the shard at ``path`` (its manifest entry: ``shard``), in
-    words; [] if it is intact."""
+def _file_problems(path: str, entry: dict) -> list[str]:
+    """What is wrong with the file at ``path`` against its manifest ``entry`` (size and
+    sha256), in words; ["missing"] if there is none."""
     if not tf.io.gfile.exists(path):
         return ["missing"]
-    problems = []
     size = tf.io.gfile.stat(path).length
-    if size != shard["num_bytes"]:
-        problems.append(f"{size:,} bytes, the manifest records {shard['num_bytes']:,} "
-                        f"(truncated or replaced)")
-    elif contract.sha256_of_file(path) != shard["sha256"]:
-        problems.append("its sha256 differs from the manifest's (bytes changed after "
-                        "the job wrote it)")
+    if size != entry["num_bytes"]:
+        return [(f"{size:,} bytes, the manifest records {entry['num_bytes']:,} "
+                f"(truncated or replaced)")]
+    if contract.sha256_of_file(path) != entry["sha256"]:
+        return [("its sha256 differs from the manifest's (bytes changed after the job "
+                "wrote it)")]
+    return []
+
+
+def index_problems(index_path: str, shard: dict) -> list[str]:
+    """What is wrong with an uncompressed shard's record index, in words: its own
+    size and sha256, then whether it lists the manifest's record count in frames
+    that end where the shard does."""
+    problems = _file_problems(index_path, shard["index"])
+    if problems:
+        return [f"its record index {index_path} is {', '.join(problems)}"]
+    with tf.io.gfile.GFile(index_path, "r") as f:
+        try:
+            offsets, lengths = record_index.parse_index(f.read(), index_path)
+        except contract.DatasetError as e:
+            return [str(e)]
+    if len(offsets) != shard["num_records"]:
+        return [(f"its record index lists {len(offsets)} records, the manifest "
+                f"{shard['num_records']}")]
+    if int(lengths.sum()) != shard["num_bytes"]:
+        return [(f"its record index's frames end at byte {int(lengths.sum()):,}, the "
+                f"shard at {shard['num_bytes']:,}")]
+    return []
+
+
+def shard_problems(path: str, shard: dict, compression_type: str = "GZIP") -> list[str]:
+    """Everything wrong with the shard at ``path`` (its manifest entry: ``shard``), in
+    words; [] if it is intact."""
+    problems = _file_problems(path, shard)
+    if problems == ["missing"]:
+        return problems
+    if "index" in shard:
+        problems += index_problems(contract.index_relpath(path), shard)
     expected = shard["num_records"]
-    count, error = read_until_error(path)
+    count, error = read_until_error(path, compression_type)
     if error is not None:
-        readable = int(_records(path, skip_errors=True).reduce(
+        readable = int(_records(path, compression_type, skip_errors=True).reduce(
             tf.constant(0, tf.int64), lambda n, _: n + 1))
         problems.append(f"{describe_read_error(error, count, expected)}; {readable} of "
                         f"{expected} records readable")
@@ -95,10 +130,11 @@ def find_damaged_shards(data_dir: str) -> list[tuple[str, str]]:
         FileNotFoundError: no manifest (the job did not finish).
     """
     info = open_dataset(data_dir, splits=[])
+    compression_type = contract.tf_compression_type(info.manifest)
     damaged = []
     for split, entry in info.manifest["splits"].items():
         for shard, path in zip(entry["shards"], info.shard_paths(split), strict=True):
-            problems = shard_problems(path, shard)
+            problems = shard_problems(path, shard, compression_type)
             if problems:
                 damaged.append((path, "; ".join(problems)))
     return damaged

@@ -3,7 +3,7 @@
 For each --image_format and --sizes, preprocesses --num_images photo-sized JPEGs
 (scripts/sample_photos.py) with the job's own ops (etl.images.codec.preprocess),
 serializes each as the job's tf.train.Example and writes them all with the job's
-shard writer (etl.core.sharding.ShardWriter) at each of --levels, reporting per record:
+shard writer (etl.core.shard_files.ShardWriter) at each of --levels, reporting per record:
 the mean record size, the file size at each level relative to level 0 (stored), and
 the writer's CPU per record (best of --rounds). The image job's default level for
 each format and size (etl.images.shards.default_gzip_level) is recorded beside them.
@@ -24,7 +24,7 @@ from bench_common import code_commit, machine, write_json
 from benchmark_etl import input_files, stored_example
 from sample_photos import ensure_photos
 
-from etl.core import sharding
+from etl.core.shard_files import ShardFormat, ShardWriter
 from etl.images import codec
 from etl.images.shards import default_gzip_level
 
@@ -42,7 +42,7 @@ def stored_records(payloads: list[bytes], image_format: str, size: int,
 def write_shard(records: list[bytes], level: int, path: str) -> tuple[int, float]:
     """(file bytes, CPU seconds) of writing ``records`` as one shard at ``level``."""
     start = time.process_time()
-    with sharding.ShardWriter(path, level) as writer:
+    with ShardWriter(path, ShardFormat(gzip_level=level)) as writer:
         writer.write_all(records)
     return writer.num_bytes, time.process_time() - start
 

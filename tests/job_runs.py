@@ -42,9 +42,9 @@ def run_images_job_printing(input_path: str, output_dir: str, *flags: str
 
 
 def output_digests(out: str) -> dict[str, str]:
-    """sha256 of every shard, the manifest and the rejected-records file of a job's
-    output: what "byte-identical output" compares."""
-    paths = [*glob.glob(os.path.join(out, "*", "*" + contract.SHARD_SUFFIX)),
+    """sha256 of every shard (and record index), the manifest and the
+    rejected-records file of a job's output: what "byte-identical output" compares."""
+    paths = [*glob.glob(os.path.join(out, "*", "*.tfrecord*")),
              os.path.join(out, contract.MANIFEST_FILENAME),
              os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)]
     digests = {}

@@ -159,13 +159,17 @@ def test_only_the_storage_seam_touches_files():
 # --- declared dependencies ---------------------------------------------------------------
 
 def _setup_constant(name: str) -> Any:
-    """A literal constant of setup.py (INSTALL_REQUIRES, EXTRAS_REQUIRE), read from its
-    source: importing it would run setup()."""
+    """A constant of setup.py (INSTALL_REQUIRES, EXTRAS_REQUIRE), evaluated from its
+    source with the constants before it: importing it would run setup()."""
     tree = ast.parse((REPO / "setup.py").read_text())
+    constants: dict[str, Any] = {}  # earlier constants a later one may name
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            return ast.literal_eval(node.value)
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            value = eval(compile(ast.Expression(node.value), "setup.py", "eval"),
+                         {"__builtins__": {}}, constants)
+            constants[node.targets[0].id] = value
+            if node.targets[0].id == name:
+                return value
     raise AssertionError(f"setup.py has no {name}")
 
 
@@ -200,7 +204,8 @@ def _closure(requirements: list[str]) -> set[str]:
 
 # Imports a module makes only for an optional feature, behind an ImportError that
 # says what to install, and the setup.py extra that installs it.
-OPTIONAL_IMPORTS = {("reader/preview.py", "matplotlib"): "preview"}
+OPTIONAL_IMPORTS = {("reader/preview.py", "matplotlib"): "preview",
+                    ("reader/export_tfds.py", "tensorflow_datasets"): "tfds"}
 
 
 def test_every_third_party_module_our_packages_import_is_a_declared_dependency():

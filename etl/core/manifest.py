@@ -109,6 +109,7 @@ class ManifestContent:
             "label_vocab": list(self.label_vocab),
             "label_counts": {split: dict(sorted(c.items())) for split, c in counts.items()},
             "preprocessing": dict(self.preprocessing),
+            "compression": contract.compression_of(self.preprocessing),
             "transform_output": {
                 "transform_fn": contract.TRANSFORM_FN_DIRNAME,
                 "transformed_metadata": contract.TRANSFORMED_METADATA_DIRNAME,

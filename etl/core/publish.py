@@ -21,6 +21,7 @@ import apache_beam as beam
 
 from etl.core import dead_letters, fingerprint, resume, sharding, versions
 from etl.core.manifest import ManifestSpec, WriteManifest
+from reader import contract
 
 __all__ = ["ManifestSpec", "PublishDataset"]
 
@@ -105,6 +106,8 @@ class PublishDataset(beam.PTransform):
             self._output_dir, versions.shard_prefix(self._name, self._version.number),
             write_shard=self._write_shard,
             write_label=self._write_label,
+            # The output flags' "compression" (OutputSettings.describe).
+            compression=contract.compression_of(self._manifest.preprocessing),
             side_inputs={"transform_dir": beam.pvalue.AsSingleton(self._transform_dir),
                          "resuming": beam.pvalue.AsSingleton(resuming)})
         # ShardEntry; ShardResult; Rejection

@@ -34,6 +34,7 @@ import apache_beam as beam
 
 from etl.core import fingerprint, storage
 from etl.core.dead_letters import Rejection
+from etl.core.shard_files import FileFacts
 from reader import contract
 
 PROGRESS_DIRNAME = "progress"
@@ -69,6 +70,8 @@ class ShardRecord:
     label_counts: tuple[tuple[str, int], ...]
     rejections: tuple[Rejection, ...]
     inputs_sha256: str
+    # An uncompressed shard's record index (at ``contract.index_relpath(path)``).
+    index: FileFacts | None = None
 
     def to_json(self) -> str:
         fields = dataclasses.asdict(self)
@@ -80,7 +83,20 @@ class ShardRecord:
         fields["label_counts"] = tuple((label, count)
                                        for label, count in fields["label_counts"])
         fields["rejections"] = tuple(Rejection(**r) for r in fields["rejections"])
+        if fields.get("index") is not None:
+            fields["index"] = FileFacts(**fields["index"])
         return cls(**fields)
+
+    def files(self) -> list[tuple[str, int, str]]:
+        """``(relative path, size, sha256)`` of the shard's files (none without a
+        record), each to verify before the shard is kept."""
+        if self.sha256 is None:
+            return []
+        found = [(self.path, self.num_bytes, self.sha256)]
+        if self.index is not None:
+            found.append((contract.index_relpath(self.path), self.index.num_bytes,
+                          self.index.sha256))
+        return found
 
 
 def shard_record_path(output_dir: str, split: str, shard: int) -> str:
@@ -97,7 +113,7 @@ def record_shard(output_dir: str, record: ShardRecord) -> None:
 def kept_shard(output_dir: str, split: str, shard: int, inputs_sha256: str
                ) -> ShardRecord | None:
     """The recorded shard if it can be kept: recorded from the same inputs, and its
-    file (if it has one) of the recorded size and sha256, read back (on an object
+    files (shard and record index, if any) of the recorded size and sha256, read back (on an object
     store one download per kept shard, against reading and transforming all its
     inputs again). Says why not when a recorded shard is redone."""
     text = _read_text(shard_record_path(output_dir, split, shard))
@@ -107,15 +123,17 @@ def kept_shard(output_dir: str, split: str, shard: int, inputs_sha256: str
     why = None
     if record.inputs_sha256 != inputs_sha256:
         why = "an input file changed (size or mtime) since it was written"
-    elif record.sha256 is not None:
-        file_path = storage.join(output_dir, record.path)
+    for relpath, size, sha256 in record.files():
+        if why is not None:
+            break
+        file_path = storage.join(output_dir, relpath)
         found = storage.stat(file_path)
         if found is None:
-            why = f"{record.path} is missing"
-        elif found.size != record.num_bytes:
-            why = f"{record.path} does not have its recorded size"
-        elif storage.sha256(file_path) != record.sha256:
-            why = f"{record.path} does not have its recorded sha256"
+            why = f"{relpath} is missing"
+        elif found.size != size:
+            why = f"{relpath} does not have its recorded size"
+        elif storage.sha256(file_path) != sha256:
+            why = f"{relpath} does not have its recorded sha256"
     if why is None:
         return record
     _say(f"{split} shard {shard} is written again: {why}.")
@@ -176,6 +194,8 @@ def _recorded_paths(output_dir: str) -> set[str]:
         record = _read_json(path)
         if record and record.get("path"):
             paths.add(record["path"])
+            if record.get("index"):
+                paths.add(contract.index_relpath(record["path"]))
     return paths
 
 

@@ -29,6 +29,7 @@ from apache_beam.utils import shared
 
 from etl.core import dead_letters, fault_injection, fingerprint, resume, sharding, storage
 from etl.core.dead_letters import Rejection
+from etl.core.shard_files import BlockWriter, ShardFormat, ShardWriter
 from reader import contract
 
 
@@ -104,11 +105,11 @@ class ShardStep(beam.DoFn):
 
     WRITTEN_COUNTER = "examples_written"
 
-    def __init__(self, output_dir: str, name: str, gzip_level: int,
+    def __init__(self, output_dir: str, name: str, shard_format: ShardFormat,
                  transform_handle: shared.Shared) -> None:
         self._output_dir = output_dir
         self._name = name
-        self._gzip_level = gzip_level
+        self._format = shard_format
         self._transform_handle = transform_handle
 
     def load_transform(self, transform_fn_dir: str) -> Any:
@@ -158,7 +159,8 @@ class ShardStep(beam.DoFn):
                     yield from dead_letters.route(rejection)
                 result = sharding.ShardResult(
                     split, shard, kept.path if kept.num_records else None,
-                    kept.num_records, kept.num_bytes, kept.sha256, kept.label_counts)
+                    kept.num_records, kept.num_bytes, kept.sha256, kept.label_counts,
+                    kept.index)
                 self.shard_written(result, num_shards, kept=True)
                 yield result
                 return
@@ -169,12 +171,13 @@ class ShardStep(beam.DoFn):
                num_shards: dict[str, int], transform_fn_dir: str) -> Iterator[Any]:
         transform = self._transform_handle.acquire(
             lambda: self.load_transform(transform_fn_dir), tag=transform_fn_dir)
-        relpath = sharding.pending_relpath(self._name, split, shard)
+        relpath = sharding.pending_relpath(self._name, split, shard,
+                                           self._format.compression)
         labels: collections.Counter[str] = collections.Counter()
         rejections: list[Rejection] = []
-        with sharding.ShardWriter(storage.join(self._output_dir, relpath),
-                                  self._gzip_level) as writer, sharding.BlockWriter(
-                                      writer, self._write_pool) as blocks:
+        with ShardWriter(storage.join(self._output_dir, relpath),
+                         self._format) as writer, BlockWriter(
+                             writer, self._write_pool) as blocks:
             # Each block is written on the writer thread (deflate included) while
             # this thread makes the next.
             for block in self.transform_blocks(units, transform):
@@ -187,7 +190,7 @@ class ShardStep(beam.DoFn):
         result = sharding.ShardResult.of(split, shard, relpath, writer, labels.items())
         resume.record_shard(self._output_dir, resume.ShardRecord(
             split=split, shard=shard, path=relpath, num_records=result.num_records,
-            num_bytes=result.num_bytes, sha256=result.sha256,
+            num_bytes=result.num_bytes, sha256=result.sha256, index=result.index,
             label_counts=result.label_counts, rejections=tuple(rejections),
             inputs_sha256=inputs_sha256))
         fault_injection.pause_point(fault_injection.SHARD_RECORDED)

@@ -18,41 +18,24 @@ random, so reruns give different files. Here everything derives from the key:
    empty. On an object store each rename is a copy and a delete: two requests per
    shard of up to ``--target_shard_mb`` (docs/RUNNING_AT_SCALE.md weighs them).
 
-Files are GZIP (zlib) streams at ``gzip_level`` 0-9 of TFRecord-framed records
-(:func:`write_tfrecord`), deflated by Python's ``gzip`` a ``DEFLATE_CHUNK_BYTES``
-chunk at a time. Level 0 keeps the GZIP container (every reader reads it unchanged)
-and stores the records; it is the image job's default for encoded images, which
-deflate barely shrinks (``etl.images.shards.default_gzip_level``).
+Shard files themselves (framing, compression, record index) are written by
+``etl.core.shard_files``; the index of an uncompressed shard is renamed with it.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import gzip
-import io
 import math
 from collections.abc import Iterable
-from typing import Any, BinaryIO
+from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.tfrecordio import _TFRecordUtil
 
-from etl.core import dead_letters, fault_injection, hashing, resume, storage
+from etl.core import dead_letters, hashing, resume, storage
+from etl.core.shard_files import FileFacts, ShardWriter
 from reader import contract
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
-DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
-# Framed records are deflated a chunk at a time, the GIL released for each chunk.
-DEFLATE_CHUNK_BYTES = 1 << 20
-
-
-def check_gzip_level(level: int) -> int:
-    """``level`` if it is a zlib compression level (0-9), else ValueError."""
-    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
-        raise ValueError(f"--gzip_level must be an integer from 0 (store) to 9 "
-                         f"(smallest), got {level!r}.")
-    return level
 
 
 def plan_num_shards(num_records: int, num_bytes: int, target_shard_bytes: int,
@@ -98,115 +81,10 @@ def shard_sort_key(key: str) -> tuple[int, str]:
     return order_in_shard(key), key
 
 
-def write_tfrecord(out: BinaryIO, record: bytes) -> None:
-    """Appends ``record`` to ``out`` in TFRecord framing (length, masked CRC32C, data,
-    masked CRC32C: what ``tf.io.TFRecordWriter`` writes and tf.data reads).
-
-    Framed with Beam's private ``_TFRecordUtil`` (Beam's own TFRecord sink uses it),
-    not ``tf.io.TFRecordWriter``: that releases the GIL for every record and must
-    win it back from the shard step's other threads each time, while framing here
-    lets the file's deflate release the GIL once per chunk."""
-    _TFRecordUtil.write_record(out, record)
-
-
-def pending_relpath(name: str, split: str, shard: int) -> str:
+def pending_relpath(name: str, split: str, shard: int,
+                    compression: str = contract.GZIP) -> str:
     """Where a written shard waits for its final index (relative to the output dir)."""
-    return f"{split}/{name}-{split}-pending-{shard:05d}{contract.SHARD_SUFFIX}"
-
-
-class ShardWriter:
-    """Writes one shard's records, in the order given, as a GZIP TFRecord file.
-
-    Use as a context manager: the file appears at ``path`` only when the block ends
-    without an error (``storage.write``); with no record written it is not kept at
-    all (``num_records`` 0, ``sha256`` None). The sha256 and size are those of the
-    file's bytes, hashed as they are written.
-    """
-
-    def __init__(self, path: str, gzip_level: int) -> None:
-        self.path = path
-        self._gzip_level = check_gzip_level(gzip_level)
-        self.num_records = 0
-        self.num_bytes = 0
-        self.sha256: str | None = None
-
-    def __enter__(self) -> ShardWriter:
-        self._writing = storage.write(self.path)
-        self._file = self._writing.__enter__()
-        # No file name and mtime 0 in the GZIP header: the bytes depend on the
-        # records and the level only.
-        self._gzip = gzip.GzipFile(filename="", mode="wb", compresslevel=self._gzip_level,
-                                   fileobj=self._file, mtime=0)
-        self._records = io.BufferedWriter(self._gzip, buffer_size=DEFLATE_CHUNK_BYTES)
-        return self
-
-    def write(self, serialized: bytes) -> None:
-        fault_injection.check_write_budget(len(serialized), self._file.path)
-        write_tfrecord(self._records, serialized)
-        self.num_records += 1
-        if self.num_records == 1:
-            fault_injection.pause_point(fault_injection.SHARD_WRITING)
-
-    def write_all(self, records: Iterable[bytes]) -> None:
-        for serialized in records:
-            self.write(serialized)
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        try:
-            self._records.close()  # flushes, then ends the GZIP stream
-        except BaseException as e:
-            self._writing.__exit__(type(e), e, e.__traceback__)
-            raise
-        if exc_type is None and self.num_records == 0:
-            exc_type, exc, tb = _NoRecord, _NoRecord(), None
-        # Completes the file, or (an error, no record) leaves none.
-        self._writing.__exit__(exc_type, exc, tb)
-        if exc_type is None:
-            self.num_bytes = self._file.size
-            self.sha256 = self._file.sha256
-            fault_injection.pause_point(fault_injection.SHARD_WRITTEN)
-
-
-class _NoRecord(Exception):
-    """Thrown into the file's writer to leave no file for a shard without records."""
-
-
-class BlockWriter:
-    """Writes blocks of records to a ``ShardWriter`` on a background thread, in order.
-
-    A shard step prepares the next block (decode, transform, serialize) while the
-    previous one is written: ``ShardWriter`` deflates a chunk at a time with the GIL
-    released, so the two overlap on separate cores. One block is in flight at a time, and the
-    file's bytes are those of writing every block in turn on one thread. Use as a
-    context manager inside the ``ShardWriter`` block: leaving it waits for the block
-    in flight, so the file is never closed under a write.
-    """
-
-    def __init__(self, writer: ShardWriter, pool: concurrent.futures.Executor) -> None:
-        self._writer = writer
-        self._pool = pool
-        self._in_flight: concurrent.futures.Future | None = None
-
-    def write(self, records: list[bytes]) -> None:
-        """Queues ``records`` after the block in flight (raising its error, if any)."""
-        self.wait()
-        if records:
-            self._in_flight = self._pool.submit(self._writer.write_all, records)
-
-    def wait(self) -> None:
-        """Blocks until the block in flight is written; raises what writing it raised."""
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:
-            in_flight.result()
-
-    def __enter__(self) -> BlockWriter:
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is None:
-            self.wait()
-        elif self._in_flight is not None:
-            concurrent.futures.wait([self._in_flight])
+    return f"{split}/{name}-{split}-pending-{shard:05d}{contract.shard_suffix(compression)}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +99,7 @@ class ShardResult:
     num_bytes: int
     sha256: str | None
     label_counts: tuple[tuple[str, int], ...] = ()
+    index: FileFacts | None = None
 
     @classmethod
     def of(cls, split: str, shard: int, relpath: str, writer: ShardWriter,
@@ -228,7 +107,7 @@ class ShardResult:
         """The result of ``writer``'s finished shard, written at ``relpath``."""
         return cls(split, shard, relpath if writer.num_records else None,
                    writer.num_records, writer.num_bytes, writer.sha256,
-                   tuple(sorted(label_counts)))
+                   tuple(sorted(label_counts)), writer.index)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,16 +120,24 @@ class ShardEntry:
     num_records: int
     num_bytes: int
     sha256: str
+    record_index: FileFacts | None = None
 
     def file_fields(self) -> dict[str, Any]:
-        """The fields the manifest's split entry lists for the file, in its order."""
-        return {"path": self.path, "num_records": self.num_records,
-                "num_bytes": self.num_bytes, "sha256": self.sha256}
+        """The fields the manifest's split entry lists for the file, in its order:
+        an uncompressed shard's ``index`` is its record index file."""
+        fields: dict[str, Any] = {"path": self.path, "num_records": self.num_records,
+                                  "num_bytes": self.num_bytes, "sha256": self.sha256}
+        if self.record_index is not None:
+            fields["index"] = {"path": contract.index_relpath(self.path),
+                               "num_bytes": self.record_index.num_bytes,
+                               "sha256": self.record_index.sha256}
+        return fields
 
 
-def finalize_shards(results: Iterable[ShardResult], output_dir: str, name: str
-                    ) -> list[ShardEntry]:
-    """Renames every non-empty pending shard to its contiguous final name.
+def finalize_shards(results: Iterable[ShardResult], output_dir: str, name: str,
+                    compression: str = contract.GZIP) -> list[ShardEntry]:
+    """Renames every non-empty pending shard (and its record index) to its contiguous
+    final name.
 
     Per split, the non-empty shards keep the order of their provisional ids and are
     numbered ``0 .. n-1`` of ``n``; empty ones have no file and are dropped.
@@ -275,10 +162,13 @@ def finalize_shards(results: Iterable[ShardResult], output_dir: str, name: str
     for split in contract.SPLITS:
         written = sorted(by_split.get(split, []), key=lambda r: r.shard)
         for index, result in enumerate(written):
-            relpath = contract.shard_relpath(name, split, index, len(written))
+            relpath = contract.shard_relpath(name, split, index, len(written), compression)
             renames.append((result.path, relpath))
+            if result.index is not None:
+                renames.append((contract.index_relpath(result.path),
+                                contract.index_relpath(relpath)))
             entries.append(ShardEntry(split, index, relpath, result.num_records,
-                                      result.num_bytes, result.sha256))
+                                      result.num_bytes, result.sha256, result.index))
     # Recorded first, so that a run resuming this one can undo them.
     resume.record_renames(output_dir, renames)
     for pending, final in renames:
@@ -293,10 +183,12 @@ class FinalizeShards(beam.PTransform):
     renamed, never read or copied.
     """
 
-    def __init__(self, output_dir: str, name: str) -> None:
+    def __init__(self, output_dir: str, name: str, compression: str = contract.GZIP
+                 ) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._name = name
+        self._compression = compression
 
     def expand(self, results: beam.PCollection) -> beam.PCollection:
         return (
@@ -305,7 +197,8 @@ class FinalizeShards(beam.PTransform):
             | "GatherShardResults" >> beam.combiners.ToList()
             # ShardEntry, one per non-empty shard
             | "RenameShards" >> beam.FlatMap(finalize_shards, output_dir=self._output_dir,
-                                             name=self._name)
+                                             name=self._name,
+                                             compression=self._compression)
         )
 
 
@@ -331,12 +224,13 @@ class WriteShardGroups(beam.PTransform):
 
     def __init__(self, output_dir: str, name: str, *, write_shard: beam.DoFn,
                  write_label: str = "WriteShard",
-                 side_inputs: dict[str, Any] | None = None) -> None:
+                 side_inputs: dict[str, Any] | None = None,
+                 compression: str = contract.GZIP) -> None:
         super().__init__()
         self._write_label = write_label
         self._write_shard = write_shard
         self._side_inputs = dict(side_inputs or {})
-        self._finalize = FinalizeShards(output_dir, name)
+        self._finalize = FinalizeShards(output_dir, name, compression)
 
     def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]
                ) -> tuple[beam.PCollection, ...]:

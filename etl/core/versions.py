@@ -87,6 +87,8 @@ class DatasetVersion:
             if key in FREE_WHEN_APPENDING:
                 continue
             then, now = manifest["preprocessing"].get(key), preprocessing.get(key)
+            if key == "compression":  # Datasets from before --compression are GZIP.
+                then = then or contract.GZIP
             if json.loads(json.dumps(now)) != then:
                 raise ValueError(
                     f"--append must preprocess like the dataset: its {key} is "

@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, sharding, storage
+from etl.core import dead_letters, shard_files, sharding, storage
 from etl.core.dead_letters import Rejection
 from etl.core.examples import serialize_example
+from etl.core.shard_files import ShardFormat
 from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
 from etl.images import codec, loading, progress
 from etl.images import labels as image_labels
@@ -64,14 +65,14 @@ STORE_FROM_IMAGE_SIZE = {contract.JPEG: 192, contract.PNG: 64}
 
 def default_gzip_level(image_format: str, image_size: int) -> int:
     """The shard files' zlib level for ``image_size`` px ``image_format`` images
-    when ``--gzip_level`` is not given: 0 (stored) or ``sharding.DEFAULT_GZIP_LEVEL``."""
+    when ``--gzip_level`` is not given: 0 (stored) or ``shard_files.DEFAULT_GZIP_LEVEL``."""
     if image_format not in contract.IMAGE_FORMATS:
         raise ValueError(f"Unknown image format {image_format!r}; use one of "
                          f"{contract.IMAGE_FORMATS}.")
     store_from = STORE_FROM_IMAGE_SIZE.get(image_format)
     if store_from is not None and image_size >= store_from:
         return 0
-    return sharding.DEFAULT_GZIP_LEVEL
+    return shard_files.DEFAULT_GZIP_LEVEL
 
 
 def raw_inputs(records: Sequence[ImageRecord], columns: LabelColumns) -> dict[str, Any]:
@@ -285,14 +286,14 @@ class TransformAndWriteImageShard(ShardStep):
 
     WRITTEN_COUNTER = "images_written"
 
-    def __init__(self, output_dir: str, name: str, gzip_level: int,
+    def __init__(self, output_dir: str, name: str, shard_format: ShardFormat,
                  limits: loading.InputLimits, transform_handle: shared.Shared,
                  preprocessing: ImagePreprocessing, transform_threads: int = 2,
                  read_threads: int | None = None, columns: LabelColumns = ONE_CLASS
                  ) -> None:
         if transform_threads < 1:
             raise ValueError(f"transform_threads must be >= 1, got {transform_threads}.")
-        super().__init__(output_dir, name, gzip_level, transform_handle)
+        super().__init__(output_dir, name, shard_format, transform_handle)
         self._limits = limits
         self._preprocessing = preprocessing
         self._columns = columns

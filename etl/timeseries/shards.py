@@ -18,6 +18,7 @@ from apache_beam.utils import shared
 
 from etl.core import dead_letters, sharding
 from etl.core.dead_letters import Rejection
+from etl.core.shard_files import ShardFormat
 from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries.runs import WindowRun, read_run
@@ -76,10 +77,10 @@ class TransformAndWriteWindowShard(ShardStep):
 
     WRITTEN_COUNTER = "windows_written"
 
-    def __init__(self, output_dir: str, name: str, gzip_level: int,
+    def __init__(self, output_dir: str, name: str, shard_format: ShardFormat,
                  config: ts_preprocessing.SeriesPreprocessing, windowing: Windowing,
                  transform_handle: shared.Shared) -> None:
-        super().__init__(output_dir, name, gzip_level, transform_handle)
+        super().__init__(output_dir, name, shard_format, transform_handle)
         self._config = config
         self._windowing = windowing
         self._schema = config.window_schema()

@@ -102,7 +102,7 @@ def test_manifest_content_groups_label_counts_per_split():
 
 def test_manifest_content_top_level_fields():
     built = _build()
-    assert sorted(built) == ["features", "format_version", "kind", "label_counts",
+    assert sorted(built) == ["compression", "features", "format_version", "kind", "label_counts",
                              "label_vocab", "name", "preprocessing", "rejected", "splits",
                              "task", "transform_output", "versions"]
     assert built["format_version"] == contract.FORMAT_VERSION

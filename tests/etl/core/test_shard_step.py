@@ -15,6 +15,7 @@ from apache_beam.utils import shared
 
 from etl.core import dead_letters, resume
 from etl.core.dead_letters import Rejection
+from etl.core.shard_files import ShardFormat
 from etl.core.shard_step import PrunedTransform, ShardBlock, ShardStep
 from etl.core.sharding import ShardResult
 from reader import contract
@@ -34,8 +35,9 @@ class _UpperStep(ShardStep):
 
     WRITTEN_COUNTER = "toy_written"
 
-    def __init__(self, output_dir: str) -> None:
-        super().__init__(output_dir, NAME, 0, shared.Shared())
+    def __init__(self, output_dir: str, shard_format: ShardFormat | None = None) -> None:
+        super().__init__(output_dir, NAME, shard_format or ShardFormat(gzip_level=0),
+                         shared.Shared())
         # Where TensorFlow would load the transform output from: not the output dir.
         self.transform_dir = os.path.join(output_dir, "staged_transform_output")
         self.loads: list[str] = []

@@ -16,6 +16,12 @@ import tensorflow as tf
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from etl.core import examples, resume, sharding
+from etl.core.shard_files import (
+    DEFAULT_GZIP_LEVEL,
+    BlockWriter,
+    ShardFormat,
+    ShardWriter,
+)
 from reader import contract
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
@@ -59,7 +65,7 @@ def test_plan_num_shards_rejects_non_positive_target(target):
 @pytest.mark.parametrize("level", [-1, 10, 1.5, True, "6"])
 def test_shard_writer_rejects_a_gzip_level_outside_0_to_9(level):
     with pytest.raises(ValueError, match="--gzip_level must be an integer from 0"):
-        sharding.ShardWriter("/unused", level)
+        ShardFormat(gzip_level=level)
 
 
 # --- shard_of / order_in_shard --------------------------------------------------------
@@ -94,8 +100,8 @@ class _WriteExamples(beam.DoFn):
     def process(self, element, num_shards):
         (split, shard), units = element
         relpath = sharding.pending_relpath(NAME, split, shard)
-        with sharding.ShardWriter(os.path.join(self._output_dir, relpath),
-                                  self._gzip_level) as writer:
+        with ShardWriter(os.path.join(self._output_dir, relpath),
+                         ShardFormat(gzip_level=self._gzip_level)) as writer:
             for unit in sorted(units, key=lambda u: sharding.shard_sort_key(u.key)):
                 writer.write(unit.serialized)
         yield sharding.ShardResult.of(split, shard, relpath, writer)
@@ -124,7 +130,7 @@ def _records() -> list[KeyedExample]:
 
 def _write(records: list[KeyedExample], output_dir: str, entries_path: str,
            num_shards: int | None = None, target_shard_bytes: int = 1 << 30,
-           gzip_level: int = sharding.DEFAULT_GZIP_LEVEL) -> list[dict]:
+           gzip_level: int = DEFAULT_GZIP_LEVEL) -> list[dict]:
     """Runs WriteShardGroups; returns its entries sorted by (split, index)."""
 
     def dump(entries: list[sharding.ShardEntry]) -> None:
@@ -191,8 +197,9 @@ def test_write_shards_names_follow_contract(written):
 def test_write_shards_entries_have_exactly_the_documented_fields(written):
     _, entries = written
     for entry in entries:
-        assert sorted(entry) == ["index", "num_bytes", "num_records", "path", "sha256",
-                                 "split"]
+        assert sorted(entry) == ["index", "num_bytes", "num_records", "path",
+                                 "record_index", "sha256", "split"]
+        assert entry["record_index"] is None  # GZIP shards have no record index
 
 
 def test_write_shards_num_records_sum_per_split(written):
@@ -337,12 +344,12 @@ def test_block_writer_file_equals_writing_every_record_on_one_thread(tmp_path):
     import concurrent.futures
 
     records = _varied_records(1000)
-    with sharding.ShardWriter(str(tmp_path / "one.tfrecord.gz"), 6) as direct:
+    with ShardWriter(str(tmp_path / "one.tfrecord.gz"), ShardFormat(gzip_level=6)) as direct:
         for record in records:
             direct.write(record)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        with sharding.ShardWriter(str(tmp_path / "blocks.tfrecord.gz"), 6) as writer:
-            with sharding.BlockWriter(writer, pool) as blocks:
+        with ShardWriter(str(tmp_path / "blocks.tfrecord.gz"), ShardFormat(gzip_level=6)) as writer:
+            with BlockWriter(writer, pool) as blocks:
                 for first in range(0, len(records), 37):
                     blocks.write(records[first:first + 37])
                 blocks.write([])
@@ -359,8 +366,8 @@ def test_block_writer_raises_the_error_of_a_block_and_keeps_no_file(tmp_path):
     path = tmp_path / "bad.tfrecord.gz"
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         with pytest.raises(TypeError):
-            with sharding.ShardWriter(str(path), 6) as writer:
-                with sharding.BlockWriter(writer, pool) as blocks:
+            with ShardWriter(str(path), ShardFormat(gzip_level=6)) as writer:
+                with BlockWriter(writer, pool) as blocks:
                     blocks.write([b"fine", None])  # type: ignore[list-item]
                     blocks.write([b"never reached"])
     assert not os.listdir(tmp_path)
@@ -371,7 +378,7 @@ def test_shard_writer_file_inflates_to_tensorflows_own_tfrecord_framing(tmp_path
     import gzip
 
     records = [*_varied_records(300), b""]
-    with sharding.ShardWriter(str(tmp_path / "ours.tfrecord.gz"), level) as writer:
+    with ShardWriter(str(tmp_path / "ours.tfrecord.gz"), ShardFormat(gzip_level=level)) as writer:
         writer.write_all(records)
     with tf.io.TFRecordWriter(str(tmp_path / "tf.tfrecord")) as reference:
         for record in records:
