@@ -160,6 +160,26 @@ def test_append_refuses_other_preprocessing(grown):
             {**grown["v2"]["preprocessing"], "image_size": 32})
 
 
+def test_append_keeps_the_datasets_compression(grown, tmp_path):
+    preprocessing = grown["v2"]["preprocessing"]
+    with pytest.raises(ValueError, match='its compression is "gzip", this run\'s "none"'):
+        versions.DatasetVersion.appending_to(
+            grown["out"], contract.IMAGES, "images",
+            {**preprocessing, "compression": "none"})
+    # A dataset written before --compression existed is GZIP, and takes gzip appends.
+    old = str(tmp_path / "old")
+    shutil.copytree(grown["out"], old)
+    manifest_path = os.path.join(old, contract.MANIFEST_FILENAME)
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    del manifest["compression"], manifest["preprocessing"]["compression"]
+    with open(manifest_path, "w") as f:
+        f.write(contract.dumps_manifest(manifest))
+    version = versions.DatasetVersion.appending_to(old, contract.IMAGES, "images",
+                                                   preprocessing)
+    assert version.number == 3
+
+
 def test_append_needs_a_finished_dataset(tmp_path, folders):
     with pytest.raises(ValueError, match="holds none"):
         run_images_job(folders[0], str(tmp_path / "empty"), "--append")

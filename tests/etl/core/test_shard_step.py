@@ -204,3 +204,23 @@ def test_the_shard_record_holds_the_result_and_its_rejections(ran):
             record.label_counts) == (result.path, result.num_records, result.num_bytes,
                                      result.sha256, result.label_counts)
     assert record.rejections == (first[0][1],)
+
+
+def test_an_uncompressed_shard_is_kept_with_its_index_and_redone_when_the_index_changed(
+        tmp_path, capsys):
+    out = str(tmp_path)
+    uncompressed = ShardFormat(compression=contract.NO_COMPRESSION)
+    first = _run(_UpperStep(out, uncompressed), UNITS)
+    result = first[-1]
+    index_path = os.path.join(out, contract.index_relpath(result.path))
+    with open(index_path, "rb") as f:
+        index = f.read()
+    assert result.path.endswith(".tfrecord") and result.index.num_bytes == len(index)
+    assert result.index.sha256 == hashlib.sha256(index).hexdigest()
+    kept = _UpperStep(out, uncompressed)
+    assert _run(kept, UNITS, resuming=True) == first and kept.kept == [True]
+    with open(index_path, "ab") as f:
+        f.write(b"0 16\n")
+    again = _UpperStep(out, uncompressed)
+    assert _run(again, UNITS, resuming=True) == first and again.kept == [False]
+    assert "tfrecord.idx does not have its recorded size" in capsys.readouterr().err

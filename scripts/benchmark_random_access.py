@@ -1,0 +1,437 @@
+"""Random-access reads with decode: reader.records.ShardedRecords against make_dataset.
+
+On the same 224 px JPEG records (written with ``--compression=none``, so each shard
+has a record index), in one run, interleaving the modes over --rounds rounds,
+measures images/s of one full pass over the train split for
+  records_1p      ``ShardedRecords(data_dir, "train")`` in one process: a shuffled
+                  permutation of the indices (seed --seed), cut into --batch_size
+                  batches, each read record by record (ranged read, CRCs, protobuf
+                  parse, Pillow decode to uint8 [224, 224, 3]) and stacked, as
+                  PyTorch's ``DataLoader(num_workers=0)`` does;
+  records_Np      the same batches read by a pool of --workers processes (default
+                  2), the dataset pickled to each worker (its initializer unpickles
+                  it, reopening the files), the batches dealt to the workers as they
+                  free up and sent back stacked (uint8 images, labels) over the
+                  pool's pipe, as ``DataLoader(num_workers=N)`` does (it deals them
+                  round-robin and returns them through shared memory);
+  tf_data         ``reader.make_dataset(data_dir, "train", --batch_size,
+                  shuffle=True, seed=--seed)`` with its defaults (AUTOTUNE): tf.data
+                  reads, parses and decodes, and also scales to float32 in [0, 1];
+  tf_data_fixed   the same dataset with tf.data's autotuner off (a diagnostic: on a
+                  2-core VM the autotuner sometimes settles into using one core at a
+                  time; see scripts/benchmark_reader.py).
+
+Each mode runs in its own fresh interpreter (this file with --child_mode), so that
+its peak memory is its own: ``ru_maxrss`` of that process (``self``) and, for the
+pool, of its waited-for workers (``workers``: the largest worker's peak, not their
+sum; a forked worker's RSS counts the pages it shares with its parent). The records
+modes never import TensorFlow. Startup is timed apart from the pass and excluded
+from images/s: imports; opening the dataset (``ShardedRecords``: the manifest and
+record indexes, each index checked against its sha256; tf.data: building the
+pipeline); for the pool, from its creation until every worker has unpickled the
+dataset. ``images_per_second_with_startup`` counts it (imports excluded). CPU per
+image is the CPU of the mode's process and its workers during the pass.
+
+One untimed run of every mode (--warmup) comes first; before every sample the shard
+files are read once (page cache). Every sample records the CPU used by other
+processes meanwhile ("foreign" cores, bench_common.quiet_sample); one taken while
+they used more than --max_foreign cores is retried (up to --retries times).
+Medians and best rounds are both reported.
+
+The data: --num_images photo-sized JPEGs from scripts/sample_photos.py (320-1280 px,
+~65 KB) turned into 224 px JPEG records in --num_shards uncompressed shards, all in
+train, by the image job itself (``python -m pipelines.images ... --image_size=224
+--compression=none``, run once and kept in --work_dir).
+
+Usage: nice -n 19 python scripts/benchmark_random_access.py \\
+           --work_dir /work/bench_data [--num_images 2000] [--rounds 3] \\
+           [--out docs/benchmarks/random_access.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import pickle
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import psutil
+from bench_common import (
+    MIB,
+    REPO_ROOT,
+    add_sampling_flags,
+    code_version,
+    interleaved,
+    job_env,
+    machine,
+    quiet_sample,
+    read_json,
+    read_manifest,
+    write_json,
+)
+
+MODES = ("records_1p", "records_Np", "tf_data", "tf_data_fixed")
+NAMES = {
+    "records_1p": "ShardedRecords, 1 process",
+    "records_Np": "ShardedRecords, pool of {workers} processes",
+    "tf_data": "make_dataset, defaults (AUTOTUNE)",
+    "tf_data_fixed": "make_dataset, autotuner off (diagnostic)",
+}
+# ru_maxrss: kibibytes on Linux, bytes on macOS.
+_RSS_UNIT = 1 if sys.platform == "darwin" else 1024
+
+
+# --- the data --------------------------------------------------------------------------
+
+def build_dataset(work_dir: str, num_images: int, num_shards: int) -> str:
+    """Photos (kept in work_dir) → the image job's uncompressed 224 px records; returns
+    the dataset dir. The job runs in its own process, once: a finished dataset is
+    reused."""
+    from sample_photos import ensure_photos
+
+    os.makedirs(work_dir, exist_ok=True)
+    photos = ensure_photos(work_dir, num_images, verbose=True)
+    out = os.path.join(work_dir, f"random_access_{num_images}_{num_shards}")
+    if os.path.exists(os.path.join(out, "manifest.json")):
+        return out
+    command = [sys.executable, "-m", "pipelines.images", f"--input={photos}",
+               f"--output_dir={out}", "--split_fractions=1,0,0",
+               f"--num_shards={num_shards}", "--image_size=224", "--compression=none",
+               "--overwrite"]
+    print("building the dataset:", " ".join(command), flush=True)
+    subprocess.run(command, cwd=REPO_ROOT, env=job_env(), check=True)
+    return out
+
+
+def shard_paths(data_dir: str) -> list[str]:
+    return [os.path.join(data_dir, s["path"])
+            for s in read_manifest(data_dir)["splits"]["train"]["shards"]]
+
+
+def read_into_page_cache(paths: Sequence[str]) -> None:
+    for path in paths:
+        with open(path, "rb") as f:
+            while f.read(16 * MIB):
+                pass
+
+
+# --- one mode, in its own process ------------------------------------------------------
+
+def _tree_cpu_seconds(process: psutil.Process) -> float:
+    """CPU seconds of ``process`` and its live descendants."""
+    total = 0.0
+    for p in [process, *process.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def _batches(n: int, batch_size: int, seed: int) -> list[list[int]]:
+    # (batch of shuffled global indices)
+    order = np.random.default_rng(seed).permutation(n).tolist()
+    return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+
+
+def _read_batch(records: Any, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """A batch as a DataLoader's default collate gives it: stacked images, labels."""
+    items = [records[i] for i in indices]
+    return (np.stack([item["image"] for item in items]),
+            np.array([item["label"] for item in items]))
+
+
+_worker_records: Any = None
+
+
+def _init_worker(pickled_records: bytes, ready: Any) -> None:
+    global _worker_records
+    _worker_records = pickle.loads(pickled_records)
+    ready.put(os.getpid())
+
+
+def _worker_read_batch(indices: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    return _read_batch(_worker_records, indices)
+
+
+def _run_records(data_dir: str, batch_size: int, seed: int, workers: int,
+                 start_method: str, timing: dict[str, float]) -> dict[str, Any]:
+    t = time.perf_counter()
+    from reader.records import ShardedRecords
+    timing["import_s"] = time.perf_counter() - t
+
+    me = psutil.Process()
+    t0 = time.perf_counter()
+    records = ShardedRecords(data_dir, "train", features=["image", "label"])
+    timing["open_s"] = time.perf_counter() - t0
+    batches = _batches(len(records), batch_size, seed)
+    pool = None
+    if workers > 1:
+        context = multiprocessing.get_context(start_method)
+        ready = context.SimpleQueue()
+        t = time.perf_counter()
+        pool = context.Pool(workers, initializer=_init_worker,
+                            initargs=(pickle.dumps(records), ready))
+        for _ in range(workers):
+            ready.get()
+        timing["pool_start_s"] = time.perf_counter() - t
+        batch_stream = pool.imap(_worker_read_batch, batches, chunksize=1)
+    else:
+        batch_stream = (_read_batch(records, b) for b in batches)
+    timing["startup_s"] = time.perf_counter() - t0
+    cpu0, t1 = _tree_cpu_seconds(me), time.perf_counter()
+    count, image_spec = 0, ""
+    for images, _ in batch_stream:
+        count += len(images)
+        image_spec = image_spec or f"{images.dtype} {list(images.shape[1:])}"
+    timing["pass_s"] = time.perf_counter() - t1
+    timing["cpu_s"] = _tree_cpu_seconds(me) - cpu0
+    if pool is not None:
+        pool.close()
+        pool.join()
+    return {"images": count, "expected": len(records), "image": image_spec}
+
+
+def _run_tf_data(data_dir: str, batch_size: int, seed: int, autotune: bool,
+                 timing: dict[str, float]) -> dict[str, Any]:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    t = time.perf_counter()
+    import tensorflow as tf
+
+    from reader import make_dataset
+    from reader.records import load_manifest
+    timing["import_s"] = time.perf_counter() - t
+
+    me = psutil.Process()
+    t0 = time.perf_counter()
+    dataset = make_dataset(data_dir, "train", batch_size, shuffle=True, seed=seed)
+    if not autotune:
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        dataset = dataset.with_options(options)
+    batch_stream = iter(dataset)
+    timing["open_s"] = timing["startup_s"] = time.perf_counter() - t0
+    cpu0, t1 = _tree_cpu_seconds(me), time.perf_counter()
+    count, image_spec = 0, ""
+    for images, _ in batch_stream:
+        count += int(images.shape[0])
+        image_spec = image_spec or f"{images.dtype.name} {images.shape[1:].as_list()}"
+    timing["pass_s"] = time.perf_counter() - t1
+    timing["cpu_s"] = _tree_cpu_seconds(me) - cpu0
+    expected = load_manifest(data_dir)["splits"]["train"]["num_records"]
+    return {"images": count, "expected": expected, "image": image_spec}
+
+
+def run_child(mode: str, data_dir: str, batch_size: int, seed: int, workers: int,
+              start_method: str, result_path: str) -> None:
+    """Runs ``mode`` once and writes its timings and peak RSS to ``result_path``."""
+    timing: dict[str, float] = {}
+    if mode.startswith("records"):
+        out = _run_records(data_dir, batch_size, seed,
+                           workers if mode == "records_Np" else 1, start_method, timing)
+    else:
+        out = _run_tf_data(data_dir, batch_size, seed, mode == "tf_data", timing)
+    if out["images"] != out["expected"]:
+        raise RuntimeError(f"{mode} read {out['images']} images, the split holds "
+                           f"{out['expected']}.")
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _RSS_UNIT
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * _RSS_UNIT
+    with open(result_path, "w") as f:
+        json.dump({**timing, **out, "tensorflow_imported": "tensorflow" in sys.modules,
+                   "peak_rss_self_mib": round(own / MIB, 1),
+                   "peak_rss_workers_mib": round(children / MIB, 1)}, f)
+
+
+def run_mode(mode: str, args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
+    """``mode`` run once in a fresh interpreter; its result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = os.path.join(tmp, "result.json")
+        command = [sys.executable, os.path.abspath(__file__), f"--child_mode={mode}",
+                   f"--data_dir={data_dir}", f"--batch_size={args.batch_size}",
+                   f"--seed={args.seed}", f"--workers={args.workers}",
+                   f"--start_method={args.start_method}", f"--child_result={result_path}"]
+        proc = subprocess.run(command, cwd=REPO_ROOT, env=job_env(), capture_output=True,
+                              text=True)
+        if proc.returncode:
+            raise RuntimeError(f"{mode} failed (exit {proc.returncode}):\n"
+                               f"{proc.stderr[-3000:]}")
+        return read_json(result_path)
+
+
+# --- rounds and results ----------------------------------------------------------------
+
+def measure(args: argparse.Namespace, data_dir: str) -> dict[str, list[dict]]:
+    paths = shard_paths(data_dir)
+    for _ in range(args.warmup):
+        for mode in args.modes:
+            run_mode(mode, args, data_dir)  # Libraries and shards into the page cache.
+    samples: dict[str, list[dict]] = {mode: [] for mode in args.modes}
+    for r, mode in interleaved(args.modes, args.rounds):
+        sample, attempts = quiet_sample(lambda mode=mode: run_mode(mode, args, data_dir),
+                                        args.max_foreign, args.retries,
+                                        before=lambda: read_into_page_cache(paths))
+        s = sample.extra
+        n = s["images"]
+        samples[mode].append({
+            **s, "images_per_second": n / s["pass_s"],
+            "images_per_second_with_startup": n / (s["startup_s"] + s["pass_s"]),
+            "cpu_ms_per_image": 1000 * s["cpu_s"] / n,
+            "foreign_cores": sample.foreign_cores, "attempts_foreign": attempts})
+        print(f"round {r + 1}/{args.rounds} {mode:<14} {n / s['pass_s']:7.0f} img/s  "
+              f"startup {s['startup_s']:.2f} s  peak RSS {s['peak_rss_self_mib']:.0f} MiB"
+              f" (+ workers {s['peak_rss_workers_mib']:.0f})  other processes: "
+              f"{sample.foreign_cores:.2f} cores", flush=True)
+    return samples
+
+
+def summarize(samples: dict[str, list[dict]]) -> dict[str, dict]:
+    def stats(values: list[float]) -> dict[str, float]:
+        return {"median": statistics.median(values), "best": max(values),
+                "worst": min(values)}
+
+    summary = {}
+    for mode, rounds in samples.items():
+        entry = {
+            "images_per_second": stats([s["images_per_second"] for s in rounds]),
+            "images_per_second_with_startup": stats(
+                [s["images_per_second_with_startup"] for s in rounds]),
+            "startup_s_median": statistics.median(s["startup_s"] for s in rounds),
+            "cpu_ms_per_image_median": statistics.median(
+                s["cpu_ms_per_image"] for s in rounds),
+            "peak_rss_self_mib_max": max(s["peak_rss_self_mib"] for s in rounds),
+            "peak_rss_workers_mib_max": max(s["peak_rss_workers_mib"] for s in rounds),
+            "tensorflow_imported": any(s["tensorflow_imported"] for s in rounds)}
+        if "pool_start_s" in rounds[0]:
+            entry["pool_start_s_median"] = statistics.median(
+                s["pool_start_s"] for s in rounds)
+        summary[mode] = entry
+    return summary
+
+
+def print_table(result: dict) -> None:
+    data, summary = result["data"], result["modes"]
+    print(f"\n{data['records']} records of {data['mean_record_bytes']} B "
+          f"({data['image_size']} px {data['image_format']}, {data['shards']} "
+          f"uncompressed shards), batch {result['batch_size']}, {result['rounds']} "
+          f"rounds, {result['machine']['cpu_cores']} cores; other processes used "
+          f"{result['foreign_cores']['median']:.2f} cores (median), "
+          f"{result['foreign_cores']['max']:.2f} at most")
+    print(f"{'images/s (startup excluded)':<44}{'median':>8}{'best':>8}{'startup s':>11}"
+          f"{'CPU ms/img':>12}{'RSS MiB':>9}{'+workers':>10}")
+    for mode, s in summary.items():
+        rates = s["images_per_second"]
+        workers = s["peak_rss_workers_mib_max"]
+        print(f"{NAMES[mode].format(workers=result['workers']):<44}{rates['median']:>8.0f}"
+              f"{rates['best']:>8.0f}{s['startup_s_median']:>11.2f}"
+              f"{s['cpu_ms_per_image_median']:>12.2f}{s['peak_rss_self_mib_max']:>9.0f}"
+              f"{(f'{workers:.0f}' if workers else '-'):>10}")
+    if "records_Np" in summary:
+        print(f"pool start (creation to every worker holding the dataset): "
+              f"{summary['records_Np']['pool_start_s_median']:.2f} s (median)")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work_dir", default="/tmp/benchmark_random_access",
+                        help="Photos and the dataset built from them are kept here.")
+    parser.add_argument("--out", default="docs/benchmarks/random_access.json",
+                        help="The results JSON.")
+    parser.add_argument("--num_images", type=int, default=2000)
+    parser.add_argument("--num_shards", type=int, default=8)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="Seed of the records modes' permutation and make_dataset's.")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="Processes of the records_Np mode.")
+    parser.add_argument("--start_method", default="fork",
+                        choices=multiprocessing.get_all_start_methods(),
+                        help="How the pool starts its workers (PyTorch's default on "
+                             "Linux: fork).")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"Comma-separated, of {', '.join(MODES)}.")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="Untimed runs of every mode before the rounds.")
+    add_sampling_flags(parser, rounds=3)
+    parser.add_argument("--child_mode", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--data_dir", help=argparse.SUPPRESS)
+    parser.add_argument("--child_result", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child_mode:
+        run_child(args.child_mode, args.data_dir, args.batch_size, args.seed,
+                  args.workers, args.start_method, args.child_result)
+        return
+    args.modes = args.modes.split(",")
+    unknown = sorted(set(args.modes) - set(MODES))
+    if unknown:
+        parser.error(f"unknown --modes {unknown}: choose from {', '.join(MODES)}")
+
+    from sample_photos import describe, ensure_photos
+
+    data_dir = build_dataset(args.work_dir, args.num_images, args.num_shards)
+    manifest = read_manifest(data_dir)
+    train = manifest["splits"]["train"]
+    samples = measure(args, data_dir)
+    foreign = [s["foreign_cores"] for rounds in samples.values() for s in rounds]
+    import PIL
+    from PIL import features
+
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(numpy=np.__version__, pillow=PIL.__version__,
+                           pillow_libjpeg_turbo=features.check_feature("libjpeg_turbo"),
+                           multiprocessing_start_method=args.start_method),
+        "code": code_version(),
+        "data": {"dir": data_dir, "records": train["num_records"],
+                 "shards": len(train["shards"]),
+                 "image_size": manifest["preprocessing"]["image_size"],
+                 "image_format": manifest["preprocessing"]["image_format"],
+                 "jpeg_quality": manifest["preprocessing"].get("jpeg_quality"),
+                 "mean_record_bytes": train["num_bytes"] // max(1, train["num_records"]),
+                 "photos": describe(ensure_photos(args.work_dir, args.num_images))},
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "workers": args.workers,
+        "rounds": args.rounds,
+        "warmup_runs": args.warmup,
+        "max_foreign_cores": args.max_foreign,
+        "foreign_cores": {"median": statistics.median(foreign), "max": max(foreign)},
+        "modes": summarize(samples),
+        "samples": samples,
+        "definitions": {
+            "images_per_second": "records in the split / the pass's wall time, from "
+                                 "the first batch requested to the last received; "
+                                 "startup excluded",
+            "startup_s": "opening the dataset (records: manifest + sha256-checked "
+                         "indexes; tf.data: make_dataset + iter) and, for the pool, "
+                         "pool_start_s; imports excluded",
+            "pool_start_s": "from Pool() (dataset pickled) until every worker has "
+                            "unpickled it",
+            "cpu_ms_per_image": "CPU of the mode's process and its live workers "
+                                "during the pass / images",
+            "peak_rss_self_mib": "ru_maxrss (RUSAGE_SELF) of the mode's own fresh "
+                                 "process",
+            "peak_rss_workers_mib": "ru_maxrss (RUSAGE_CHILDREN) after the pool is "
+                                    "joined: the largest worker's peak, not the sum",
+            "foreign_cores": "CPU used by other processes during a sample (whole "
+                             "subprocess, imports included), in cores",
+        },
+    }
+    print_table(result)
+    write_json(args.out, result)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
