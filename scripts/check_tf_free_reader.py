@@ -82,7 +82,7 @@ def write_inputs(root: str) -> tuple[str, str, str]:
     series = os.path.join(root, "series.jsonl")
     with open(series, "w") as f:
         for s in range(3):
-            for t in range(80):
+            for t in range(200):
                 f.write(json.dumps({"series_id": f"s{s}", "timestamp": t,
                                     "value": float(np.sin(t / 5) * (s + 1))}) + "\n")
     return os.path.join(root, "photos"), tags, series

@@ -16,6 +16,9 @@ export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 # What Dataflow's workers get: the sdist of setup.py alone, in a fresh venv, running
 # both jobs in worker processes on a local GCS server (docs/RUNNING_AT_SCALE.md).
 # Skipped when pytest was given arguments (a partial run).
+# And what a training install without TensorFlow gets: docs/READER.md's TF-free
+# install command in a fresh venv, reading the three kinds of dataset.
 if [ "$#" -eq 0 ]; then
   bash scripts/check_sdist_install.sh
+  .venv/bin/python scripts/check_tf_free_reader.py
 fi
