@@ -1,4 +1,6 @@
-"""Reads the ETL's sharded TFRecord datasets with tf.data (needs TensorFlow only).
+"""Reads the ETL's sharded TFRecord datasets: with tf.data (``make_dataset``, needs
+TensorFlow only), or by index without TensorFlow (``ShardedRecords``, for PyTorch and
+JAX/Grain; datasets written with ``--compression=none``).
 
 Example::
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from reader.helpers import label_vocabulary, steps_per_epoch, transform_output
     from reader.pipeline import make_dataset
     from reader.read_config import ReadConfig
+    from reader.records import ShardedRecords
     from reader.resume import FitCheckpoint
 
 # Public name → the module that defines it.
@@ -33,6 +36,7 @@ _EXPORTS = {
     "DatasetInfo": "reader.dataset_info",
     "FitCheckpoint": "reader.resume",
     "ReadConfig": "reader.read_config",
+    "ShardedRecords": "reader.records",
     "label_vocabulary": "reader.helpers",
     "make_dataset": "reader.pipeline",
     "open_dataset": "reader.dataset_info",
@@ -46,6 +50,7 @@ __all__ = [
     "DatasetInfo",
     "FitCheckpoint",
     "ReadConfig",
+    "ShardedRecords",
     "label_vocabulary",
     "make_dataset",
     "open_dataset",

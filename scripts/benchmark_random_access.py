@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import multiprocessing
 import os
 import pickle
@@ -61,7 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -145,14 +146,23 @@ def _batches(n: int, batch_size: int, seed: int) -> list[list[int]]:
     return [order[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
-def _read_batch(records: Any, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """A batch as a DataLoader's default collate gives it: stacked images, labels."""
+def _read_batch(records: Any, indices: Sequence[int], out: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """A batch as a DataLoader's default collate gives it: stacked images (into
+    ``out`` if given), labels."""
     items = [records[i] for i in indices]
-    return (np.stack([item["image"] for item in items]),
+    return (np.stack([item["image"] for item in items], out=out),
             np.array([item["label"] for item in items]))
 
 
+# Batches a worker hands back, one file each (the pool's parent's pid in the name):
+# what DataLoader does with torch's shared memory. Through the pool's pipe instead
+# (--transfer=pipe), a 64-image batch (9.6 MB) is pickled, copied through the pipe
+# in 64 KiB writes and unpickled, which on 2 cores costs more than the decode.
+_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+_SHM_PREFIX = "benchmark_random_access_"
 _worker_records: Any = None
+_worker_batches = 0
 
 
 def _init_worker(pickled_records: bytes, ready: Any) -> None:
@@ -165,8 +175,45 @@ def _worker_read_batch(indices: list[int]) -> tuple[np.ndarray, np.ndarray]:
     return _read_batch(_worker_records, indices)
 
 
+def _worker_read_batch_shm(indices: list[int]
+                           ) -> tuple[str, tuple[int, ...], np.ndarray]:
+    """Reads a batch straight into a new shared-memory file; its path, shape, labels."""
+    global _worker_batches
+    _worker_batches += 1
+    size = int(_worker_records.manifest["preprocessing"]["image_size"])
+    shape = (len(indices), size, size, 3)
+    nbytes = int(np.prod(shape))
+    path = os.path.join(_SHM_DIR, f"{_SHM_PREFIX}{os.getppid()}_{os.getpid()}_"
+                                  f"{_worker_batches}")
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, nbytes)
+        block = mmap.mmap(fd, nbytes)
+    finally:
+        os.close(fd)
+    images = np.frombuffer(block, np.uint8).reshape(shape)
+    labels = _read_batch(_worker_records, indices, out=images)[1]
+    del images  # The last view of the block: it closes.
+    block.close()
+    return path, shape, labels
+
+
+def _from_shm(results: Iterator[tuple[str, tuple[int, ...], np.ndarray]]
+              ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Maps each batch file (unlinked at once: the mapping outlives the name)."""
+    for path, shape, labels in results:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            block = mmap.mmap(fd, int(np.prod(shape)), prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+            os.unlink(path)
+        yield np.frombuffer(block, np.uint8).reshape(shape), labels
+
+
 def _run_records(data_dir: str, batch_size: int, seed: int, workers: int,
-                 start_method: str, timing: dict[str, float]) -> dict[str, Any]:
+                 start_method: str, transfer: str, timing: dict[str, float]
+                 ) -> dict[str, Any]:
     t = time.perf_counter()
     from reader.records import ShardedRecords
     timing["import_s"] = time.perf_counter() - t
@@ -186,20 +233,29 @@ def _run_records(data_dir: str, batch_size: int, seed: int, workers: int,
         for _ in range(workers):
             ready.get()
         timing["pool_start_s"] = time.perf_counter() - t
-        batch_stream = pool.imap(_worker_read_batch, batches, chunksize=1)
+        if transfer == "shm":
+            batch_stream = _from_shm(pool.imap(_worker_read_batch_shm, batches,
+                                               chunksize=1))
+        else:
+            batch_stream = pool.imap(_worker_read_batch, batches, chunksize=1)
     else:
         batch_stream = (_read_batch(records, b) for b in batches)
     timing["startup_s"] = time.perf_counter() - t0
-    cpu0, t1 = _tree_cpu_seconds(me), time.perf_counter()
-    count, image_spec = 0, ""
-    for images, _ in batch_stream:
-        count += len(images)
-        image_spec = image_spec or f"{images.dtype} {list(images.shape[1:])}"
-    timing["pass_s"] = time.perf_counter() - t1
-    timing["cpu_s"] = _tree_cpu_seconds(me) - cpu0
-    if pool is not None:
-        pool.close()
-        pool.join()
+    try:
+        cpu0, t1 = _tree_cpu_seconds(me), time.perf_counter()
+        count, image_spec = 0, ""
+        for images, _ in batch_stream:
+            count += len(images)
+            image_spec = image_spec or f"{images.dtype} {list(images.shape[1:])}"
+        timing["pass_s"] = time.perf_counter() - t1
+        timing["cpu_s"] = _tree_cpu_seconds(me) - cpu0
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+            for name in os.listdir(_SHM_DIR):  # Left by a failed run.
+                if name.startswith(f"{_SHM_PREFIX}{os.getpid()}_"):
+                    os.unlink(os.path.join(_SHM_DIR, name))
     return {"images": count, "expected": len(records), "image": image_spec}
 
 
@@ -234,12 +290,13 @@ def _run_tf_data(data_dir: str, batch_size: int, seed: int, autotune: bool,
 
 
 def run_child(mode: str, data_dir: str, batch_size: int, seed: int, workers: int,
-              start_method: str, result_path: str) -> None:
+              start_method: str, transfer: str, result_path: str) -> None:
     """Runs ``mode`` once and writes its timings and peak RSS to ``result_path``."""
     timing: dict[str, float] = {}
     if mode.startswith("records"):
         out = _run_records(data_dir, batch_size, seed,
-                           workers if mode == "records_Np" else 1, start_method, timing)
+                           workers if mode == "records_Np" else 1, start_method,
+                           transfer, timing)
     else:
         out = _run_tf_data(data_dir, batch_size, seed, mode == "tf_data", timing)
     if out["images"] != out["expected"]:
@@ -250,28 +307,36 @@ def run_child(mode: str, data_dir: str, batch_size: int, seed: int, workers: int
     with open(result_path, "w") as f:
         json.dump({**timing, **out, "tensorflow_imported": "tensorflow" in sys.modules,
                    "peak_rss_self_mib": round(own / MIB, 1),
-                   "peak_rss_workers_mib": round(children / MIB, 1)}, f)
+                   # TensorFlow's import runs a short-lived child process too.
+                   "peak_rss_children_mib": round(children / MIB, 1),
+                   "peak_rss_workers_mib": (round(children / MIB, 1)
+                                            if mode == "records_Np" else None)}, f)
 
 
 def run_mode(mode: str, args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
-    """``mode`` run once in a fresh interpreter; its result."""
+    """``mode`` run once in a fresh interpreter, the only child of a fresh wrapper
+    (``measure_memory.measure``: a process exec'd from a big one would start with
+    its ru_maxrss); its result."""
+    from measure_memory import measure  # Not in the modes' own processes.
+
     with tempfile.TemporaryDirectory() as tmp:
-        result_path = os.path.join(tmp, "result.json")
+        result_path, log_path = os.path.join(tmp, "result.json"), os.path.join(tmp, "log")
         command = [sys.executable, os.path.abspath(__file__), f"--child_mode={mode}",
                    f"--data_dir={data_dir}", f"--batch_size={args.batch_size}",
                    f"--seed={args.seed}", f"--workers={args.workers}",
-                   f"--start_method={args.start_method}", f"--child_result={result_path}"]
-        proc = subprocess.run(command, cwd=REPO_ROOT, env=job_env(), capture_output=True,
-                              text=True)
-        if proc.returncode:
-            raise RuntimeError(f"{mode} failed (exit {proc.returncode}):\n"
-                               f"{proc.stderr[-3000:]}")
+                   f"--start_method={args.start_method}", f"--transfer={args.transfer}",
+                   f"--child_result={result_path}"]
+        wrapped = measure(command, log_path)
+        if wrapped["rc"]:
+            with open(log_path, errors="replace") as f:
+                raise RuntimeError(f"{mode} failed (exit {wrapped['rc']}):\n"
+                                   f"{f.read()[-3000:]}")
         return read_json(result_path)
 
 
 # --- rounds and results ----------------------------------------------------------------
 
-def measure(args: argparse.Namespace, data_dir: str) -> dict[str, list[dict]]:
+def measure_rounds(args: argparse.Namespace, data_dir: str) -> dict[str, list[dict]]:
     paths = shard_paths(data_dir)
     for _ in range(args.warmup):
         for mode in args.modes:
@@ -288,10 +353,11 @@ def measure(args: argparse.Namespace, data_dir: str) -> dict[str, list[dict]]:
             "images_per_second_with_startup": n / (s["startup_s"] + s["pass_s"]),
             "cpu_ms_per_image": 1000 * s["cpu_s"] / n,
             "foreign_cores": sample.foreign_cores, "attempts_foreign": attempts})
+        workers = s["peak_rss_workers_mib"]
         print(f"round {r + 1}/{args.rounds} {mode:<14} {n / s['pass_s']:7.0f} img/s  "
               f"startup {s['startup_s']:.2f} s  peak RSS {s['peak_rss_self_mib']:.0f} MiB"
-              f" (+ workers {s['peak_rss_workers_mib']:.0f})  other processes: "
-              f"{sample.foreign_cores:.2f} cores", flush=True)
+              f"{'' if workers is None else f' (workers {workers:.0f})'}  other "
+              f"processes: {sample.foreign_cores:.2f} cores", flush=True)
     return samples
 
 
@@ -310,7 +376,9 @@ def summarize(samples: dict[str, list[dict]]) -> dict[str, dict]:
             "cpu_ms_per_image_median": statistics.median(
                 s["cpu_ms_per_image"] for s in rounds),
             "peak_rss_self_mib_max": max(s["peak_rss_self_mib"] for s in rounds),
-            "peak_rss_workers_mib_max": max(s["peak_rss_workers_mib"] for s in rounds),
+            "peak_rss_workers_mib_max": max(
+                (s["peak_rss_workers_mib"] for s in rounds
+                 if s["peak_rss_workers_mib"] is not None), default=None),
             "tensorflow_imported": any(s["tensorflow_imported"] for s in rounds)}
         if "pool_start_s" in rounds[0]:
             entry["pool_start_s_median"] = statistics.median(
@@ -328,14 +396,14 @@ def print_table(result: dict) -> None:
           f"{result['foreign_cores']['median']:.2f} cores (median), "
           f"{result['foreign_cores']['max']:.2f} at most")
     print(f"{'images/s (startup excluded)':<44}{'median':>8}{'best':>8}{'startup s':>11}"
-          f"{'CPU ms/img':>12}{'RSS MiB':>9}{'+workers':>10}")
+          f"{'CPU ms/img':>12}{'RSS MiB':>9}{'workers':>9}")
     for mode, s in summary.items():
         rates = s["images_per_second"]
         workers = s["peak_rss_workers_mib_max"]
         print(f"{NAMES[mode].format(workers=result['workers']):<44}{rates['median']:>8.0f}"
               f"{rates['best']:>8.0f}{s['startup_s_median']:>11.2f}"
               f"{s['cpu_ms_per_image_median']:>12.2f}{s['peak_rss_self_mib_max']:>9.0f}"
-              f"{(f'{workers:.0f}' if workers else '-'):>10}")
+              f"{(f'{workers:.0f}' if workers else '-'):>9}")
     if "records_Np" in summary:
         print(f"pool start (creation to every worker holding the dataset): "
               f"{summary['records_Np']['pool_start_s_median']:.2f} s (median)")
@@ -358,6 +426,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                         choices=multiprocessing.get_all_start_methods(),
                         help="How the pool starts its workers (PyTorch's default on "
                              "Linux: fork).")
+    parser.add_argument("--transfer", default="shm", choices=("shm", "pipe"),
+                        help="How pool workers hand batches back: shm, a shared-memory "
+                             "file per batch (as DataLoader does); pipe, pickled "
+                             "through the pool's pipe.")
     parser.add_argument("--modes", default=",".join(MODES),
                         help=f"Comma-separated, of {', '.join(MODES)}.")
     parser.add_argument("--warmup", type=int, default=1,
@@ -370,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if args.child_mode:
         run_child(args.child_mode, args.data_dir, args.batch_size, args.seed,
-                  args.workers, args.start_method, args.child_result)
+                  args.workers, args.start_method, args.transfer, args.child_result)
         return
     args.modes = args.modes.split(",")
     unknown = sorted(set(args.modes) - set(MODES))
@@ -382,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     data_dir = build_dataset(args.work_dir, args.num_images, args.num_shards)
     manifest = read_manifest(data_dir)
     train = manifest["splits"]["train"]
-    samples = measure(args, data_dir)
+    samples = measure_rounds(args, data_dir)
     foreign = [s["foreign_cores"] for rounds in samples.values() for s in rounds]
     import PIL
     from PIL import features
@@ -403,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "batch_size": args.batch_size,
         "seed": args.seed,
         "workers": args.workers,
+        "transfer": args.transfer,
         "rounds": args.rounds,
         "warmup_runs": args.warmup,
         "max_foreign_cores": args.max_foreign,
@@ -424,6 +497,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  "process",
             "peak_rss_workers_mib": "ru_maxrss (RUSAGE_CHILDREN) after the pool is "
                                     "joined: the largest worker's peak, not the sum",
+            "peak_rss_children_mib": "RUSAGE_CHILDREN's ru_maxrss in every mode (the "
+                                     "tf modes': a short-lived process TensorFlow's "
+                                     "import starts)",
+            "transfer": "how pool workers hand batches back (shm: a shared-memory file "
+                        "per batch, mapped by the parent; pipe: pickled)",
             "foreign_cores": "CPU used by other processes during a sample (whole "
                              "subprocess, imports included), in cores",
         },

@@ -7,7 +7,9 @@
    command docs/READER.md gives (the line after ``<!-- tf-free-install -->``).
 3. In that venv, checks TensorFlow is not installed, and reads every record of every
    split of the three datasets with ``reader.records.ShardedRecords``.
-4. With ``--torch``: also installs torch 2.13.0 (CPU) there and runs
+4. Installs grain there and reads one shuffled epoch of the image dataset through
+   ``grain.MapDataset.source(ShardedRecords(...))``: every key once, TF still absent.
+5. With ``--torch``: also installs torch 2.13.0 (CPU) there and runs
    ``scripts/train_torch_dataloader.py`` on the image dataset (docs/READER.md shows
    its output).
 
@@ -51,6 +53,16 @@ for data_dir in sys.argv[1:]:
                     for i, item in enumerate(items)}) == len(items)
 print(json.dumps(counts))
 assert "tensorflow" not in sys.modules
+"""
+GRAIN_EPOCH = """
+import sys
+import grain
+from reader.records import ShardedRecords
+records = ShardedRecords(sys.argv[1], "train", features=["key"])
+keys = list(grain.MapDataset.source(records).seed(0).shuffle().map(lambda r: r["key"]))
+assert sorted(keys) == sorted(records[i]["key"] for i in range(len(records))), keys
+assert len(set(keys)) == len(records) and "tensorflow" not in sys.modules
+print(f"grain: one shuffled epoch of {len(keys)} records, every key once, no tensorflow")
 """
 
 
@@ -120,8 +132,15 @@ def main() -> int:
     parser.add_argument("--torch", action="store_true")
     parser.add_argument("--keep", help="work here (kept) instead of a temp folder")
     args = parser.parse_args()
-    work = args.keep or tempfile.mkdtemp(prefix="tf_free_reader.")
-    os.makedirs(work, exist_ok=True)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        return check(args.keep, args.torch)
+    with tempfile.TemporaryDirectory(prefix="tf_free_reader.") as work:
+        return check(work, args.torch)
+
+
+def check(work: str, with_torch: bool) -> int:
+    """Runs the checks in ``work``; exits with the reason on a failure."""
     datasets = make_datasets(os.path.join(work, "data"))
     venv = os.path.join(work, "venv")
     run([sys.executable, "-m", "venv", venv])
@@ -135,7 +154,9 @@ def main() -> int:
     outside = os.path.join(work, "elsewhere")  # not the checkout: the installed package
     os.makedirs(outside, exist_ok=True)
     print(run([python, "-c", READ_ALL, *datasets], cwd=outside).strip())
-    if args.torch:
+    run([python, "-m", "pip", "install", "--quiet", "grain"])
+    print(run([python, "-c", GRAIN_EPOCH, datasets[0]], cwd=outside).strip())
+    if with_torch:
         run([python, "-m", "pip", "install", "--quiet", "torch==2.13.0"])
         print(run([python, os.path.join(REPO, "scripts", "train_torch_dataloader.py"),
                    datasets[0]], cwd=outside).strip())
