@@ -11,9 +11,10 @@ measures images/s of one full pass over the train split for
   records_Np      the same batches read by a pool of --workers processes (default
                   2), the dataset pickled to each worker (its initializer unpickles
                   it, reopening the files), the batches dealt to the workers as they
-                  free up and sent back stacked (uint8 images, labels) over the
-                  pool's pipe, as ``DataLoader(num_workers=N)`` does (it deals them
-                  round-robin and returns them through shared memory);
+                  free up, each stacked by its worker straight into a shared-memory
+                  file that the parent maps (no copy), as ``DataLoader(num_workers=N)``
+                  does with torch's shared memory (it deals batches round-robin);
+                  --transfer=pipe pickles them through the pool's pipe instead;
   tf_data         ``reader.make_dataset(data_dir, "train", --batch_size,
                   shuffle=True, seed=--seed)`` with its defaults (AUTOTUNE): tf.data
                   reads, parses and decodes, and also scales to float32 in [0, 1];
@@ -21,16 +22,19 @@ measures images/s of one full pass over the train split for
                   2-core VM the autotuner sometimes settles into using one core at a
                   time; see scripts/benchmark_reader.py).
 
-Each mode runs in its own fresh interpreter (this file with --child_mode), so that
-its peak memory is its own: ``ru_maxrss`` of that process (``self``) and, for the
+Each mode runs in its own fresh interpreter (this file with --child_mode), the only
+child of a fresh wrapper (scripts/measure_memory.py's: a process exec'd straight from
+this one would start from its ru_maxrss), so that its peak memory is its own:
+``ru_maxrss`` of that process (``self``) and, for the
 pool, of its waited-for workers (``workers``: the largest worker's peak, not their
 sum; a forked worker's RSS counts the pages it shares with its parent). The records
 modes never import TensorFlow. Startup is timed apart from the pass and excluded
-from images/s: imports; opening the dataset (``ShardedRecords``: the manifest and
-record indexes, each index checked against its sha256; tf.data: building the
-pipeline); for the pool, from its creation until every worker has unpickled the
-dataset. ``images_per_second_with_startup`` counts it (imports excluded). CPU per
-image is the CPU of the mode's process and its workers during the pass.
+from images/s: opening the dataset (``ShardedRecords``: the manifest and record
+indexes, each index checked against its sha256; tf.data: building the pipeline)
+and, for the pool, ``pool_start_s``: from its creation until every worker has
+unpickled the dataset. ``images_per_second_with_startup`` counts it; imports
+(``import_s``) count in neither. CPU per image is the CPU of the mode's process and
+its workers during the pass.
 
 One untimed run of every mode (--warmup) comes first; before every sample the shard
 files are read once (page cache). Every sample records the CPU used by other
@@ -43,7 +47,7 @@ The data: --num_images photo-sized JPEGs from scripts/sample_photos.py (320-1280
 train, by the image job itself (``python -m pipelines.images ... --image_size=224
 --compression=none``, run once and kept in --work_dir).
 
-Usage: nice -n 19 python scripts/benchmark_random_access.py \\
+Usage: python scripts/benchmark_random_access.py \\
            --work_dir /work/bench_data [--num_images 2000] [--rounds 3] \\
            [--out docs/benchmarks/random_access.json]
 """
@@ -423,9 +427,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2,
                         help="Processes of the records_Np mode.")
     parser.add_argument("--start_method", default="fork",
-                        choices=multiprocessing.get_all_start_methods(),
+                        choices=("fork", "spawn"),
                         help="How the pool starts its workers (PyTorch's default on "
-                             "Linux: fork).")
+                             "Linux: fork; forkserver's workers would not be this "
+                             "process's children, so their memory not measured).")
     parser.add_argument("--transfer", default="shm", choices=("shm", "pipe"),
                         help="How pool workers hand batches back: shm, a shared-memory "
                              "file per batch (as DataLoader does); pipe, pickled "
