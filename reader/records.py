@@ -81,27 +81,41 @@ def load_manifest(data_dir: str) -> dict[str, Any]:
 
 
 class _Shards:
-    """Ranged reads of a split's shard files, one open file per shard and process."""
+    """Ranged reads of a split's shard files: on a disk one open file per shard and
+    process (``os.pread``: no shared file position, so threads need no lock); at a
+    URI one request per read through the scheme's fsspec filesystem."""
 
     def __init__(self, paths: Sequence[str]) -> None:
         self.paths = list(paths)
         self._lock = threading.Lock()
         self._files: dict[int, Any] = {}
+        self._remote: Any = None
         self._pid = os.getpid()
 
     def read(self, shard: int, offset: int, length: int) -> bytes:
         path = self.paths[shard]
         if _is_uri(path):
-            return _fs(path).cat_file(path, start=offset, end=offset + length)
+            return self._filesystem().cat_file(path, start=offset, end=offset + length)
         return os.pread(self._fd(shard), length, offset)
 
     def _fd(self, shard: int) -> int:
         with self._lock:
-            if self._pid != os.getpid():  # a forked worker opens its own files
-                self._files, self._pid = {}, os.getpid()
+            self._after_fork()
             if shard not in self._files:
                 self._files[shard] = os.open(self.paths[shard], os.O_RDONLY)
             return self._files[shard]
+
+    def _filesystem(self) -> Any:
+        with self._lock:
+            self._after_fork()
+            if self._remote is None:
+                self._remote = _fs(self.paths[0])
+            return self._remote
+
+    def _after_fork(self) -> None:
+        """A forked worker opens its own files and connections."""
+        if self._pid != os.getpid():
+            self._files, self._remote, self._pid = {}, None, os.getpid()
 
     def close(self) -> None:
         with self._lock:

@@ -63,9 +63,9 @@ def files_under(out: str) -> list[str]:
 
 
 def shard_digests(out: str) -> dict[str, str]:
-    """``output_digests`` of the shard files only."""
+    """``output_digests`` of the shard files (and record indexes) only."""
     return {path: digest for path, digest in output_digests(out).items()
-            if path.endswith(contract.SHARD_SUFFIX)}
+            if ".tfrecord" in path}
 
 
 def read_split(out: str, manifest: dict, split: str) -> dict[str, dict]:
@@ -76,7 +76,8 @@ def read_split(out: str, manifest: dict, split: str) -> dict[str, dict]:
     files = [os.path.join(out, shard["path"]) for shard in manifest["splits"][split]["shards"]]
     if not files:
         return {}
-    dataset = (tf.data.TFRecordDataset(files, compression_type="GZIP")
+    dataset = (tf.data.TFRecordDataset(files,
+                                       compression_type=contract.tf_compression_type(manifest))
                .batch(64).map(lambda records: tf.io.parse_example(records, spec)))
     rows: dict[str, dict] = {}
     for batch in dataset:

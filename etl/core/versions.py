@@ -103,10 +103,12 @@ class DatasetVersion:
         return self.previous is not None
 
     def published_shards(self) -> frozenset[str]:
-        """The shard files of the version appended to (none for a first version)."""
+        """The shard files, and record indexes, of the version appended to (none for
+        a first version)."""
         splits = (self.previous or {}).get("splits", {})
-        return frozenset(shard["path"] for entry in splits.values()
-                         for shard in entry["shards"])
+        shards = [shard for entry in splits.values() for shard in entry["shards"]]
+        return frozenset([shard["path"] for shard in shards]
+                         + [shard["index"]["path"] for shard in shards if "index" in shard])
 
     def held_key_files(self) -> list[str]:
         """The key indexes of the versions already published (relative paths).

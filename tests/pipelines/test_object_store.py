@@ -37,7 +37,12 @@ from tests.series_fixtures import GEOMETRY, run_timeseries_job, series_rows
 BUCKET = "datasets"
 # A folder name with a space, "#", "[", "?" and non-ASCII: a prefix like any other.
 PHOTOS = "camera roll [2024] #1?é"
-IMAGE_FLAGS = ("--num_shards=1", "--max_error_fraction=0.5")
+# Uncompressed shards, each with its record index: one more object per shard to
+# write, rename, verify on resume and keep on append. (GZIP shards on gs:// are the
+# sdist check's, scripts/check_sdist_install.sh.)
+IMAGE_FLAGS = ("--num_shards=1", "--max_error_fraction=0.5", "--compression=none")
+SHARD_FILES = (contract.shard_suffix(contract.NO_COMPRESSION),
+               contract.shard_suffix(contract.NO_COMPRESSION) + contract.INDEX_SUFFIX)
 SUMMARY_LINE = re.compile(r"resumed: (\d+) shard\(s\) kept from the interrupted run")
 
 
@@ -92,8 +97,9 @@ def image_runs(gcs, photos, tmp_path_factory) -> dict[str, tuple[str, dict]]:
 def test_image_job_on_gcs_writes_every_output_object(gcs, image_runs):
     _, manifest = image_runs["gcs"]
     names = set(objects(gcs, BUCKET, "images/"))
-    shards = {f"images/{shard['path']}" for split in contract.SPLITS
-              for shard in manifest["splits"][split]["shards"]}
+    shards = {f"images/{shard[file]['path'] if file else shard['path']}"
+              for split in contract.SPLITS
+              for shard in manifest["splits"][split]["shards"] for file in ("", "index")}
     assert shards and shards <= names
     assert {"images/manifest.json", "images/errors/rejected.jsonl",
             "images/transform_fn/saved_model.pb", "images/keys/keys-v00001.txt",
@@ -115,6 +121,23 @@ def test_image_job_on_gcs_writes_what_it_writes_on_disk(image_runs):
     # The dead letters name their files where they were (the folder, the prefix).
     assert [(r["key"], r["reason"], r["message"]) for r in rejected_records(remote_copy)] == [
         (r["key"], r["reason"], r["message"]) for r in rejected_records(disk)]
+
+
+def test_sharded_records_read_the_gcs_dataset_as_the_disk_one(image_runs):
+    """``reader.records`` at a gs:// URI (fsspec's gcsfs, which the local server
+    serves through STORAGE_EMULATOR_HOST): every record of every split equals the
+    same index read from the disk run's output."""
+    from reader.records import ShardedRecords
+
+    for split in contract.SPLITS:
+        remote = ShardedRecords(f"gs://{BUCKET}/images", split)
+        local = ShardedRecords(image_runs["disk"][0], split)
+        assert len(remote) == len(local) == image_runs["gcs"][1]["splits"][split][
+            "num_records"]
+        for i in range(len(local)):
+            a, b = remote[i], local[i]
+            assert a.keys() == b.keys() and a["key"] == b["key"]
+            np.testing.assert_array_equal(a["image"], b["image"])
 
 
 def test_image_job_on_gcs_rejects_the_bad_files_and_counts_reconcile(photos, image_runs):
@@ -178,7 +201,10 @@ def killed_and_rerun(gcs, photos, image_runs, tmp_path_factory):
 def test_a_killed_gcs_run_leaves_no_manifest_object(killed_and_rerun):
     when_killed, _ = killed_and_rerun
     assert "killed/manifest.json" not in when_killed
-    assert sum("-pending-" in name for name in when_killed) == 2
+    pending = sorted(name for name in when_killed if "-pending-" in name)
+    assert len(pending) == 4 and all(  # two shards, each with its record index
+        f"{name}{contract.INDEX_SUFFIX}" in pending for name in pending
+        if name.endswith(SHARD_FILES[0]))
 
 
 def test_the_rerun_keeps_the_finished_shards_and_matches_an_uninterrupted_run(
@@ -214,13 +240,16 @@ def test_append_on_gcs_adds_shards_and_leaves_every_old_object_untouched(
     manifest = run_images_job(f"gs://{BUCKET}/more", f"gs://{BUCKET}/grown", "--append",
                               *IMAGE_FLAGS, f"--tft_temp_dir={tmp_path / 'tft_tmp'}")
     after = objects(gcs, BUCKET, "grown/")
-    old_shards = sorted(name for name in before if name.endswith(contract.SHARD_SUFFIX))
-    for name in old_shards:
+    old_files = sorted(name for name in before if name.endswith(SHARD_FILES))
+    for name in old_files:
         assert (after[name].md5_hash, after[name].crc32c, after[name].generation) == (
             before[name]), name
-    new_shards = sorted(name for name in after if name.endswith(contract.SHARD_SUFFIX)
-                        and name not in before)
-    assert new_shards and all("-v2-" in name for name in new_shards)
+    new_files = sorted(name for name in after if name.endswith(SHARD_FILES)
+                       and name not in before)
+    assert new_files and all("-v2-" in name for name in new_files)
+    old_shards = [name for name in old_files if name.endswith(SHARD_FILES[0])]
+    new_shards = [name for name in new_files if name.endswith(SHARD_FILES[0])]
+    assert len(new_files) == 2 * len(new_shards)  # each with its index
     assert (manifest["dataset_version"], manifest["history"][-1]["inputs"]) == (2, 2)
     listed = sorted(f"grown/{shard['path']}" for split in contract.SPLITS
                     for shard in manifest["splits"][split]["shards"])
