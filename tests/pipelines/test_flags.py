@@ -85,3 +85,19 @@ def test_check_known_flags_lists_every_unknown_flag():
 def test_runs_resume_unless_no_resume(argv, resume):
     options = ImagesOptions(["--output_dir=out", *argv])
     assert OutputSettings.from_options(options, default_name="images").resume is resume
+
+
+@pytest.mark.parametrize("argv, compression, level", [
+    ([], "gzip", 6), (["--gzip_level=1"], "gzip", 1), (["--compression=none"], "none", None)])
+def test_compression_and_gzip_level_reach_the_manifest(argv, compression, level):
+    options = ImagesOptions(["--output_dir=out", *argv])
+    settings = OutputSettings.from_options(options, default_name="images")
+    described = settings.describe()
+    assert (settings.shard_format.compression, described["compression"],
+            described["gzip_level"]) == (compression, compression, level)
+
+
+def test_a_gzip_level_without_gzip_is_one_clear_error():
+    options = ImagesOptions(["--output_dir=out", "--compression=none", "--gzip_level=6"])
+    with pytest.raises(ValueError, match="--gzip_level=6 needs --compression=gzip"):
+        OutputSettings.from_options(options, default_name="images")
