@@ -11,7 +11,7 @@
    ``grain.MapDataset.source(ShardedRecords(...))``: every key once, TF still absent.
 5. With ``--torch``: also installs torch 2.13.0 (CPU) there and runs
    ``scripts/train_torch_dataloader.py`` on the image dataset (docs/READER.md shows
-   its output).
+   its output), and READER.md's "From PyTorch" snippet as written.
 
     .venv/bin/python scripts/check_tf_free_reader.py [--torch] [--keep DIR]
 
@@ -64,6 +64,14 @@ assert sorted(keys) == sorted(records[i]["key"] for i in range(len(records))), k
 assert len(set(keys)) == len(records) and "tensorflow" not in sys.modules
 print(f"grain: one shuffled epoch of {len(keys)} records, every key once, no tensorflow")
 """
+
+
+def reader_md_snippet(section: str) -> str:
+    """The first ```python block under docs/READER.md's ``### <section>`` heading."""
+    with open(os.path.join(REPO, "docs", "READER.md")) as f:
+        text = f.read()
+    after = text[text.index(f"\n### {section}\n"):]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def install_command() -> str:
@@ -160,6 +168,9 @@ def check(work: str, with_torch: bool) -> int:
         run([python, "-m", "pip", "install", "--quiet", "torch==2.13.0"])
         print(run([python, os.path.join(REPO, "scripts", "train_torch_dataloader.py"),
                    datasets[0]], cwd=outside).strip())
+        snippet = reader_md_snippet("From PyTorch").replace("out/images", datasets[0])
+        run([python, "-c", snippet + "\nprint(images.shape, labels.dtype)\n"], cwd=outside)
+        print("READER.md's PyTorch snippet ran as written")
     print(f"OK: a venv without TensorFlow read {len(datasets)} datasets ({work})")
     return 0
 

@@ -25,6 +25,7 @@ from reader import contract, verify
 from reader.contract import DatasetError
 from reader.export_tfds import accurate_jpeg_decoders, export_tfds, main
 from reader.records import ShardedRecords
+from scripts.check_tf_free_reader import reader_md_snippet
 from tests import image_fixtures
 from tests.job_runs import files_under, output_digests, run_images_job
 from tests.reader import records_worker
@@ -563,3 +564,25 @@ def test_main_exits_2_with_one_line_on_error(tmp_path, capsys):
     errors = capsys.readouterr().err.splitlines()
     assert len(errors) == 2
     assert "--compression=none" in errors[0] and "No manifest.json" in errors[1]
+
+
+# --- READER.md's snippets -------------------------------------------------------------
+
+
+def test_readers_grain_snippet_runs_as_written(images):
+    namespace: dict = {}
+    exec(reader_md_snippet("From JAX / Grain").replace("out/images", images), namespace)
+    batch, state = namespace["batch"], namespace["state"]
+    train = reader.open_dataset(images).num_records("train")
+    assert batch["image"].shape == (min(64, train), IMAGE_SIZE, IMAGE_SIZE, 3)
+    assert batch["image"].dtype == np.uint8 and batch["label"].shape == (min(64, train),)
+    json.dumps(state)
+
+
+def test_readers_tfds_snippet_runs_as_written(exported):
+    out, _ = exported
+    namespace: dict = {}
+    exec(reader_md_snippet("From TFDS").replace("out/images", out), namespace)
+    rows = list(tfds.as_numpy(namespace["train"]))
+    assert len(rows) == round(reader.open_dataset(out).num_records("train") / 10) > 0
+    assert rows[0]["image"].shape == (IMAGE_SIZE, IMAGE_SIZE, 3)
