@@ -20,6 +20,7 @@ Layout of a finished output directory::
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -262,6 +263,41 @@ def feature_spec_from_json(described: Mapping[str, Mapping[str, Any]]) -> dict[s
     return spec
 
 
+def closest_split(name: str, splits: list[str]) -> str | None:
+    """The split ``name`` most likely means: one whose name starts with it or that it
+    starts with (``val``, ``valid`` → ``validation``; ``training`` → ``train``, as the
+    job reads such split folders), else the closest spelling."""
+    lowered = name.strip().lower()
+    for split in splits:
+        if lowered and (split.startswith(lowered) or lowered.startswith(split)):
+            return split
+    close = difflib.get_close_matches(lowered, splits, n=1)
+    return close[0] if close else None
+
+
+def check_splits(manifest: Mapping[str, Any], data_dir: str, splits: list[str]) -> None:
+    """Checks that the dataset has every split in ``splits``.
+
+    Raises:
+        ValueError: naming the first unknown split, the dataset's splits and the
+            split it most likely means.
+    """
+    known = list(manifest["splits"])
+    for split in splits:
+        if split in manifest["splits"]:
+            continue
+        closest = closest_split(split, known)
+        hint = f" Did you mean {closest!r}?" if closest else ""
+        raise ValueError(f"Unknown split {split!r}: {data_dir!r} has splits "
+                         f"{', '.join(map(repr, known))}.{hint}")
+
+
+def no_manifest_message(data_dir: str) -> str:
+    """What a reader says of a directory without a manifest."""
+    return (f"No {MANIFEST_FILENAME} under {data_dir!r}: did the ETL job finish? The "
+            f"manifest is written last, only when the whole dataset is complete.")
+
+
 def load_manifest(data_dir: str) -> dict[str, Any]:
     """Reads ``<data_dir>/manifest.json``.
 
@@ -272,9 +308,7 @@ def load_manifest(data_dir: str) -> dict[str, Any]:
 
     path = f"{data_dir.rstrip('/')}/{MANIFEST_FILENAME}"
     if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(
-            f"No {MANIFEST_FILENAME} under {data_dir!r}: did the ETL job finish? The "
-            f"manifest is written last, only when the whole dataset is complete.")
+        raise FileNotFoundError(no_manifest_message(data_dir))
     with tf.io.gfile.GFile(path, "r") as f:
         return json.loads(f.read())
 

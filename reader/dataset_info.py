@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import posixpath
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +19,7 @@ from reader.contract import (
     TIMESERIES,
     ZSCORE,
     DatasetError,
+    check_splits,
 )
 
 
@@ -159,35 +159,6 @@ class DatasetInfo:
     def _split(self, split: str) -> Mapping[str, Any]:
         check_splits(self.manifest, self.data_dir, [split])
         return self.manifest["splits"][split]
-
-
-def _closest_split(name: str, splits: list[str]) -> str | None:
-    """The split ``name`` most likely means: one whose name starts with it or that it
-    starts with (``val``, ``valid`` → ``validation``; ``training`` → ``train``, as the
-    job reads such split folders), else the closest spelling."""
-    lowered = name.strip().lower()
-    for split in splits:
-        if lowered and (split.startswith(lowered) or lowered.startswith(split)):
-            return split
-    close = difflib.get_close_matches(lowered, splits, n=1)
-    return close[0] if close else None
-
-
-def check_splits(manifest: Mapping[str, Any], data_dir: str, splits: list[str]) -> None:
-    """Checks that the dataset has every split in ``splits``.
-
-    Raises:
-        ValueError: naming the first unknown split, the dataset's splits and the
-            split it most likely means.
-    """
-    known = list(manifest["splits"])
-    for split in splits:
-        if split in manifest["splits"]:
-            continue
-        closest = _closest_split(split, known)
-        hint = f" Did you mean {closest!r}?" if closest else ""
-        raise ValueError(f"Unknown split {split!r}: {data_dir!r} has splits "
-                         f"{', '.join(map(repr, known))}.{hint}")
 
 
 def _kind_of(manifest: Mapping[str, Any], data_dir: str) -> str:

@@ -74,10 +74,7 @@ def load_manifest(data_dir: str) -> dict[str, Any]:
     try:
         return json.loads(read_file(path))
     except FileNotFoundError as e:
-        raise FileNotFoundError(
-            f"No {contract.MANIFEST_FILENAME} under {data_dir!r}: did the ETL job finish? "
-            f"The manifest is written last, only when the whole dataset is complete."
-        ) from e
+        raise FileNotFoundError(contract.no_manifest_message(data_dir)) from e
 
 
 class _Shards:
@@ -180,10 +177,7 @@ class ShardedRecords:
         self._offsets, self._lengths, self._ends = self._read_indexes(shards)
 
     def _check_readable(self) -> None:
-        splits = self.manifest.get("splits", {})
-        if self.split not in splits:
-            raise ValueError(f"Unknown split {self.split!r}: {self.data_dir!r} has splits "
-                             f"{', '.join(map(repr, splits))}.")
+        contract.check_splits(self.manifest, self.data_dir, [self.split])
         if contract.compression_of(self.manifest) != contract.NO_COMPRESSION:
             raise DatasetError(
                 f"{self.data_dir!r} holds GZIP shards, which cannot be read from the "
