@@ -27,9 +27,10 @@ from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import REJECTED, Rejection
 from etl.core.inputs import InputsEntry
 from etl.core.publish import ManifestSpec, PublishDataset
-from etl.images import accounting, codec, loading
+from etl.images import accounting, codec, duplicate_groups, loading
 from etl.images import labels as image_labels
 from etl.images import preprocessing as image_preprocessing
+from etl.images.duplicates import REPORT_DUPLICATES, DuplicateSettings, FindDuplicates
 from etl.images.label_entries import DescribeTargetsAndCarried
 from etl.images.shard_plan import PlanImageShards
 from etl.images.shards import TransformAndWriteImageShard, default_gzip_level
@@ -127,6 +128,21 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
             help="Comma-separated manifest columns of text copied into each example "
                  "unchanged, one string feature per column (ids, captions, URLs).")
         parser.add_argument(
+            "--cross_split_duplicates", default="report", choices=("report", "drop", "off"),
+            help="report: find images that are byte-, pixel- or near-identical (from "
+                 "hashes taken in each image's one decode) and list them in "
+                 "duplicates/pairs.jsonl and summary.json, with a warning when any "
+                 "cross splits; drop: also remove the train copy of each image another "
+                 "split holds (and the validation copy of a test image), as "
+                 "cross_split_duplicate dead letters; off: no hashes, no report "
+                 "(docs/IMAGE_JOB.md, 'Duplicates and leakage').")
+        parser.add_argument(
+            "--near_duplicate_distance", type=int,
+            default=duplicate_groups.DEFAULT_NEAR_DISTANCE,
+            help="Two images are near duplicates when their 64-bit perceptual hashes "
+                 "differ in at most this many bits (default %(default)s, measured in "
+                 "docs/IMAGE_JOB.md).")
+        parser.add_argument(
             "--allow_paths_outside_root", action="store_true",
             help="Read inputs that resolve outside the input root (the folder, or the "
                  "manifest's folder): manifest paths with ../, absolute paths or other "
@@ -161,6 +177,7 @@ class ImageJob:
     allowed_labels: frozenset[str] | None
     allow_outside_root: bool
     columns: image_labels.LabelColumns = image_labels.ONE_CLASS
+    duplicates: DuplicateSettings = REPORT_DUPLICATES
     # A folder input's layout (check_input): splits as top-level folders or not.
     split_layout: bool | None = None
     # The version this run publishes: the first, or (--append) the next one.
@@ -194,6 +211,8 @@ class ImageJob:
             allowed_labels=_read_vocabulary(options.label_vocabulary),
             allow_outside_root=options.allow_paths_outside_root,
             columns=columns,
+            duplicates=DuplicateSettings(options.cross_split_duplicates,
+                                         options.near_duplicate_distance),
             split_layout=split_layout,
         )
         if not options.append:
@@ -221,6 +240,7 @@ class ImageJob:
                 else "stored as TensorFlow decodes it (--lenient_decoding)"),
             "label_vocabulary": sorted(self.allowed_labels) if self.allowed_labels else None,
             "labels": self.columns.describe(),
+            **self.duplicates.describe(),
             "max_error_fraction": self.output.max_error_fraction,
         }
 
@@ -407,7 +427,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         write_shard=TransformAndWriteImageShard(
             output_dir, versions.shard_prefix(job.output.name, job.version.number),
             job.output.shard_format,
-            job.limits, shared.Shared(), job.preprocessing, columns=job.columns),
+            job.limits, shared.Shared(), job.preprocessing, columns=job.columns,
+            hash_images=job.duplicates.enabled),
         write_label="TransformAndWrite",
         rejected=[listing_rejected, decided[REJECTED]],
         transform_dir=transform_dir, extras=extras,
@@ -416,7 +437,10 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
             preprocessing=job.describe_preprocessing(),
             check=functools.partial(accounting.check_images,
                                     max_error_fraction=job.output.max_error_fraction)),
-        version=job.version, key_index=True)
+        version=job.version, key_index=True,
+        screen=FindDuplicates(output_dir, job.duplicates, job.version,
+                              multi_label=job.columns.multi_label)
+        if job.duplicates.enabled else None)
 
 
 def run_ops_on_one_thread_each() -> None:

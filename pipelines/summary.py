@@ -65,6 +65,35 @@ def _label_parts(manifest: Mapping[str, Any], task: str) -> list[str]:
     return parts
 
 
+def _duplicate_lines(report: Mapping[str, Any] | None) -> list[str]:
+    """The duplicate report's counts, and one warning line when pairs cross splits."""
+    if not report:
+        return []
+    totals = {kind: sum(counts.values()) for kind, counts in report["pairs"].items()}
+    removed = sum(report["removed"].values())
+    lines = [f"  duplicates: {totals['bytes']} byte, {totals['pixels']} pixel, "
+             f"{totals['near']} near pair(s); {report['cross_split_pairs']} across splits"
+             + (f", {removed} removed (drop)" if removed else "")
+             + f"; details in {contract.DUPLICATE_PAIRS_RELPATH}"]
+    if report["cross_split_pairs"]:
+        crossing = ", ".join(
+            f"{name} {sum(counts[name] for counts in report['pairs'].values())}"
+            for name in report["pairs"]["bytes"]
+            if name.split("-")[0] != name.split("-")[1]
+            and any(counts[name] for counts in report["pairs"].values()))
+        if report["mode"] == "drop":
+            lines.append(f"WARNING: {report['cross_split_pairs']} duplicate pair(s) "
+                         f"crossed splits ({crossing}); --cross_split_duplicates=drop "
+                         f"removed {removed} copies (the train copy, or the validation "
+                         f"copy of a test image).")
+        else:
+            lines.append(f"WARNING: {report['cross_split_pairs']} duplicate pair(s) cross "
+                         f"splits ({crossing}): evaluation there sees images the model "
+                         f"trains on; --cross_split_duplicates=drop removes the train "
+                         f"copies.")
+    return lines
+
+
 def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: float,
                    counts: RunCounts | None = None) -> str:
     """Records, shards and bytes per split, rejections, what a resumed run kept, and
@@ -81,6 +110,7 @@ def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: floa
              else "rejected*.jsonl (one file per version)")
     lines.append(f"  rejected: {rejected['count']} ({reasons}); details in "
                  f"{contract.ERRORS_DIRNAME}/{files}")
+    lines.extend(_duplicate_lines(manifest.get("duplicates")))
     for split, why in manifest.get("timeseries", {}).get("empty_splits", {}).items():
         lines.append(f"  {split}: no windows: {why}")
     task = manifest.get("task", contract.CLASSIFICATION)

@@ -13,6 +13,8 @@ Layout of a finished output directory::
       transformed_metadata/              tf.Transform schema of the stored features
       metadata/                          tf.Transform schema of the raw (serving) input
       errors/rejected.jsonl              one JSON object per rejected input
+      duplicates/summary.json            image datasets: duplicate counts by kind and splits
+      duplicates/pairs.jsonl             one JSON object per duplicate pair
       <split>/<name>-<split>-SSSSS-of-NNNNN.tfrecord.gz      (--compression=gzip)
       <split>/<name>-<split>-SSSSS-of-NNNNN.tfrecord         (--compression=none)
       <split>/<name>-<split>-SSSSS-of-NNNNN.tfrecord.idx     its record index
@@ -35,6 +37,9 @@ class DatasetError(ValueError):
 MANIFEST_FILENAME = "manifest.json"
 ERRORS_DIRNAME = "errors"
 REJECTED_FILENAME = "rejected.jsonl"
+# The image job's duplicate report (docs/FORMAT.md, "Duplicate report").
+DUPLICATES_SUMMARY_RELPATH = "duplicates/summary.json"
+DUPLICATE_PAIRS_RELPATH = "duplicates/pairs.jsonl"
 TRANSFORM_FN_DIRNAME = "transform_fn"
 TRANSFORMED_METADATA_DIRNAME = "transformed_metadata"
 # tft.TFTransformOutput.RAW_METADATA_DIR: what its raw_feature_spec() reads.

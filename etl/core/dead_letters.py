@@ -60,6 +60,8 @@ NON_FINITE_TARGET = "non_finite_target"
 INVALID_CARRIED_VALUE = "invalid_carried_value"
 # --append: a class the dataset's label vocabulary (fit by its first version) lacks.
 LABEL_NOT_IN_DATASET = "label_not_in_dataset"
+# --cross_split_duplicates=drop: a copy of an image another split keeps.
+CROSS_SPLIT_DUPLICATE = "cross_split_duplicate"
 
 REASONS: tuple[str, ...] = (
     UNREADABLE_FILE, EMPTY_FILE, UNDECODABLE_IMAGE, UNSUPPORTED_FORMAT,
@@ -70,7 +72,7 @@ REASONS: tuple[str, ...] = (
     PATH_OUTSIDE_ROOT, UNKNOWN_LABEL, CORRUPT_IMAGE_DATA, VALUE_OUT_OF_RANGE,
     WINDOW_OUT_OF_RANGE, MISSING_TARGET, INVALID_TARGET, NON_FINITE_TARGET,
     INVALID_CARRIED_VALUE, LABEL_NOT_IN_DATASET, STATIC_VARIES, MISSING_STATIC,
-    NEGATIVE_UNDER_LOG1P, CALENDAR_NEEDS_DATES,
+    NEGATIVE_UNDER_LOG1P, CALENDAR_NEEDS_DATES, CROSS_SPLIT_DUPLICATE,
 )
 # Examples of each reason kept in the manifest and in error messages.
 EXAMPLES_PER_REASON = 3
@@ -78,19 +80,25 @@ EXAMPLES_PER_REASON = 3
 
 @dataclasses.dataclass(frozen=True)
 class Rejection:
-    """One input that could not become an example, and why."""
+    """One input that could not become an example, and why. A removed duplicate
+    (``CROSS_SPLIT_DUPLICATE``) also names its ``split`` and the key of the copy
+    kept (``duplicate_of``); other rejections leave both out."""
 
     key: str
     source: str
     reason: str
     message: str
+    split: str | None = None
+    duplicate_of: str | None = None
 
     def __post_init__(self) -> None:
         if self.reason not in REASONS:
             raise ValueError(f"Unknown rejection reason {self.reason!r}.")
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, ensure_ascii=False)
+        fields = {name: value for name, value in dataclasses.asdict(self).items()
+                  if value is not None}
+        return json.dumps(fields, sort_keys=True, ensure_ascii=False)
 
 
 def count_rejection(reason: str) -> None:

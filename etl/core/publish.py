@@ -6,9 +6,11 @@ fused shard writer (a DoFn from ``((split, shard), [unit])`` to the shard's pend
 file, emitting one shard result and tagged ``Rejection``s). The tail places each
 unit in shard ``stable_hash64(key, "shard") % num_shards`` of its split, decides
 whether the run resumes an interrupted one (``etl.core.resume``), runs the writer
-once per shard (keeping the shards a resumed run finished), renames the written
-shards to their final names, writes every dead letter and, last, the manifest,
-which the job's check may withhold.
+once per shard (keeping the shards a resumed run finished), lets the job's
+``screen`` take records back out of the written shards from what the writers
+reported about them (``etl.core.record_removal``), renames the written shards to
+their final names, writes every dead letter and, last, the manifest, which the
+job's check may withhold.
 Only units, plans and results cross its stage boundaries.
 """
 
@@ -19,7 +21,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import dead_letters, fingerprint, resume, sharding, versions
+from etl.core import dead_letters, fingerprint, record_removal, resume, sharding, versions
 from etl.core.manifest import ManifestSpec, WriteManifest
 from reader import contract
 
@@ -63,6 +65,11 @@ class PublishDataset(beam.PTransform):
         manifest: the job's kind, task, preprocessing, check and describer.
         inputs: what identifies the job's input beyond its units, for the resume
             fingerprint (e.g. the time series' files with their sizes and mtimes).
+        screen: optional PTransform from the writers' facts (``PlacedFacts``) to
+            ``(removals, rejections, entry)``: the ``record_removal.Removal``s to
+            take out of the written shards before they are renamed, their
+            ``Rejection``s, and a single-element extra manifest entry (the image
+            job's ``etl.images.duplicates.FindDuplicates``).
 
     Returns:
         A single-element PCollection holding the manifest's path.
@@ -74,7 +81,7 @@ class PublishDataset(beam.PTransform):
                  extras: Sequence[beam.PCollection], manifest: ManifestSpec,
                  inputs: Mapping[str, Any] | None = None,
                  version: versions.DatasetVersion = versions.FIRST_VERSION,
-                 key_index: bool = False) -> None:
+                 key_index: bool = False, screen: beam.PTransform | None = None) -> None:
         super().__init__()
         self._plan = plan
         self._output_dir = output_dir
@@ -94,6 +101,7 @@ class PublishDataset(beam.PTransform):
             write_empty=not version.appends)
         self._manifest = manifest
         self._extras = extras
+        self._screen = screen
 
     def expand(self, units: beam.PCollection) -> beam.PCollection:
         # (split, num_shards), for every split with units
@@ -103,16 +111,26 @@ class PublishDataset(beam.PTransform):
                     | "StartOrResume" >> resume.StartOrResume(
                         self._output_dir, self._identity, self._protected))
         write_shards = sharding.WriteShardGroups(
-            self._output_dir, versions.shard_prefix(self._name, self._version.number),
             write_shard=self._write_shard,
             write_label=self._write_label,
-            # The output flags' "compression" (OutputSettings.describe).
-            compression=contract.compression_of(self._manifest.preprocessing),
             side_inputs={"transform_dir": beam.pvalue.AsSingleton(self._transform_dir),
                          "resuming": beam.pvalue.AsSingleton(resuming)})
-        # ShardEntry; ShardResult; Rejection
-        shards, results, write_rejected = (
+        # ShardResult; Rejection; PlacedFacts
+        results, write_rejected, facts = (
             (units, num_shards) | "WriteShards" >> write_shards)
+        extras = list(self._extras)
+        screened: list[beam.PCollection] = []
+        if self._screen is not None:
+            removals, removed, entry = facts | "Screen" >> self._screen
+            results = results | "RemoveRecords" >> record_removal.RemoveRecords(
+                self._output_dir, self._write_shard.shard_format, removals)
+            screened.append(removed)
+            extras.append(entry)
+        # ShardEntry
+        shards = results | "FinalizeShards" >> sharding.FinalizeShards(
+            self._output_dir, versions.shard_prefix(self._name, self._version.number),
+            # The output flags' "compression" (OutputSettings.describe).
+            contract.compression_of(self._manifest.preprocessing))
         # ((split, label_name), count)
         label_counts = (
             results
@@ -120,7 +138,7 @@ class PublishDataset(beam.PTransform):
             | "SumLabelCounts" >> beam.CombinePerKey(sum)
         )
         # {"count", "by_reason", "examples"}
-        rejections = ((*self._rejected, write_rejected)
+        rejections = ((*self._rejected, write_rejected, *screened)
                       | "FlattenRejections" >> beam.Flatten())
         rejected_summary = rejections | "WriteRejections" >> self._write_rejections
         keys_written = None
@@ -135,7 +153,7 @@ class PublishDataset(beam.PTransform):
         write_manifest = WriteManifest(
             self._output_dir, self._name, self._manifest,
             transform_dir=self._transform_dir, keys_written=keys_written,
-            extras=self._extras, version=self._version)
+            extras=extras, version=self._version)
         # the manifest's path (None: an append that added nothing)
         return ((shards, label_counts, rejected_summary)
                 | "WriteManifest" >> write_manifest)

@@ -72,6 +72,8 @@ class ShardRecord:
     inputs_sha256: str
     # An uncompressed shard's record index (at ``contract.index_relpath(path)``).
     index: FileFacts | None = None
+    # The job's facts about each record, in record order (``shard_step.PlacedFacts``).
+    facts: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> str:
         fields = dataclasses.asdict(self)
@@ -85,6 +87,7 @@ class ShardRecord:
         fields["rejections"] = tuple(Rejection(**r) for r in fields["rejections"])
         if fields.get("index") is not None:
             fields["index"] = FileFacts(**fields["index"])
+        fields["facts"] = tuple(fields.get("facts", ()))
         return cls(**fields)
 
     def files(self) -> list[tuple[str, int, str]]:

@@ -8,9 +8,12 @@ the same way for every job: it waits for the transform output, loads it once per
 process, writes the blocks to the shard's pending file on a writer thread while the
 next block is prepared, counts what was written, routes the rejections, records the
 finished shard for a resumed run (``etl.core.resume``) and emits the shard's
-``ShardResult``. When the run resumes an interrupted one whose record of the shard
-still verifies, the frame emits the recorded result and rejections instead, and the
-shard's inputs are not read.
+``ShardResult``. A job may also give facts about each example (the image job's
+duplicate signatures): the frame places each at its record's position in the shard,
+records them with the shard and emits them on the ``sharding.FACTS`` output. When the run
+resumes an interrupted one whose record of the shard still verifies, the frame
+emits the recorded result, rejections and facts instead, and the shard's inputs are
+not read.
 """
 
 from __future__ import annotations
@@ -64,9 +67,11 @@ class PrunedTransform:
 
 
 def load_transform_fn(transform_fn_dir: str, input_keys: Sequence[str],
-                      output_keys: Sequence[str] | None = None) -> PrunedTransform:
+                      output_keys: Sequence[str] | None = None, *,
+                      leave_out: Sequence[str] = ()) -> PrunedTransform:
     """The exported ``transform_fn`` under ``transform_fn_dir``, pruned to compute
-    ``output_keys`` (default: all its outputs, sorted) from ``input_keys`` only.
+    ``output_keys`` (default: all its outputs but ``leave_out``, sorted) from
+    ``input_keys`` only.
 
     tf.Transform's public ways to apply a ``transform_fn`` (``TransformDataset``,
     ``TFTransformOutput.transform_raw_features``) run its whole graph, every output
@@ -78,7 +83,8 @@ def load_transform_fn(transform_fn_dir: str, input_keys: Sequence[str],
     from tensorflow_transform.saved import saved_transform_io_v2
 
     loader = saved_transform_io_v2.SavedModelLoader(transform_fn_dir)
-    keys = tuple(sorted(loader.structured_outputs) if output_keys is None else output_keys)
+    keys = tuple(sorted(set(loader.structured_outputs) - set(leave_out))
+                 if output_keys is None else output_keys)
     loader.finalize(list(input_keys), list(keys))
     return PrunedTransform(keys, loader.apply_transform_model)
 
@@ -86,17 +92,44 @@ def load_transform_fn(transform_fn_dir: str, input_keys: Sequence[str],
 @dataclasses.dataclass(frozen=True)
 class ShardBlock:
     """Consecutive examples of a shard, serialized, in shard order; the labels of
-    those examples (none for a task without labels); and the shard's units that
-    became no example while the block was made."""
+    those examples (none for a task without labels); the shard's units that
+    became no example while the block was made; and facts about each example (JSON
+    fields, one per example, or none)."""
 
     examples: Sequence[bytes]
     labels: Sequence[str] = ()
     rejections: Sequence[Rejection] = ()
+    facts: Sequence[dict[str, Any]] = ()
+
+    def __post_init__(self) -> None:
+        if self.facts and len(self.facts) != len(self.examples):
+            raise ValueError(f"A block of {len(self.examples)} examples has "
+                             f"{len(self.facts)} facts: give one per example, or none.")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacedFacts:
+    """A job's facts about one written example (JSON fields), with where the example
+    is: record ``position`` (from 0) of the pending file of shard ``shard`` of
+    ``split``."""
+
+    split: str
+    shard: int
+    position: int
+    fields: dict[str, Any]
+
+
+def _emit_facts(split: str, shard: int, facts: Sequence[dict[str, Any]]
+                ) -> Iterator[beam.pvalue.TaggedOutput]:
+    for position, fields in enumerate(facts):
+        yield beam.pvalue.TaggedOutput(sharding.FACTS,
+                                       PlacedFacts(split, shard, position, fields))
 
 
 class ShardStep(beam.DoFn):
     """``((split, shard), [unit])`` → the shard's pending file; emits its
-    ``ShardResult`` and ``Rejection``s tagged ``dead_letters.REJECTED``.
+    ``ShardResult``, ``Rejection``s tagged ``dead_letters.REJECTED`` and
+    ``PlacedFacts`` tagged ``sharding.FACTS``.
 
     Subclasses set ``WRITTEN_COUNTER`` (the Beam counter of examples written) and
     implement :meth:`load_transform` and :meth:`transform_blocks`; ones that need
@@ -111,6 +144,11 @@ class ShardStep(beam.DoFn):
         self._name = name
         self._format = shard_format
         self._transform_handle = transform_handle
+
+    @property
+    def shard_format(self) -> ShardFormat:
+        """How the step writes its shard files."""
+        return self._format
 
     def load_transform(self, transform_fn_dir: str) -> Any:
         """The job's transform, loaded once per process and shared by its threads."""
@@ -157,6 +195,7 @@ class ShardStep(beam.DoFn):
                 self._shards_kept.inc()
                 for rejection in kept.rejections:
                     yield from dead_letters.route(rejection)
+                yield from _emit_facts(split, shard, kept.facts)
                 result = sharding.ShardResult(
                     split, shard, kept.path if kept.num_records else None,
                     kept.num_records, kept.num_bytes, kept.sha256, kept.label_counts,
@@ -175,6 +214,7 @@ class ShardStep(beam.DoFn):
                                            self._format.compression)
         labels: collections.Counter[str] = collections.Counter()
         rejections: list[Rejection] = []
+        facts: list[dict[str, Any]] = []
         with ShardWriter(storage.join(self._output_dir, relpath),
                          self._format) as writer, BlockWriter(
                              writer, self._write_pool) as blocks:
@@ -184,6 +224,7 @@ class ShardStep(beam.DoFn):
                 blocks.write(list(block.examples))
                 labels.update(block.labels)
                 rejections.extend(block.rejections)
+                facts.extend(block.facts)
         self._written.inc(writer.num_records)
         self._shards_transformed.inc()
         self._units_transformed.inc(len(units))
@@ -192,9 +233,10 @@ class ShardStep(beam.DoFn):
             split=split, shard=shard, path=relpath, num_records=result.num_records,
             num_bytes=result.num_bytes, sha256=result.sha256, index=result.index,
             label_counts=result.label_counts, rejections=tuple(rejections),
-            inputs_sha256=inputs_sha256))
+            inputs_sha256=inputs_sha256, facts=tuple(facts)))
         fault_injection.pause_point(fault_injection.SHARD_RECORDED)
         for rejection in rejections:
             yield from dead_letters.route(rejection)
+        yield from _emit_facts(split, shard, facts)
         self.shard_written(result, num_shards, kept=False)
         yield result

@@ -36,6 +36,8 @@ from etl.core.shard_files import FileFacts, ShardWriter
 from reader import contract
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
+# Tag of a shard step's output of facts about its records (``shard_step.PlacedFacts``).
+FACTS = "facts"
 
 
 def plan_num_shards(num_records: int, num_bytes: int, target_shard_bytes: int,
@@ -207,30 +209,28 @@ def _shard_key(unit: Any, num_shards: dict[str, int]) -> tuple[tuple[str, int], 
 
 
 class WriteShardGroups(beam.PTransform):
-    """``(units, num_shards)`` → final shard files; units are anything with a
+    """``(units, num_shards)`` → pending shard files; units are anything with a
     ``split`` and a ``key``, ``num_shards`` holds ``(split, num_shards)``.
 
     Each unit goes to provisional shard ``shard_of(key, num_shards[split])``; the
     units of a shard are grouped and handed to ``write_shard``, a job's DoFn from
     ``((split, shard), [unit])`` to that shard's pending file, which emits one
-    ``ShardResult`` and tagged ``Rejection``s (it also gets ``num_shards`` and any
-    ``side_inputs`` as keyword side inputs). ``FinalizeShards`` then gives the
-    written shards their final names.
+    ``ShardResult``, tagged ``Rejection``s and (tagged ``FACTS``) facts
+    about its records (it also gets ``num_shards`` and any ``side_inputs`` as
+    keyword side inputs). ``FinalizeShards`` then gives the written shards their
+    final names.
 
     Returns:
-        ``(entries, results, rejected)``: the final ``ShardEntry``s, the writer's
-        ``ShardResult``s, and its rejections.
+        ``(results, rejected, facts)``: the writer's ``ShardResult``s, its
+        rejections, and its facts.
     """
 
-    def __init__(self, output_dir: str, name: str, *, write_shard: beam.DoFn,
-                 write_label: str = "WriteShard",
-                 side_inputs: dict[str, Any] | None = None,
-                 compression: str = contract.GZIP) -> None:
+    def __init__(self, *, write_shard: beam.DoFn, write_label: str = "WriteShard",
+                 side_inputs: dict[str, Any] | None = None) -> None:
         super().__init__()
         self._write_label = write_label
         self._write_shard = write_shard
         self._side_inputs = dict(side_inputs or {})
-        self._finalize = FinalizeShards(output_dir, name, compression)
 
     def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]
                ) -> tuple[beam.PCollection, ...]:
@@ -242,10 +242,9 @@ class WriteShardGroups(beam.PTransform):
             | "AssignShards" >> beam.Map(_shard_key, num_shards=num_shards)
             # ((split, provisional shard), [unit])
             | "GroupByShard" >> beam.GroupByKey()
-            # ShardResult, and Rejections tagged REJECTED
+            # ShardResult; Rejections tagged REJECTED; PlacedFacts tagged FACTS
             | self._write_label >> beam.ParDo(
                 self._write_shard, num_shards=num_shards, **self._side_inputs,
-            ).with_outputs(dead_letters.REJECTED, main="results")
+            ).with_outputs(dead_letters.REJECTED, FACTS, main="results")
         )
-        entries = written.results | "FinalizeShards" >> self._finalize
-        return entries, written.results, written[dead_letters.REJECTED]
+        return written.results, written[dead_letters.REJECTED], written[FACTS]

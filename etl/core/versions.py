@@ -33,11 +33,20 @@ HELD_COUNTER = "inputs_already_held"
 # Options an append may change: they decide how the new shards are cut and whether
 # they are published, not what an example holds.
 FREE_WHEN_APPENDING = frozenset(
-    {"num_shards", "target_shard_bytes", "gzip_level", "max_error_fraction"})
+    {"num_shards", "target_shard_bytes", "gzip_level", "max_error_fraction",
+     "cross_split_duplicates", "near_duplicate_distance"})
+# Manifest entries an appended version computes for the whole dataset: they replace
+# the previous version's (the image job's duplicate report).
+RECOMPUTED_WHEN_APPENDING = ("duplicates",)
 
 
 def key_index_relpath(version: int) -> str:
     return f"{KEYS_DIRNAME}/keys-v{version:05d}.txt"
+
+
+def hashes_relpath(version: int) -> str:
+    """The image signatures of a version's stored images, beside its key index."""
+    return f"{KEYS_DIRNAME}/hashes-v{version:05d}.jsonl"
 
 
 def rejected_relpath(version: int) -> str:
@@ -184,6 +193,9 @@ def merge(previous: Mapping[str, Any], added: Mapping[str, Any]) -> dict[str, An
     merged["versions"] = added["versions"]
     merged["dataset_version"] = added["dataset_version"]
     merged["history"] = [*previous["history"], *added["history"]]
+    for name in RECOMPUTED_WHEN_APPENDING:
+        if name in added:
+            merged[name] = added[name]
     return merged
 
 
@@ -211,7 +223,8 @@ def read_key_index(path: str) -> set[str]:
 def _write_key_index(keys: list[str], path: str) -> str | None:
     if not keys:
         return None
-    storage.write_text(path, _keys_text(keys))
+    # A key may be both written and rejected (a duplicate removed after its shard).
+    storage.write_text(path, _keys_text(set(keys)))
     return path
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from etl.core import accounting
+from etl.core import accounting, dead_letters
 from etl.core.accounting import ReconciliationError
 
 # Why an image dataset's train split can be empty.
@@ -19,7 +19,8 @@ def check_images(manifest: Mapping[str, Any], max_error_fraction: float) -> None
 
     Raises:
         ReconciliationError: if ``inputs != written + rejected``.
-        TooManyRejectionsError: if ``rejected / inputs > max_error_fraction``.
+        TooManyRejectionsError: if ``rejected / inputs > max_error_fraction``, not
+            counting the duplicates ``--cross_split_duplicates=drop`` removed.
         EmptyTrainSplitError: if no image was written to the train split.
     """
     inputs, rejected = manifest["inputs"], manifest["rejected"]["count"]
@@ -29,5 +30,8 @@ def check_images(manifest: Mapping[str, Any], max_error_fraction: float) -> None
             f"{inputs} inputs but {written} written + {rejected} rejected = "
             f"{written + rejected}: an input was lost or duplicated. No manifest was "
             f"published.")
-    accounting.check_fraction(rejected, inputs, max_error_fraction, manifest, "inputs")
+    # Duplicates --cross_split_duplicates=drop removed are the user's choice, not errors.
+    removed = manifest["rejected"]["by_reason"].get(dead_letters.CROSS_SPLIT_DUPLICATE, 0)
+    accounting.check_fraction(rejected - removed, inputs, max_error_fraction, manifest,
+                              "inputs")
     accounting.check_train_split(manifest, EMPTY_TRAIN)

@@ -66,44 +66,87 @@ class Loaded:
         return len(self.data) + (self.jpeg.nbytes if self.jpeg is not None else 0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """One image after :class:`FinishImages`: its stored bytes, the ``uint8 [size,
+    size, 3]`` pixels they encode (before a lossy encode) and the EXIF orientation
+    that turned it (1: as stored)."""
+
+    stored: bytes
+    pixels: np.ndarray
+    orientation: int
+
+
 class FinishImages:
     """``codec.finish`` for one preprocessing, traced once: the decoded pixels
-    of a batch of JPEGs and their files' bytes → their stored image bytes.
+    of a batch of images and their files' bytes → their stored images.
 
     These are the ops ``transform_fn`` applies after its own decode, so each result
     is what ``transform_fn`` gives for that file. One graph call per batch (a
     ``tf.map_fn`` over the images): a call per image costs more interpreter time than
-    the image's own resize. Thread-safe.
+    the image's own resize. :meth:`decode` is ``transform_fn``'s own decode, for the
+    images the job does not decode itself. Thread-safe.
     """
 
     def __init__(self, config: ImagePreprocessing) -> None:
         import tensorflow as tf
 
+        size = config.image_size
+
         def finish(buffer: tf.Tensor, offsets: tf.Tensor, shapes: tf.Tensor,
-                   heads: tf.Tensor) -> tf.Tensor:
+                   heads: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             # shapes: [n, (height, width, source height, source width, ratio)]
-            def one(i: tf.Tensor) -> tf.Tensor:
+            def one(i: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
                 height, width = shapes[i, 0], shapes[i, 1]
                 image = tf.reshape(buffer[offsets[i]:offsets[i] + height * width * 3],
                                    tf.stack([height, width, 3]))
                 image.set_shape([None, None, 3])
-                return codec.finish(
-                    image, heads[i], config.image_size, config.image_format,
-                    config.jpeg_quality, apply_exif_orientation=config.apply_exif_orientation,
+                pixels, orientation = codec.finish_pixels(
+                    image, heads[i], size,
+                    apply_exif_orientation=config.apply_exif_orientation,
                     source_shape=tf.cast(shapes[i, 2:4], tf.int32),
                     ratio=tf.cast(shapes[i, 4], tf.int32))
+                return (codec.encode(pixels, config.image_format, config.jpeg_quality),
+                        pixels, orientation)
 
-            return tf.map_fn(one, tf.range(tf.shape(offsets)[0]),
-                             fn_output_signature=tf.TensorSpec([], tf.string))
+            return tf.map_fn(one, tf.range(tf.shape(offsets)[0]), fn_output_signature=(
+                tf.TensorSpec([], tf.string), tf.TensorSpec([size, size, 3], tf.uint8),
+                tf.TensorSpec([], tf.int32)))
 
-        self.image_size = config.image_size
-        # The concrete function: calling it skips tf.function's argument binding.
+        def decode(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            image = codec.decode_rgb(data, alpha_background=config.alpha_background,
+                                     image_size=size)
+            source, ratio = codec.source_geometry(data, image, size)
+            return image, source, ratio
+
+        self.image_size = size
+        # The concrete functions: calling them skips tf.function's argument binding.
         self._finish = tf.function(finish).get_concrete_function(
             tf.TensorSpec([None], tf.uint8), tf.TensorSpec([None], tf.int64),
             tf.TensorSpec([None, 5], tf.int64), tf.TensorSpec([None], tf.string))
+        self._decode = tf.function(decode).get_concrete_function(
+            tf.TensorSpec([], tf.string))
 
-    def __call__(self, pixels: Sequence[DecodedPixels], data: Sequence[bytes]) -> list[bytes]:
-        """Stored images of ``pixels`` (decoded from the files ``data``), in order.
+    def decode(self, data: bytes) -> DecodedPixels:
+        """The pixels ``transform_fn`` decodes ``data`` to (``codec.decode_rgb``, at
+        the DCT scale for the output size), in a buffer of their own.
+
+        Raises:
+            tf.errors.OpError: if TensorFlow cannot decode it.
+        """
+        import tensorflow as tf
+
+        image, source, ratio = self._decode(tf.constant(data))
+        array = image.numpy()
+        buffer = loading.aligned_buffer(array.size)
+        buffer[:] = array.reshape(-1)
+        height, width = (int(v) for v in source.numpy())
+        return DecodedPixels(buffer, 0, array.shape[0], array.shape[1], (height, width),
+                             int(ratio.numpy()))
+
+    def __call__(self, pixels: Sequence[DecodedPixels], data: Sequence[bytes]
+                 ) -> list[Finished]:
+        """``pixels`` (decoded from the files ``data``) finished, in order.
 
         Raises:
             tf.errors.OpError: if the ops fail.
@@ -116,12 +159,13 @@ class FinishImages:
             buffer = pixels[0].buffer
         # DLPack hands the pixels to TensorFlow without a copy; the EXIF orientation is
         # read from each file's head only.
-        images = self._finish(
+        stored, finished, orientations = self._finish(
             tf.experimental.dlpack.from_dlpack(buffer.__dlpack__()),
             tf.constant([p.offset for p in pixels], tf.int64),
             tf.constant([(p.height, p.width, *p.source, p.ratio) for p in pixels], tf.int64),
             tf.constant([d[:exif.EXIF_SCAN_BYTES] for d in data], tf.string))
-        return list(images.numpy())
+        return [Finished(s, p, int(o)) for s, p, o in zip(
+            stored.numpy(), finished.numpy(), orientations.numpy(), strict=True)]
 
 
 def _slot_bytes(nbytes: int) -> int:

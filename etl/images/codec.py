@@ -228,6 +228,24 @@ def encode(image: tf.Tensor, image_format: str, jpeg_quality: int) -> tf.Tensor:
     raise ValueError(f"Unknown image format {image_format!r}; use one of {IMAGE_FORMATS}.")
 
 
+def finish_pixels(image: tf.Tensor, image_bytes: tf.Tensor, size: int, *,
+                  apply_exif_orientation: bool = True,
+                  source_shape: tf.Tensor | None = None, ratio: tf.Tensor | int = 1
+                  ) -> tuple[tf.Tensor, tf.Tensor]:
+    """Decoded ``uint8 [h, w, 3]`` → ``(stored pixels uint8 [size, size, 3], EXIF
+    orientation)``: :func:`finish` before its encode.
+
+    The orientation (1..8) is read from ``image_bytes`` (the file's bytes, or at least
+    its first ``exif.EXIF_SCAN_BYTES``), 1 when ``apply_exif_orientation`` is False.
+    """
+    orientation = (exif.read_orientation(image_bytes) if apply_exif_orientation
+                   else tf.constant(1, tf.int32))
+    resized = resize_and_center_crop(
+        image, size, orientation if apply_exif_orientation else None,
+        source_shape=source_shape, ratio=ratio)
+    return resized, orientation
+
+
 def finish(image: tf.Tensor, image_bytes: tf.Tensor, size: int, image_format: str,
            jpeg_quality: int, *, apply_exif_orientation: bool = True,
            source_shape: tf.Tensor | None = None, ratio: tf.Tensor | int = 1) -> tf.Tensor:
@@ -236,15 +254,16 @@ def finish(image: tf.Tensor, image_bytes: tf.Tensor, size: int, image_format: st
     Resize (from ``source_shape`` and ``ratio`` for a reduced-scale decode,
     :func:`source_geometry`), turn upright by the EXIF orientation read from
     ``image_bytes`` (the file's bytes, or at least its first ``exif.EXIF_SCAN_BYTES``)
-    unless ``apply_exif_orientation`` is False, centre-crop, encode. The image job
-    runs this on pixels it decoded itself (``etl.images.batches.FinishImages``), so each
-    JPEG is decoded once; :func:`preprocess`, in the exported ``transform_fn``, is
-    the decode followed by this.
+    unless ``apply_exif_orientation`` is False, centre-crop (:func:`finish_pixels`),
+    encode. The image job runs this on pixels it decoded itself
+    (``etl.images.batches.FinishImages``), so each image is decoded once;
+    :func:`preprocess`, in the exported ``transform_fn``, is the decode followed by
+    this.
     """
-    orientation = exif.read_orientation(image_bytes) if apply_exif_orientation else None
-    resized = resize_and_center_crop(image, size, orientation, source_shape=source_shape,
-                                     ratio=ratio)
-    return encode(resized, image_format, jpeg_quality)
+    pixels, _ = finish_pixels(image, image_bytes, size,
+                              apply_exif_orientation=apply_exif_orientation,
+                              source_shape=source_shape, ratio=ratio)
+    return encode(pixels, image_format, jpeg_quality)
 
 
 def preprocess(image_bytes: tf.Tensor, size: int, image_format: str,

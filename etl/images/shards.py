@@ -8,12 +8,13 @@ in memory).
 Each accepted image is decoded exactly once. A JPEG in a layout where libjpeg-turbo
 and TensorFlow's decoder agree bit for bit (``loading.AGREEING_JPEG_LAYOUTS``,
 nearly every photo) is decoded by its strict check, at the transform's DCT scale,
-in its batch's buffer, and finished by the steps that follow the decode in
-``transform_fn`` (``codec.finish``, the same ops, one graph call per batch);
-the exported ``transform_fn`` then maps only its label and key. Every other image
-goes through the whole ``transform_fn``, decode included. Either way the stored
-bytes equal ``transform_fn(raw bytes)``, which tests check on a corpus of JPEG
-layouts.
+in its batch's buffer; every other image by ``transform_fn``'s own decode
+(``codec.decode_rgb``). All are finished by the steps that follow the decode in
+``transform_fn`` (``codec.finish``, the same ops, one graph call per batch), and
+the exported ``transform_fn`` maps only their labels and keys. The stored bytes
+equal ``transform_fn(raw bytes)``, which tests check on a corpus of JPEG layouts.
+The duplicate signatures (``etl.images.image_hashes``) are taken from the same
+decoded and finished pixels.
 
 Inside a shard, three things overlap: a thread pool reads and checks the next files
 (``etl.images.batches``), up to ``transform_threads`` batches are decoded and run
@@ -30,7 +31,7 @@ import concurrent.futures
 import dataclasses
 import os
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,9 +42,10 @@ from etl.core.dead_letters import Rejection
 from etl.core.examples import serialize_example
 from etl.core.shard_files import ShardFormat
 from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
-from etl.images import codec, loading, progress
+from etl.images import codec, image_hashes, loading, progress
 from etl.images import labels as image_labels
 from etl.images.batches import FinishImages, Loaded, batches, decode_batch, load_record
+from etl.images.image_hashes import ImageHashes
 from etl.images.labels import ONE_CLASS, LabelColumns
 from etl.images.preprocessing import ImagePreprocessing, serving_feature_spec
 from etl.images.sources import ImageRecord
@@ -105,67 +107,57 @@ def raw_inputs(records: Sequence[ImageRecord], columns: LabelColumns) -> dict[st
 class ImageTransform:
     """The exported ``transform_fn`` applied to batches of loaded images, eagerly.
 
-    Loaded from ``<output_dir>/transform_fn`` twice (``load_transform_fn``): whole,
-    for images given as file bytes,
-    and without its image input, for JPEGs the job decoded itself (``Loaded.pixels``):
-    their stored images come from ``FinishImages`` (the ops ``transform_fn`` runs after
+    Each image is decoded once: a JPEG the job decoded itself (``Loaded.pixels``)
+    as it is, any other by ``transform_fn``'s own decode (``FinishImages.decode``).
+    The stored images come from ``FinishImages`` (the ops ``transform_fn`` runs after
     its decode, for ``preprocessing``, the configuration ``transform_fn`` was built
-    with), and ``transform_fn`` maps only their labels and keys. Thread-safe, so one
-    instance per process serves every thread (see :class:`TransformAndWriteImageShard`).
+    with), and the ``transform_fn`` loaded from ``transform_fn_dir`` without its image
+    input maps the labels and keys. With ``hash_images``, each image's duplicate
+    signatures are taken from those same pixels (``etl.images.image_hashes``).
+    Thread-safe, so one instance per process serves every thread (see
+    :class:`TransformAndWriteImageShard`).
     """
 
     def __init__(self, transform_fn_dir: str, preprocessing: ImagePreprocessing,
-                 columns: LabelColumns = ONE_CLASS) -> None:
+                 columns: LabelColumns = ONE_CLASS, hash_images: bool = False) -> None:
         inputs = sorted(serving_feature_spec(columns))
-        self._apply = load_transform_fn(transform_fn_dir, inputs)
-        self.output_keys = list(self._apply.output_keys)
         self._apply_without_image = load_transform_fn(
             transform_fn_dir, [key for key in inputs if key != contract.RAW_IMAGE_KEY],
-            [key for key in self.output_keys if key != contract.IMAGE_KEY])
+            leave_out=[contract.IMAGE_KEY])
+        self.output_keys = sorted([*self._apply_without_image.output_keys,
+                                   contract.IMAGE_KEY])
         self._finish = FinishImages(preprocessing)
         self._columns = columns
+        self._hash_images = hash_images
 
-    def __call__(self, batch: Sequence[Loaded]) -> dict[str, np.ndarray]:
-        """Transformed features of ``batch``: feature name → ``[len(batch)]`` array.
+    def __call__(self, batch: Sequence[Loaded]
+                 ) -> tuple[dict[str, np.ndarray], list[ImageHashes | None]]:
+        """Transformed features of ``batch`` (feature name → ``[len(batch)]`` array)
+        and each image's signatures (None without ``hash_images``).
 
         Raises:
             tf.errors.OpError: if any image of the batch cannot be preprocessed.
         """
-        import tensorflow as tf
-
-        parts: list[tuple[list[int], dict[str, np.ndarray]]] = []
-        whole = [i for i, item in enumerate(batch) if item.pixels is None]
-        if whole:
-            items = [batch[i] for i in whole]
-            parts.append((whole, self._apply({contract.RAW_IMAGE_KEY: tf.constant(
-                [item.data for item in items], tf.string),
-                **raw_inputs([item.record for item in items], self._columns)})))
-        finished = [i for i, item in enumerate(batch) if item.pixels is not None]
-        if finished:
-            items = [batch[i] for i in finished]
-            values = self._apply_without_image(
-                raw_inputs([item.record for item in items], self._columns))
-            values[contract.IMAGE_KEY] = np.array(
-                self._finish([item.pixels for item in items], [item.data for item in items]),
-                dtype=object)
-            parts.append((finished, values))
-        if len(parts) == 1:
-            return parts[0][1]
-        merged: dict[str, np.ndarray] = {}
-        for indices, values in parts:
-            for name, column in values.items():
-                if name not in merged:
-                    merged[name] = np.empty((len(batch), *column.shape[1:]),
-                                            dtype=column.dtype)
-                merged[name][indices] = column
-        return merged
+        decoded = [item.pixels if item.pixels is not None
+                   else self._finish.decode(item.data) for item in batch]
+        finished = self._finish(decoded, [item.data for item in batch])
+        values = self._apply_without_image(
+            raw_inputs([item.record for item in batch], self._columns))
+        values[contract.IMAGE_KEY] = np.array([f.stored for f in finished], dtype=object)
+        if not self._hash_images:
+            return values, [None] * len(batch)
+        return values, [
+            image_hashes.image_hashes(item.data, pixels.array(), done.orientation,
+                                      done.pixels)
+            for item, pixels, done in zip(batch, decoded, finished, strict=True)]
 
 
-# What a batch becomes: per image, in order, its serialized example or a rejection.
-Outcome = tuple[ImageRecord, bytes] | Rejection
+# What a batch becomes: per image, in order, its serialized example (and signatures)
+# or a rejection.
+Outcome = tuple[ImageRecord, bytes, ImageHashes | None] | Rejection
 
 
-def transform_batch(transform: Callable[[Sequence[Loaded]], dict[str, np.ndarray]],
+def transform_batch(transform: ImageTransform,
                     batch: Sequence[Loaded], strict: bool = True) -> list[Outcome]:
     """Decodes the JPEGs of ``batch`` planned for it (:func:`decode_batch`), then
     transforms and serializes the batch; isolates images the graph cannot process.
@@ -181,12 +173,12 @@ def transform_batch(transform: Callable[[Sequence[Loaded]], dict[str, np.ndarray
     return [next(results) if isinstance(item, Loaded) else item for item in decoded]
 
 
-def _transform_loaded(transform: Callable[[Sequence[Loaded]], dict[str, np.ndarray]],
-                      batch: Sequence[Loaded]) -> list[Outcome]:
+def _transform_loaded(transform: ImageTransform, batch: Sequence[Loaded]
+                      ) -> list[Outcome]:
     import tensorflow as tf
 
     try:
-        outputs = transform(batch)
+        outputs, hashes = transform(batch)
     except tf.errors.OpError as e:
         if len(batch) > 1:
             return [outcome for item in batch
@@ -200,11 +192,13 @@ def _transform_loaded(transform: Callable[[Sequence[Loaded]], dict[str, np.ndarr
                           reason=dead_letters.UNDECODABLE_IMAGE,
                           message=f"TensorFlow cannot decode this {image_format} file: "
                                   f"{loading.tf_error_detail(e.message)}")]
-    return [_outcome(item.record, {name: values[i] for name, values in outputs.items()})
+    return [_outcome(item.record, {name: values[i] for name, values in outputs.items()},
+                     hashes[i])
             for i, item in enumerate(batch)]
 
 
-def _outcome(record: ImageRecord, features: dict[str, Any]) -> Outcome:
+def _outcome(record: ImageRecord, features: dict[str, Any],
+             hashes: ImageHashes | None) -> Outcome:
     """The serialized example, or a ``non_finite_target`` rejection where a finite
     target left float32's range when normalised (a value far from a tiny train
     spread): an infinite target would silently break training."""
@@ -215,12 +209,11 @@ def _outcome(record: ImageRecord, features: dict[str, Any]) -> Outcome:
                          message=f"Targets {list(record.targets)} normalise to "
                                  f"{target.tolist()} with the train mean and std (beyond "
                                  f"float32); use --normalize_targets=none or rescale them.")
-    return record, serialize_example(features)
+    return record, serialize_example(features), hashes
 
 
 
-def process_shard(records: Iterable[ImageRecord], transform: Callable[[Sequence[Loaded]],
-                                                                       dict[str, np.ndarray]],
+def process_shard(records: Iterable[ImageRecord], transform: ImageTransform,
                   limits: loading.InputLimits,
                   read_pool: concurrent.futures.Executor,
                   transform_pool: concurrent.futures.Executor, *,
@@ -268,6 +261,13 @@ def _drain(run: list[Loaded | Rejection], future: concurrent.futures.Future | No
         yield next(results) if isinstance(item, Loaded) else item
 
 
+def image_facts(record: ImageRecord, hashes: ImageHashes) -> dict[str, Any]:
+    """What the duplicate search needs of a written image (``etl.images.duplicates``):
+    its key, file, class names and signatures, as JSON fields."""
+    return {"key": record.key, "source": record.uri,
+            "labels": list(image_labels.label_names(record.label)), **hashes.to_dict()}
+
+
 def default_read_threads() -> int:
     """Reader threads per process: they read and check files, which is I/O-bound
     (remote storage is latency-bound); the decodes and the graphs run on the
@@ -277,8 +277,9 @@ def default_read_threads() -> int:
 
 class TransformAndWriteImageShard(ShardStep):
     """``((split, shard), [ImageRecord])`` → the shard's pending file; emits its
-    ``ShardResult`` (with label counts) and tagged ``Rejection``s: the image job's
-    writer for ``etl.core.publish.PublishDataset``.
+    ``ShardResult`` (with label counts), tagged ``Rejection``s and, with
+    ``hash_images``, each written image's signatures (:func:`image_facts`): the
+    image job's writer for ``etl.core.publish.PublishDataset``.
 
     ``preprocessing`` must be the configuration ``transform_fn`` was built with: the
     JPEGs the step decodes itself are finished with the same ops (:class:`FinishImages`).
@@ -289,14 +290,15 @@ class TransformAndWriteImageShard(ShardStep):
     def __init__(self, output_dir: str, name: str, shard_format: ShardFormat,
                  limits: loading.InputLimits, transform_handle: shared.Shared,
                  preprocessing: ImagePreprocessing, transform_threads: int = 2,
-                 read_threads: int | None = None, columns: LabelColumns = ONE_CLASS
-                 ) -> None:
+                 read_threads: int | None = None, columns: LabelColumns = ONE_CLASS,
+                 hash_images: bool = False) -> None:
         if transform_threads < 1:
             raise ValueError(f"transform_threads must be >= 1, got {transform_threads}.")
         super().__init__(output_dir, name, shard_format, transform_handle)
         self._limits = limits
         self._preprocessing = preprocessing
         self._columns = columns
+        self._hash_images = hash_images
         self._transform_threads = transform_threads
         self._read_threads = read_threads
         # Names this run's progress count in each worker process; never in the output.
@@ -315,7 +317,8 @@ class TransformAndWriteImageShard(ShardStep):
         super().teardown()
 
     def load_transform(self, transform_fn_dir: str) -> ImageTransform:
-        return ImageTransform(transform_fn_dir, self._preprocessing, self._columns)
+        return ImageTransform(transform_fn_dir, self._preprocessing, self._columns,
+                              self._hash_images)
 
     def transform_blocks(self, units: Iterable[ImageRecord], transform: ImageTransform
                          ) -> Iterator[ShardBlock]:
@@ -324,6 +327,7 @@ class TransformAndWriteImageShard(ShardStep):
         examples: list[bytes] = []
         labels: list[str] = []
         rejections: list[Rejection] = []
+        facts: list[dict[str, Any]] = []
         for outcome in process_shard(ordered, transform, self._limits, self._read_pool,
                                      self._transform_pool,
                                      transform_threads=self._transform_threads,
@@ -331,13 +335,15 @@ class TransformAndWriteImageShard(ShardStep):
             if isinstance(outcome, Rejection):
                 rejections.append(outcome)
                 continue
-            record, serialized = outcome
+            record, serialized, hashes = outcome
             examples.append(serialized)
             labels.extend(image_labels.label_names(record.label))
+            if hashes is not None:
+                facts.append(image_facts(record, hashes))
             if len(examples) >= BATCH_ROWS:
-                yield ShardBlock(examples, labels, rejections)
-                examples, labels, rejections = [], [], []
-        yield ShardBlock(examples, labels, rejections)
+                yield ShardBlock(examples, labels, rejections, facts)
+                examples, labels, rejections, facts = [], [], [], []
+        yield ShardBlock(examples, labels, rejections, facts)
 
     def input_identities(self, units: Sequence[ImageRecord]) -> list[str]:
         """Each record with its file's size and mtime (stat on the read threads): a

@@ -68,8 +68,9 @@ def _preprocess_batch(images: tf.Tensor) -> tf.Tensor:
 
 def _transform(batch):
     images = _preprocess_batch(tf.constant([item.data for item in batch]))
-    return {"image": images.numpy(),
-            "key": np.array([item.record.key.encode() for item in batch], dtype=object)}
+    return ({"image": images.numpy(),
+             "key": np.array([item.record.key.encode() for item in batch], dtype=object)},
+            [None] * len(batch))
 
 
 def _loaded(key: str, data: bytes) -> Loaded:

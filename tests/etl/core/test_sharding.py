@@ -140,8 +140,9 @@ def _write(records: list[KeyedExample], output_dir: str, entries_path: str,
     with TestPipeline(runner=RUNNER) as p:
         plan = p | "Plan" >> beam.Create(_plan(records, num_shards, target_shard_bytes))
         units = p | beam.Create(records)
-        entries, _, _ = ((units, plan) | sharding.WriteShardGroups(
-            output_dir, NAME, write_shard=_WriteExamples(output_dir, gzip_level)))
+        results, _, _ = ((units, plan) | sharding.WriteShardGroups(
+            write_shard=_WriteExamples(output_dir, gzip_level)))
+        entries = results | sharding.FinalizeShards(output_dir, NAME)
         _ = entries | beam.combiners.ToList() | beam.Map(dump)
     with open(entries_path) as f:
         return sorted(json.load(f), key=lambda e: (e["split"], e["index"]))

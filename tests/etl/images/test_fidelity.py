@@ -56,7 +56,7 @@ def stored(data: bytes, config: ImagePreprocessing = CONFIG) -> np.ndarray:
     plan = loading.plan_jpeg_decode(data, SIZE)
     pixels = loading.decode_jpeg_checked(data, SIZE, strict=True)
     assert plan is not None and isinstance(pixels, np.ndarray)
-    encoded = FinishImages(config)([DecodedPixels.of(pixels, plan)], [data])[0]
+    encoded = FinishImages(config)([DecodedPixels.of(pixels, plan)], [data])[0].stored
     return contract.decode_stored_image(tf.constant(encoded), config.image_format,
                                         SIZE).numpy()
 

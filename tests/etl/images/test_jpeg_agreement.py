@@ -90,8 +90,8 @@ def test_finishing_the_read_side_decode_equals_the_whole_preprocessing(corpus, i
     finished = FinishImages(config)(
         [DecodedPixels.of(p, plan) for p, plan in zip(pixels, plans, strict=True)],
         [jpeg.data for jpeg in corpus])
-    for jpeg, stored in zip(corpus, finished, strict=True):
-        assert stored == whole(tf.constant(jpeg.data)).numpy(), jpeg.name
+    for jpeg, done in zip(corpus, finished, strict=True):
+        assert done.stored == whole(tf.constant(jpeg.data)).numpy(), jpeg.name
 
 
 def test_layouts_outside_the_agreeing_set_are_left_to_the_transform():

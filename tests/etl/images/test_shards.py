@@ -36,8 +36,9 @@ class CountingTransform:
     def __call__(self, batch):
         self.calls += 1
         images = _preprocess_batch(tf.constant([item.data for item in batch]))
-        return {"image": images.numpy(),
-                "key": np.array([item.record.key.encode() for item in batch], dtype=object)}
+        return ({"image": images.numpy(),
+                 "key": np.array([item.record.key.encode() for item in batch], dtype=object)},
+                [None] * len(batch))
 
 
 def _record(key: str, uri: str = "") -> ImageRecord:
@@ -161,10 +162,10 @@ def test_a_target_normalised_beyond_float32_is_a_dead_letter():
 
     record = ImageRecord("a.png", "/a.png", None, "test", targets=(1e10,))
     rejected = _outcome(record, {"key": b"a.png",
-                                 "target": np.array([np.inf], np.float32)})
+                                 "target": np.array([np.inf], np.float32)}, None)
     assert isinstance(rejected, Rejection) and rejected.reason == "non_finite_target"
-    kept = _outcome(record, {"key": b"a.png", "target": np.array([2.5], np.float32)})
+    kept = _outcome(record, {"key": b"a.png", "target": np.array([2.5], np.float32)}, None)
     assert kept == (record, tf.train.Example(features=tf.train.Features(feature={
         "key": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"a.png"])),
         "target": tf.train.Feature(float_list=tf.train.FloatList(value=[2.5])),
-    })).SerializeToString(deterministic=True))
+    })).SerializeToString(deterministic=True), None)

@@ -1,0 +1,222 @@
+"""Duplicate images as groups and pairs: pure functions over the signatures the shard
+step takes (``etl.images.image_hashes``); ``etl.images.duplicates`` runs them in Beam.
+
+* **Exact groups**: images with the same decoded pixels (``pixels_sha256``). Each
+  group's *kept copy* is its first member by :func:`rank`: a published image (an
+  earlier version's), then test, validation, train, then the smallest key. Every
+  other member is one pair with the kept copy: ``bytes`` when their files are equal,
+  else ``pixels``. So k copies of one image are k pairs, never k(k+1)/2.
+* **Near pairs**: the kept copies of two exact groups whose perceptual hashes differ
+  in at most ``near_distance`` bits. Candidates come from banding: the 64 bits are cut
+  into ``near_distance + 1`` bands, and two hashes within that distance agree on at
+  least one band (pigeonhole), so comparing only hashes that share a band value finds
+  every such pair. A bucket of more than ``bucket_cap`` hashes is not compared (it
+  is reported): its members are found only through their other bands. Blank images
+  (no contrast) are never near-compared: all of them share one hash.
+
+A pair is listed once, under its strongest kind (``bytes`` > ``pixels`` > ``near``):
+exact pairs join members of one group, near pairs the kept copies of two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from etl.images.image_hashes import HASH_BITS, hamming
+from reader import contract
+
+BYTES, PIXELS, NEAR = "bytes", "pixels", "near"
+KINDS = (BYTES, PIXELS, NEAR)
+# Which copy a group keeps: test, then validation, then train.
+_SPLIT_RANK = {contract.TEST: 0, contract.VALIDATION: 1, contract.TRAIN: 2}
+# Hashes within 4 bits: JPEG re-encodes and resizes of the sample photos were all
+# found, and no two different photos (scripts/measure_duplicates.py, docs/FORMAT.md).
+DEFAULT_NEAR_DISTANCE = 4
+# Buckets of one band value holding more hashes than this are not compared.
+DEFAULT_BUCKET_CAP = 2048
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One image as the duplicate search sees it: where it is, its labels and its
+    signatures. ``published``: held by a version an append adds to (never removed;
+    ``shard`` and ``position`` are None)."""
+
+    key: str
+    split: str
+    labels: tuple[str, ...]
+    source: str
+    bytes_sha256: str
+    pixels_sha256: str
+    phash: int
+    blank: bool
+    published: bool = False
+    shard: int | None = None
+    position: int | None = None
+
+    def hashes_line(self) -> dict[str, Any]:
+        """What an append needs of it later (``keys/hashes-vNNNNN.jsonl``)."""
+        return {"key": self.key, "split": self.split, "labels": list(self.labels),
+                "source": self.source, "bytes_sha256": self.bytes_sha256,
+                "pixels_sha256": self.pixels_sha256, "phash": f"{self.phash:016x}",
+                "blank": self.blank}
+
+
+def member_of(fields: dict[str, Any], split: str, published: bool = False,
+              shard: int | None = None, position: int | None = None) -> Member:
+    """A ``Member`` from the JSON fields of ``etl.images.shards.image_facts`` (or a
+    hashes file's line)."""
+    return Member(fields["key"], split, tuple(fields["labels"]), fields["source"],
+                  fields["bytes_sha256"], fields["pixels_sha256"], int(fields["phash"], 16),
+                  bool(fields["blank"]), published, shard, position)
+
+
+def rank(member: Member) -> tuple[int, int, str]:
+    """Lower ranks are kept: published first, then test, validation, train; then key."""
+    return (0 if member.published else 1, _SPLIT_RANK[member.split], member.key)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """Two duplicate images: ``a`` is the one a group keeps (the lower rank)."""
+
+    kind: str
+    distance: int
+    a: Member
+    b: Member
+
+    def crosses_splits(self) -> bool:
+        return self.a.split != self.b.split
+
+    def split_pair(self) -> str:
+        """``"train-test"``, ``"validation-validation"``...: the splits in
+        train, validation, test order."""
+        first, second = sorted((self.a.split, self.b.split), key=contract.SPLITS.index)
+        return f"{first}-{second}"
+
+    def labels_disagree(self) -> bool:
+        return self.a.labels != self.b.labels
+
+    def to_json_fields(self, multi_label: bool) -> dict[str, Any]:
+        def label(member: Member) -> Any:
+            if multi_label:
+                return list(member.labels)
+            return member.labels[0] if member.labels else None
+
+        return {"kind": self.kind, "distance": self.distance,
+                "key_a": self.a.key, "split_a": self.a.split, "label_a": label(self.a),
+                "key_b": self.b.key, "split_b": self.b.split, "label_b": label(self.b)}
+
+    def sort_key(self) -> tuple[int, str, str]:
+        return KINDS.index(self.kind), self.a.key, self.b.key
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Images with equal decoded pixels, kept copy first (:func:`rank`)."""
+
+    members: tuple[Member, ...]
+
+    @classmethod
+    def of(cls, members: Iterable[Member]) -> Group:
+        return cls(tuple(sorted(members, key=rank)))
+
+    @property
+    def kept(self) -> Member:
+        return self.members[0]
+
+    def best_per_split(self) -> tuple[Member, ...]:
+        """The lowest-ranked member of each split present: the copies a near
+        neighbour can be a duplicate of."""
+        best: dict[str, Member] = {}
+        for member in self.members:
+            best.setdefault(member.split, member)
+        return tuple(best.values())
+
+    def pairs(self) -> list[Pair]:
+        kept = self.kept
+        return [Pair(BYTES if m.bytes_sha256 == kept.bytes_sha256 else PIXELS, 0, kept, m)
+                for m in self.members[1:]]
+
+
+def band_edges(near_distance: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` bit ranges of the ``near_distance + 1`` bands, as equal as
+    the 64 bits allow."""
+    bands = near_distance + 1
+    if not 1 <= bands <= HASH_BITS:
+        raise ValueError(f"The near-duplicate distance must be 0-{HASH_BITS - 1}, got "
+                         f"{near_distance}.")
+    cuts = [round(i * HASH_BITS / bands) for i in range(bands + 1)]
+    return list(itertools.pairwise(cuts))
+
+
+def band_keys(phash: int, edges: Sequence[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """``(band, value)`` of each band of a hash, first bit the highest."""
+    for band, (start, stop) in enumerate(edges):
+        yield band, (phash >> (HASH_BITS - stop)) & ((1 << (stop - start)) - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class NearEdge:
+    """Two exact groups whose kept copies' hashes are ``distance`` bits apart; each
+    side as its ``best_per_split`` members (kept copy first)."""
+
+    distance: int
+    a: tuple[Member, ...]
+    b: tuple[Member, ...]
+
+    def pair(self) -> Pair:
+        first, second = sorted((self.a[0], self.b[0]), key=rank)
+        return Pair(NEAR, self.distance, first, second)
+
+
+def compare_bucket(entries: Iterable[tuple[Member, ...]], near_distance: int
+                   ) -> list[NearEdge]:
+    """Every pair of a bucket's groups (each as its ``best_per_split``) whose kept
+    copies are within ``near_distance``, each pair ordered by kept copy's key."""
+    ordered = sorted(entries, key=lambda best: best[0].key)
+    edges = []
+    for i, first in enumerate(ordered):
+        for second in ordered[i + 1:]:
+            distance = hamming(first[0].phash, second[0].phash)
+            if distance <= near_distance:
+                edges.append(NearEdge(distance, first, second))
+    return edges
+
+
+@dataclasses.dataclass(frozen=True)
+class Removal:
+    """An image ``--cross_split_duplicates=drop`` removes, and the copy it keeps."""
+
+    member: Member
+    partner: Member
+    kind: str
+    distance: int
+
+
+def removals(group: Group, neighbours: Iterable[tuple[tuple[Member, ...], int]]
+             ) -> list[Removal]:
+    """The members of ``group`` to remove: each new image with a duplicate of lower
+    rank in another split (in the group, or the best member of a split in a near
+    neighbour group), against its lowest-ranked such partner (strongest kind, then
+    smallest distance, on a tie)."""
+    near = [(member, distance) for best, distance in neighbours for member in best]
+    found = []
+    for member in group.members:
+        if member.published:
+            continue
+        candidates = [
+            (rank(other), KINDS.index(kind), 0, other, kind)
+            for other in group.members
+            for kind in [BYTES if other.bytes_sha256 == member.bytes_sha256 else PIXELS]
+            if other.split != member.split and rank(other) < rank(member)]
+        candidates += [(rank(other), KINDS.index(NEAR), distance, other, NEAR)
+                       for other, distance in near
+                       if other.split != member.split and rank(other) < rank(member)]
+        if candidates:
+            _, _, distance, partner, kind = min(candidates, key=lambda c: c[:3])
+            found.append(Removal(member, partner, kind, distance))
+    return found
