@@ -68,12 +68,12 @@ class Loaded:
 
 @dataclasses.dataclass(frozen=True)
 class Finished:
-    """One image after :class:`FinishImages`: its stored bytes, the ``uint8 [size,
-    size, 3]`` pixels they encode (before a lossy encode) and the EXIF orientation
-    that turned it (1: as stored)."""
+    """One image after :class:`FinishImages`: its stored bytes, the ``uint8 [32, 32]``
+    thumbnail of the pixels they encode (``codec.hash_thumbnail``, before a lossy
+    encode) and the EXIF orientation that turned it (1: as stored)."""
 
     stored: bytes
-    pixels: np.ndarray
+    thumbnail: np.ndarray
     orientation: int
 
 
@@ -85,13 +85,15 @@ class FinishImages:
     is what ``transform_fn`` gives for that file. One graph call per batch (a
     ``tf.map_fn`` over the images): a call per image costs more interpreter time than
     the image's own resize. :meth:`decode` is ``transform_fn``'s own decode, for the
-    images the job does not decode itself. Thread-safe.
+    images the job does not decode itself. Without ``thumbnails`` (no duplicate
+    report), the thumbnails are zeros. Thread-safe.
     """
 
-    def __init__(self, config: ImagePreprocessing) -> None:
+    def __init__(self, config: ImagePreprocessing, thumbnails: bool = True) -> None:
         import tensorflow as tf
 
         size = config.image_size
+        thumbnail = [codec.HASH_THUMBNAIL_SIZE] * 2
 
         def finish(buffer: tf.Tensor, offsets: tf.Tensor, shapes: tf.Tensor,
                    heads: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -107,10 +109,11 @@ class FinishImages:
                     source_shape=tf.cast(shapes[i, 2:4], tf.int32),
                     ratio=tf.cast(shapes[i, 4], tf.int32))
                 return (codec.encode(pixels, config.image_format, config.jpeg_quality),
-                        pixels, orientation)
+                        codec.hash_thumbnail(pixels) if thumbnails
+                        else tf.zeros(thumbnail, tf.uint8), orientation)
 
             return tf.map_fn(one, tf.range(tf.shape(offsets)[0]), fn_output_signature=(
-                tf.TensorSpec([], tf.string), tf.TensorSpec([size, size, 3], tf.uint8),
+                tf.TensorSpec([], tf.string), tf.TensorSpec(thumbnail, tf.uint8),
                 tf.TensorSpec([], tf.int32)))
 
         def decode(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -159,13 +162,13 @@ class FinishImages:
             buffer = pixels[0].buffer
         # DLPack hands the pixels to TensorFlow without a copy; the EXIF orientation is
         # read from each file's head only.
-        stored, finished, orientations = self._finish(
+        stored, thumbnails, orientations = self._finish(
             tf.experimental.dlpack.from_dlpack(buffer.__dlpack__()),
             tf.constant([p.offset for p in pixels], tf.int64),
             tf.constant([(p.height, p.width, *p.source, p.ratio) for p in pixels], tf.int64),
             tf.constant([d[:exif.EXIF_SCAN_BYTES] for d in data], tf.string))
-        return [Finished(s, p, int(o)) for s, p, o in zip(
-            stored.numpy(), finished.numpy(), orientations.numpy(), strict=True)]
+        return [Finished(s, t, int(o)) for s, t, o in zip(
+            stored.numpy(), thumbnails.numpy(), orientations.numpy(), strict=True)]
 
 
 def _slot_bytes(nbytes: int) -> int:

@@ -246,6 +246,24 @@ def finish_pixels(image: tf.Tensor, image_bytes: tf.Tensor, size: int, *,
     return resized, orientation
 
 
+# The perceptual hash's thumbnail (etl.images.image_hashes): 32 x 32 gray levels.
+HASH_THUMBNAIL_SIZE = 32
+
+
+def hash_thumbnail(image: tf.Tensor) -> tf.Tensor:
+    """``uint8 [h, w, 3]`` → the ``uint8 [32, 32]`` grayscale thumbnail its perceptual
+    hash is computed from: each channel area-averaged to 32 x 32 (``ResizeArea``:
+    the mean of the pixels each thumbnail pixel covers, which also low-passes the
+    image as the recipe's blur would), then ITU-R 601 luma
+    (0.299 R + 0.587 G + 0.114 B), rounded. A tenth of an antialiased Lanczos
+    resize's cost (1.1 ms a 224 px image on the benchmark machine), for hashes
+    within a few bits of ``imagehash.phash``'s."""
+    small = tf.image.resize(tf.cast(image, tf.float32),
+                            [HASH_THUMBNAIL_SIZE, HASH_THUMBNAIL_SIZE], method="area")
+    luma = tf.linalg.matvec(small, tf.constant([0.299, 0.587, 0.114], tf.float32))
+    return tf.cast(tf.clip_by_value(tf.round(luma), 0.0, 255.0), tf.uint8)
+
+
 def finish(image: tf.Tensor, image_bytes: tf.Tensor, size: int, image_format: str,
            jpeg_quality: int, *, apply_exif_orientation: bool = True,
            source_shape: tf.Tensor | None = None, ratio: tf.Tensor | int = 1) -> tf.Tensor:

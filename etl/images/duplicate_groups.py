@@ -1,7 +1,7 @@
 """Duplicate images as groups and pairs: pure functions over the signatures the shard
 step takes (``etl.images.image_hashes``); ``etl.images.duplicates`` runs them in Beam.
 
-* **Exact groups**: images with the same decoded pixels (``pixels_sha256``). Each
+* **Exact groups**: images with the same decoded pixels (``pixels_xxh128``). Each
   group's *kept copy* is its first member by :func:`rank`: a published image (an
   earlier version's), then test, validation, train, then the smallest key. Every
   other member is one pair with the kept copy: ``bytes`` when their files are equal,
@@ -50,18 +50,31 @@ class Member:
     labels: tuple[str, ...]
     source: str
     bytes_sha256: str
-    pixels_sha256: str
+    pixels_xxh128: str
     phash: int
     blank: bool
     published: bool = False
     shard: int | None = None
     position: int | None = None
 
+    def row(self) -> tuple[Any, ...]:
+        """The member as a tuple of plain values: what crosses Beam's stage
+        boundaries (its coder writes those natively; a dataclass is pickled)."""
+        return (self.key, self.split, self.labels, self.source, self.bytes_sha256,
+                self.pixels_xxh128, f"{self.phash:016x}", self.blank, self.published,
+                self.shard, self.position)
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Member:
+        key, split, labels, source, bytes_sha256, pixels, phash, *rest = row
+        return cls(key, split, tuple(labels), source, bytes_sha256, pixels,
+                   int(phash, 16), *rest)
+
     def hashes_line(self) -> dict[str, Any]:
         """What an append needs of it later (``keys/hashes-vNNNNN.jsonl``)."""
         return {"key": self.key, "split": self.split, "labels": list(self.labels),
                 "source": self.source, "bytes_sha256": self.bytes_sha256,
-                "pixels_sha256": self.pixels_sha256, "phash": f"{self.phash:016x}",
+                "pixels_xxh128": self.pixels_xxh128, "phash": f"{self.phash:016x}",
                 "blank": self.blank}
 
 
@@ -70,7 +83,7 @@ def member_of(fields: dict[str, Any], split: str, published: bool = False,
     """A ``Member`` from the JSON fields of ``etl.images.shards.image_facts`` (or a
     hashes file's line)."""
     return Member(fields["key"], split, tuple(fields["labels"]), fields["source"],
-                  fields["bytes_sha256"], fields["pixels_sha256"], int(fields["phash"], 16),
+                  fields["bytes_sha256"], fields["pixels_xxh128"], int(fields["phash"], 16),
                   bool(fields["blank"]), published, shard, position)
 
 
@@ -173,18 +186,20 @@ class NearEdge:
         return Pair(NEAR, self.distance, first, second)
 
 
+def close_pairs(hashes: Sequence[int], near_distance: int) -> list[tuple[int, int, int]]:
+    """``(i, j, distance)`` for every ``i < j`` whose hashes are within
+    ``near_distance`` bits."""
+    return [(i, j, distance) for i, j in itertools.combinations(range(len(hashes)), 2)
+            if (distance := hamming(hashes[i], hashes[j])) <= near_distance]
+
+
 def compare_bucket(entries: Iterable[tuple[Member, ...]], near_distance: int
                    ) -> list[NearEdge]:
     """Every pair of a bucket's groups (each as its ``best_per_split``) whose kept
     copies are within ``near_distance``, each pair ordered by kept copy's key."""
     ordered = sorted(entries, key=lambda best: best[0].key)
-    edges = []
-    for i, first in enumerate(ordered):
-        for second in ordered[i + 1:]:
-            distance = hamming(first[0].phash, second[0].phash)
-            if distance <= near_distance:
-                edges.append(NearEdge(distance, first, second))
-    return edges
+    return [NearEdge(distance, ordered[i], ordered[j]) for i, j, distance in
+            close_pairs([best[0].phash for best in ordered], near_distance)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,45 +64,60 @@ class DuplicateSettings:
 REPORT_DUPLICATES = DuplicateSettings()
 
 
-def _new_member(placed: PlacedFacts) -> Member:
+# Between stages a member travels as ``Member.row()``, a tuple of plain values.
+Row = tuple[Any, ...]
+PIXELS_FIELD = 5
+
+
+def _new_row(placed: PlacedFacts) -> Row:
     return duplicate_groups.member_of(placed.fields, placed.split, shard=placed.shard,
-                                      position=placed.position)
+                                      position=placed.position).row()
 
 
-def _published_members(relpath: str, output_dir: str) -> Iterator[Member]:
+def _published_rows(relpath: str, output_dir: str) -> Iterator[Row]:
     for line in storage.read_text(storage.join(output_dir, relpath)).splitlines():
         if line.strip():
             fields = json.loads(line)
-            yield duplicate_groups.member_of(fields, fields["split"], published=True)
+            yield duplicate_groups.member_of(fields, fields["split"], published=True).row()
+
+
+def _group(rows: Iterable[Row]) -> Group:
+    return Group.of(Member.from_row(row) for row in rows)
 
 
 def _band_entries(group: Group, edges: list[tuple[int, int]]
-                  ) -> Iterator[tuple[tuple[int, int], tuple[Member, ...]]]:
+                  ) -> Iterator[tuple[tuple[int, int], tuple[Row, ...]]]:
     if not group.kept.blank:
-        best = group.best_per_split()
+        best = tuple(member.row() for member in group.best_per_split())
         for band in duplicate_groups.band_keys(group.kept.phash, edges):
             yield band, best
 
 
-def _compare(bucket: tuple[tuple[int, int], Iterable[tuple[Member, ...]]],
+def _compare(bucket: tuple[tuple[int, int], Iterable[tuple[Row, ...]]],
              near_distance: int, cap: int) -> Iterator[Any]:
     (band, value), entries = bucket
     entries = list(entries)
     if len(entries) > cap:
         yield beam.pvalue.TaggedOutput(_CAPPED, (band, value, len(entries)))
         return
-    yield from duplicate_groups.compare_bucket(entries, near_distance)
+    # Rows by kept copy's key (the first field of its row), hashes from its row.
+    entries.sort(key=lambda rows: rows[0][0])
+    close = duplicate_groups.close_pairs([int(rows[0][6], 16) for rows in entries],
+                                         near_distance)
+    for i, j, distance in close:
+        yield NearEdge(distance, tuple(map(Member.from_row, entries[i])),
+                       tuple(map(Member.from_row, entries[j])))
 
 
 def _neighbours(edge: NearEdge) -> Iterator[tuple[str, tuple[tuple[Member, ...], int]]]:
-    yield edge.a[0].pixels_sha256, (edge.b, edge.distance)
-    yield edge.b[0].pixels_sha256, (edge.a, edge.distance)
+    yield edge.a[0].pixels_xxh128, (edge.b, edge.distance)
+    yield edge.b[0].pixels_xxh128, (edge.a, edge.distance)
 
 
 def _removals(joined: tuple[str, dict[str, list[Any]]]) -> list[duplicate_groups.Removal]:
     _, sides = joined
-    (group,) = sides["group"]
-    return duplicate_groups.removals(group, sides["near"])
+    (rows,) = sides["group"]
+    return duplicate_groups.removals(_group(rows), sides["near"])
 
 
 def _rejection(removal: duplicate_groups.Removal) -> Rejection:
@@ -182,13 +197,15 @@ def _write_report(unused: None, *, output_dir: str, settings: DuplicateSettings,
     return {"duplicates": summary}
 
 
-def _write_hashes(unused: None, *, path: str, members: list[Member],
-                  removed: list[duplicate_groups.Removal]) -> None:
-    del unused
-    gone = {r.member.key for r in removed}
-    kept = sorted((m for m in members if m.key not in gone), key=lambda m: m.key)
-    storage.write_text(path, "".join(json.dumps(m.hashes_line(), ensure_ascii=False) + "\n"
-                                     for m in kept))
+def _hashes_line(row: Row) -> tuple[str, str]:
+    """``(key, line)`` of a new image's hashes file line."""
+    member = Member.from_row(row)
+    return member.key, json.dumps(member.hashes_line(), ensure_ascii=False) + "\n"
+
+
+def _write_hashes(lines: list[tuple[str, str]], *, path: str, removed: list[str]) -> None:
+    gone = set(removed)
+    storage.write_text(path, "".join(line for key, line in sorted(lines) if key not in gone))
 
 
 def _sum_counts(counts: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
@@ -217,23 +234,23 @@ class FindDuplicates(beam.PTransform):
 
     def expand(self, facts: beam.PCollection) -> tuple[beam.PCollection, ...]:
         pipeline = facts.pipeline
-        new = facts | "Members" >> beam.Map(_new_member)
+        new = facts | "Members" >> beam.Map(_new_row)
         published = (pipeline
                      | "PublishedHashFiles" >> beam.Create(self._published)
                      | "ReadPublishedHashes" >> beam.FlatMap(
-                         _published_members, output_dir=self._output_dir))
+                         _published_rows, output_dir=self._output_dir))
         groups = (
             (new, published)
             | "AllMembers" >> beam.Flatten()
-            | "KeyByPixels" >> beam.Map(lambda m: (m.pixels_sha256, m))
+            | "KeyByPixels" >> beam.Map(lambda row: (row[PIXELS_FIELD], row))
             | "GroupByPixels" >> beam.GroupByKey()
-            | "ExactGroups" >> beam.MapTuple(lambda _, members: Group.of(members))
+            | "ExactGroups" >> beam.MapTuple(lambda _, rows: _group(rows))
         )
         edges, capped = self._near_edges(groups)
         if self._settings.mode == DROP:
             removed = (
                 {"group": groups | "KeyGroups" >> beam.Map(
-                    lambda g: (g.kept.pixels_sha256, g)),
+                    lambda g: (g.kept.pixels_xxh128, tuple(m.row() for m in g.members))),
                  "near": edges | "Neighbours" >> beam.FlatMap(_neighbours)}
                 | "JoinNeighbours" >> beam.CoGroupByKey()
                 | "ChooseRemovals" >> beam.FlatMap(_removals))
@@ -281,11 +298,13 @@ class FindDuplicates(beam.PTransform):
                   | "SumCounts" >> beam.CombineGlobally(_sum_counts))
         removed_list = beam.pvalue.AsList(removed)
         return (
-            new.pipeline
-            | "StartHashes" >> beam.Create([None])
+            new
+            | "HashesLines" >> beam.Map(_hashes_line)
+            | "GatherHashes" >> beam.combiners.ToList()
             | "WriteHashes" >> beam.Map(_write_hashes, path=self._hashes_path,
-                                        members=beam.pvalue.AsList(new),
-                                        removed=removed_list)
+                                        removed=beam.pvalue.AsList(
+                                            removed | "RemovedKeys" >> beam.Map(
+                                                lambda r: r.member.key)))
             | "WriteReport" >> beam.Map(
                 _write_report, output_dir=self._output_dir, settings=self._settings,
                 multi_label=self._multi_label, pairs=beam.pvalue.AsList(pairs),

@@ -126,7 +126,7 @@ class ImageTransform:
             leave_out=[contract.IMAGE_KEY])
         self.output_keys = sorted([*self._apply_without_image.output_keys,
                                    contract.IMAGE_KEY])
-        self._finish = FinishImages(preprocessing)
+        self._finish = FinishImages(preprocessing, thumbnails=hash_images)
         self._columns = columns
         self._hash_images = hash_images
 
@@ -148,7 +148,7 @@ class ImageTransform:
             return values, [None] * len(batch)
         return values, [
             image_hashes.image_hashes(item.data, pixels.array(), done.orientation,
-                                      done.pixels)
+                                      done.thumbnail)
             for item, pixels, done in zip(batch, decoded, finished, strict=True)]
 
 

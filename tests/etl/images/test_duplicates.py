@@ -24,7 +24,7 @@ def facts(key: str, split: str, shard: int, position: int, *, bytes_: str, pixel
           phash: int, label: str = "cat", blank: bool = False) -> PlacedFacts:
     return PlacedFacts(split, shard, position, {
         "key": key, "source": f"/in/{key}", "labels": [label], "bytes_sha256": bytes_,
-        "pixels_sha256": pixels, "phash": f"{phash:016x}", "blank": blank})
+        "pixels_xxh128": pixels, "phash": f"{phash:016x}", "blank": blank})
 
 
 # Two byte copies (train, test), a pixel copy (validation of that test image), a near
