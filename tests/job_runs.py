@@ -42,11 +42,14 @@ def run_images_job_printing(input_path: str, output_dir: str, *flags: str
 
 
 def output_digests(out: str) -> dict[str, str]:
-    """sha256 of every shard (and record index), the manifest and the
-    rejected-records file of a job's output: what "byte-identical output" compares."""
+    """sha256 of every shard (and record index), the manifest, the rejected-records
+    file and, where written, the duplicate report and the key and hash indexes of a
+    job's output: what "byte-identical output" compares."""
     paths = [*glob.glob(os.path.join(out, "*", "*.tfrecord*")),
              os.path.join(out, contract.MANIFEST_FILENAME),
-             os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)]
+             os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME),
+             *glob.glob(os.path.join(out, "duplicates", "*")),
+             *glob.glob(os.path.join(out, "keys", "*"))]
     digests = {}
     for path in sorted(paths):
         with open(path, "rb") as f:

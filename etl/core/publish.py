@@ -65,7 +65,7 @@ class PublishDataset(beam.PTransform):
         manifest: the job's kind, task, preprocessing, check and describer.
         inputs: what identifies the job's input beyond its units, for the resume
             fingerprint (e.g. the time series' files with their sizes and mtimes).
-        screen: optional PTransform from the writers' facts (``PlacedFacts``) to
+        screen: optional PTransform from the writers' facts (``ShardFacts``) to
             ``(removals, rejections, entry)``: the ``record_removal.Removal``s to
             take out of the written shards before they are renamed, their
             ``Rejection``s, and a single-element extra manifest entry (the image
@@ -115,7 +115,7 @@ class PublishDataset(beam.PTransform):
             write_label=self._write_label,
             side_inputs={"transform_dir": beam.pvalue.AsSingleton(self._transform_dir),
                          "resuming": beam.pvalue.AsSingleton(resuming)})
-        # ShardResult; Rejection; PlacedFacts
+        # ShardResult; Rejection; ShardFacts
         results, write_rejected, facts = (
             (units, num_shards) | "WriteShards" >> write_shards)
         extras = list(self._extras)

@@ -7,7 +7,7 @@ those records, into a new pending file (the old one is deleted); the others are
 untouched. Nothing is decoded or transformed again: the records are copied as
 written, so a shard that loses records is byte for byte the shard the step would
 have written without them. The records are found by their positions in the pending
-file (``etl.core.shard_step.PlacedFacts``), so no record is parsed.
+file (``etl.core.shard_step.ShardFacts``), so no record is parsed.
 """
 
 from __future__ import annotations

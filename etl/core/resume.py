@@ -72,7 +72,7 @@ class ShardRecord:
     inputs_sha256: str
     # An uncompressed shard's record index (at ``contract.index_relpath(path)``).
     index: FileFacts | None = None
-    # The job's facts about each record, in record order (``shard_step.PlacedFacts``).
+    # The job's facts about each record, in record order (``shard_step.ShardFacts``).
     facts: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> str:

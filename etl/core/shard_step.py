@@ -9,8 +9,8 @@ process, writes the blocks to the shard's pending file on a writer thread while 
 next block is prepared, counts what was written, routes the rejections, records the
 finished shard for a resumed run (``etl.core.resume``) and emits the shard's
 ``ShardResult``. A job may also give facts about each example (the image job's
-duplicate signatures): the frame places each at its record's position in the shard,
-records them with the shard and emits them on the ``sharding.FACTS`` output. When the run
+duplicate signatures): the frame records them with the shard, in record order, and
+emits them as one ``ShardFacts`` on the ``sharding.FACTS`` output. When the run
 resumes an interrupted one whose record of the shard still verifies, the frame
 emits the recorded result, rejections and facts instead, and the shard's inputs are
 not read.
@@ -108,28 +108,27 @@ class ShardBlock:
 
 
 @dataclasses.dataclass(frozen=True)
-class PlacedFacts:
-    """A job's facts about one written example (JSON fields), with where the example
-    is: record ``position`` (from 0) of the pending file of shard ``shard`` of
-    ``split``."""
+class ShardFacts:
+    """A job's facts about each record of one shard (JSON fields, in record order:
+    ``facts[i]`` is record ``i``, from 0, of the pending file of shard ``shard`` of
+    ``split``). One element per shard, not per record: every element crossing a
+    stage costs the local runner more than a record's facts do."""
 
     split: str
     shard: int
-    position: int
-    fields: dict[str, Any]
+    facts: tuple[dict[str, Any], ...]
 
 
 def _emit_facts(split: str, shard: int, facts: Sequence[dict[str, Any]]
                 ) -> Iterator[beam.pvalue.TaggedOutput]:
-    for position, fields in enumerate(facts):
-        yield beam.pvalue.TaggedOutput(sharding.FACTS,
-                                       PlacedFacts(split, shard, position, fields))
+    if facts:
+        yield beam.pvalue.TaggedOutput(sharding.FACTS, ShardFacts(split, shard, tuple(facts)))
 
 
 class ShardStep(beam.DoFn):
     """``((split, shard), [unit])`` → the shard's pending file; emits its
     ``ShardResult``, ``Rejection``s tagged ``dead_letters.REJECTED`` and
-    ``PlacedFacts`` tagged ``sharding.FACTS``.
+    a ``ShardFacts`` tagged ``sharding.FACTS``.
 
     Subclasses set ``WRITTEN_COUNTER`` (the Beam counter of examples written) and
     implement :meth:`load_transform` and :meth:`transform_blocks`; ones that need

@@ -36,7 +36,7 @@ from etl.core.shard_files import FileFacts, ShardWriter
 from reader import contract
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
-# Tag of a shard step's output of facts about its records (``shard_step.PlacedFacts``).
+# Tag of a shard step's output of facts about its records (``shard_step.ShardFacts``).
 FACTS = "facts"
 
 
@@ -242,7 +242,7 @@ class WriteShardGroups(beam.PTransform):
             | "AssignShards" >> beam.Map(_shard_key, num_shards=num_shards)
             # ((split, provisional shard), [unit])
             | "GroupByShard" >> beam.GroupByKey()
-            # ShardResult; Rejections tagged REJECTED; PlacedFacts tagged FACTS
+            # ShardResult; Rejections tagged REJECTED; ShardFacts tagged FACTS
             | self._write_label >> beam.ParDo(
                 self._write_shard, num_shards=num_shards, **self._side_inputs,
             ).with_outputs(dead_letters.REJECTED, FACTS, main="results")

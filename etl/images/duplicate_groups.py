@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -31,7 +32,7 @@ from reader import contract
 BYTES, PIXELS, NEAR = "bytes", "pixels", "near"
 KINDS = (BYTES, PIXELS, NEAR)
 # Which copy a group keeps: test, then validation, then train.
-_SPLIT_RANK = {contract.TEST: 0, contract.VALIDATION: 1, contract.TRAIN: 2}
+SPLIT_RANK = {contract.TEST: 0, contract.VALIDATION: 1, contract.TRAIN: 2}
 # Hashes within 4 bits: JPEG re-encodes and resizes of the sample photos were all
 # found, and no two different photos (scripts/measure_duplicates.py, docs/FORMAT.md).
 DEFAULT_NEAR_DISTANCE = 4
@@ -58,8 +59,7 @@ class Member:
     position: int | None = None
 
     def row(self) -> tuple[Any, ...]:
-        """The member as a tuple of plain values: what crosses Beam's stage
-        boundaries (its coder writes those natively; a dataclass is pickled)."""
+        """The member as a tuple of plain values (:func:`row_of`)."""
         return (self.key, self.split, self.labels, self.source, self.bytes_sha256,
                 self.pixels_xxh128, f"{self.phash:016x}", self.blank, self.published,
                 self.shard, self.position)
@@ -70,26 +70,38 @@ class Member:
         return cls(key, split, tuple(labels), source, bytes_sha256, pixels,
                    int(phash, 16), *rest)
 
-    def hashes_line(self) -> dict[str, Any]:
-        """What an append needs of it later (``keys/hashes-vNNNNN.jsonl``)."""
-        return {"key": self.key, "split": self.split, "labels": list(self.labels),
-                "source": self.source, "bytes_sha256": self.bytes_sha256,
-                "pixels_xxh128": self.pixels_xxh128, "phash": f"{self.phash:016x}",
-                "blank": self.blank}
+
+def row_of(fields: dict[str, Any], split: str, published: bool = False,
+           shard: int | None = None, position: int | None = None) -> tuple[Any, ...]:
+    """A member as a tuple of plain values, from the JSON fields of
+    ``etl.images.shards.image_facts`` (or a hashes file's line): what crosses Beam's
+    stage boundaries (its coder writes those natively; a dataclass is pickled)."""
+    return (fields["key"], split, tuple(fields["labels"]), fields.get("source", ""),
+            fields["bytes_sha256"], fields["pixels_xxh128"], fields["phash"],
+            bool(fields["blank"]), published, shard, position)
+
+
+def hashes_line(row: Sequence[Any]) -> str:
+    """A member's line of a version's hashes file (``keys/hashes-vNNNNN.jsonl``): what
+    an append needs of it later. Not its file's location, so the line is the same
+    wherever the input was read from (a published image is never removed, so no dead
+    letter names its file)."""
+    key, split, labels, _, bytes_sha256, pixels, phash, blank, *_ = row
+    return json.dumps({"key": key, "split": split, "labels": list(labels),
+                       "bytes_sha256": bytes_sha256, "pixels_xxh128": pixels,
+                       "phash": phash, "blank": blank}, ensure_ascii=False) + "\n"
 
 
 def member_of(fields: dict[str, Any], split: str, published: bool = False,
               shard: int | None = None, position: int | None = None) -> Member:
     """A ``Member`` from the JSON fields of ``etl.images.shards.image_facts`` (or a
     hashes file's line)."""
-    return Member(fields["key"], split, tuple(fields["labels"]), fields["source"],
-                  fields["bytes_sha256"], fields["pixels_xxh128"], int(fields["phash"], 16),
-                  bool(fields["blank"]), published, shard, position)
+    return Member.from_row(row_of(fields, split, published, shard, position))
 
 
 def rank(member: Member) -> tuple[int, int, str]:
     """Lower ranks are kept: published first, then test, validation, train; then key."""
-    return (0 if member.published else 1, _SPLIT_RANK[member.split], member.key)
+    return (0 if member.published else 1, SPLIT_RANK[member.split], member.key)
 
 
 @dataclasses.dataclass(frozen=True)

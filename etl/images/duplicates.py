@@ -1,7 +1,7 @@
 """Duplicate images across a dataset's splits, found in Beam from the signatures the
 shard step took in each image's one decode; the report, and what ``drop`` removes.
 
-``FindDuplicates`` gets every written image's ``PlacedFacts`` (key, labels,
+``FindDuplicates`` gets every written image's ``ShardFacts`` (key, labels,
 signatures, shard and position) and, on ``--append``, the signatures earlier
 versions kept beside their key indexes (``keys/hashes-vNNNNN.jsonl``), so new images
 are checked against the whole dataset without reading an old one. Only these small
@@ -17,22 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import apache_beam as beam
 
 from etl.core import dead_letters, record_removal, storage, versions
 from etl.core.dead_letters import Rejection
-from etl.core.shard_step import PlacedFacts
+from etl.images import duplicate_buckets as buckets
 from etl.images import duplicate_groups
-from etl.images.duplicate_groups import Group, Member, NearEdge, Pair
+from etl.images.duplicate_groups import Member, NearEdge, Pair
 from reader import contract
 
 OFF, REPORT, DROP = "off", "report", "drop"
 MODES = (REPORT, DROP, OFF)
-# Tag of the buckets too large to compare.
-_CAPPED = "capped"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,62 +62,6 @@ class DuplicateSettings:
 REPORT_DUPLICATES = DuplicateSettings()
 
 
-# Between stages a member travels as ``Member.row()``, a tuple of plain values.
-Row = tuple[Any, ...]
-PIXELS_FIELD = 5
-
-
-def _new_row(placed: PlacedFacts) -> Row:
-    return duplicate_groups.member_of(placed.fields, placed.split, shard=placed.shard,
-                                      position=placed.position).row()
-
-
-def _published_rows(relpath: str, output_dir: str) -> Iterator[Row]:
-    for line in storage.read_text(storage.join(output_dir, relpath)).splitlines():
-        if line.strip():
-            fields = json.loads(line)
-            yield duplicate_groups.member_of(fields, fields["split"], published=True).row()
-
-
-def _group(rows: Iterable[Row]) -> Group:
-    return Group.of(Member.from_row(row) for row in rows)
-
-
-def _band_entries(group: Group, edges: list[tuple[int, int]]
-                  ) -> Iterator[tuple[tuple[int, int], tuple[Row, ...]]]:
-    if not group.kept.blank:
-        best = tuple(member.row() for member in group.best_per_split())
-        for band in duplicate_groups.band_keys(group.kept.phash, edges):
-            yield band, best
-
-
-def _compare(bucket: tuple[tuple[int, int], Iterable[tuple[Row, ...]]],
-             near_distance: int, cap: int) -> Iterator[Any]:
-    (band, value), entries = bucket
-    entries = list(entries)
-    if len(entries) > cap:
-        yield beam.pvalue.TaggedOutput(_CAPPED, (band, value, len(entries)))
-        return
-    # Rows by kept copy's key (the first field of its row), hashes from its row.
-    entries.sort(key=lambda rows: rows[0][0])
-    close = duplicate_groups.close_pairs([int(rows[0][6], 16) for rows in entries],
-                                         near_distance)
-    for i, j, distance in close:
-        yield NearEdge(distance, tuple(map(Member.from_row, entries[i])),
-                       tuple(map(Member.from_row, entries[j])))
-
-
-def _neighbours(edge: NearEdge) -> Iterator[tuple[str, tuple[tuple[Member, ...], int]]]:
-    yield edge.a[0].pixels_xxh128, (edge.b, edge.distance)
-    yield edge.b[0].pixels_xxh128, (edge.a, edge.distance)
-
-
-def _removals(joined: tuple[str, dict[str, list[Any]]]) -> list[duplicate_groups.Removal]:
-    _, sides = joined
-    (rows,) = sides["group"]
-    return duplicate_groups.removals(_group(rows), sides["near"])
-
-
 def _rejection(removal: duplicate_groups.Removal) -> Rejection:
     member, partner = removal.member, removal.partner
     how = (f"near duplicate, {removal.distance} of 64 hash bits apart"
@@ -138,15 +80,6 @@ def _shard_removal(element: tuple[tuple[str, int], Iterable[Member]]
     ordered = sorted(members, key=lambda m: m.position)
     return record_removal.Removal(split, shard, tuple(m.position for m in ordered),
                                   tuple(label for m in ordered for label in m.labels))
-
-
-def _group_counts(group: Group) -> tuple[int, int, int, int, int]:
-    """(images, blank images, exact groups, their images, groups across splits)."""
-    size = len(group.members)
-    repeated = size > 1
-    crosses = len({m.split for m in group.members}) > 1
-    return (size, size if group.kept.blank else 0, int(repeated),
-            size if repeated else 0, int(crosses))
 
 
 def summarise(pairs: list[Pair], counts: tuple[int, ...], capped: list[tuple[int, int, int]],
@@ -197,12 +130,6 @@ def _write_report(unused: None, *, output_dir: str, settings: DuplicateSettings,
     return {"duplicates": summary}
 
 
-def _hashes_line(row: Row) -> tuple[str, str]:
-    """``(key, line)`` of a new image's hashes file line."""
-    member = Member.from_row(row)
-    return member.key, json.dumps(member.hashes_line(), ensure_ascii=False) + "\n"
-
-
 def _write_hashes(lines: list[tuple[str, str]], *, path: str, removed: list[str]) -> None:
     gone = set(removed)
     storage.write_text(path, "".join(line for key, line in sorted(lines) if key not in gone))
@@ -213,7 +140,7 @@ def _sum_counts(counts: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
 
 
 class FindDuplicates(beam.PTransform):
-    """``PlacedFacts`` of the written images → ``(removals, rejections, entry)``:
+    """``ShardFacts`` of the written images → ``(removals, rejections, entry)``:
     the ``record_removal.Removal``s of each shard that loses images (none unless
     ``drop``), their dead letters, and a single element, the manifest's
     ``duplicates`` entry, once the report and this version's hashes are written."""
@@ -234,26 +161,21 @@ class FindDuplicates(beam.PTransform):
 
     def expand(self, facts: beam.PCollection) -> tuple[beam.PCollection, ...]:
         pipeline = facts.pipeline
-        new = facts | "Members" >> beam.Map(_new_row)
         published = (pipeline
                      | "PublishedHashFiles" >> beam.Create(self._published)
-                     | "ReadPublishedHashes" >> beam.FlatMap(
-                         _published_rows, output_dir=self._output_dir))
-        groups = (
-            (new, published)
-            | "AllMembers" >> beam.Flatten()
-            | "KeyByPixels" >> beam.Map(lambda row: (row[PIXELS_FIELD], row))
-            | "GroupByPixels" >> beam.GroupByKey()
-            | "ExactGroups" >> beam.MapTuple(lambda _, rows: _group(rows))
+                     | "PublishedBuckets" >> beam.FlatMap(
+                         buckets.published_buckets, output_dir=self._output_dir))
+        # {pixel hash: [rows]}: every exact group, in 16 buckets
+        exact = (
+            (facts | "ShardBuckets" >> beam.FlatMap(buckets.shard_buckets), published)
+            | "AllBuckets" >> beam.Flatten()
+            | "GroupByPixels" >> beam.CombinePerKey(buckets.MergeLists())
+            | "ExactBuckets" >> beam.Values()
         )
-        edges, capped = self._near_edges(groups)
+        near, capped = self._near_edges(exact)
         if self._settings.mode == DROP:
-            removed = (
-                {"group": groups | "KeyGroups" >> beam.Map(
-                    lambda g: (g.kept.pixels_xxh128, tuple(m.row() for m in g.members))),
-                 "near": edges | "Neighbours" >> beam.FlatMap(_neighbours)}
-                | "JoinNeighbours" >> beam.CoGroupByKey()
-                | "ChooseRemovals" >> beam.FlatMap(_removals))
+            removed = exact | "ChooseRemovals" >> beam.FlatMap(
+                buckets.removals, near=beam.pvalue.AsList(near))
         else:
             removed = pipeline | "NoRemovals" >> beam.Create([])
         removals = (removed
@@ -262,44 +184,46 @@ class FindDuplicates(beam.PTransform):
                     | "GroupByShard" >> beam.GroupByKey()
                     | "ShardRemovals" >> beam.Map(_shard_removal))
         rejections = removed | "DeadLetters" >> beam.Map(_rejection)
-        entry = self._report(new, groups, edges, capped, removed)
+        entry = self._report(exact, near, capped, removed)
         return removals, rejections, entry
 
-    def _near_edges(self, groups: beam.PCollection
+    def _near_edges(self, exact: beam.PCollection
                     ) -> tuple[beam.PCollection, beam.PCollection]:
         """``(NearEdge``s, each once; ``(band, value, size)`` of the capped buckets)."""
         settings = self._settings
         compared = (
-            groups
+            exact
             | "BandValues" >> beam.FlatMap(
-                _band_entries, edges=duplicate_groups.band_edges(settings.near_distance))
-            | "GroupByBand" >> beam.GroupByKey()
+                buckets.band_entries,
+                edges=duplicate_groups.band_edges(settings.near_distance))
+            | "GroupByBand" >> beam.CombinePerKey(buckets.MergeLists())
             | "CompareBuckets" >> beam.FlatMap(
-                _compare, near_distance=settings.near_distance, cap=settings.bucket_cap,
-            ).with_outputs(_CAPPED, main="edges")
+                buckets.compare_bands, near_distance=settings.near_distance,
+                cap=settings.bucket_cap,
+            ).with_outputs(buckets.CAPPED, main="edges")
         )
-        edges = (
-            compared.edges
-            | "KeyEdges" >> beam.Map(lambda e: ((e.a[0].key, e.b[0].key), e))
-            | "GroupEdges" >> beam.GroupByKey()
-            | "OneEdgeEach" >> beam.MapTuple(lambda _, found: next(iter(found)))
+        edges = compared.edges | "OneEdgeEach" >> beam.Distinct()
+        near = (
+            exact
+            | "EdgeEnds" >> beam.FlatMap(buckets.edge_ends,
+                                         edges=beam.pvalue.AsList(edges))
+            | "GroupEdgeEnds" >> beam.GroupByKey()
+            | "NearEdges" >> beam.MapTuple(buckets.near_edge)
         )
-        return edges, compared[_CAPPED]
+        return near, compared[buckets.CAPPED]
 
-    def _report(self, new: beam.PCollection, groups: beam.PCollection,
-                edges: beam.PCollection, capped: beam.PCollection,
-                removed: beam.PCollection) -> beam.PCollection:
+    def _report(self, exact: beam.PCollection, near: beam.PCollection,
+                capped: beam.PCollection, removed: beam.PCollection) -> beam.PCollection:
         """Writes this version's hashes, then the report; its manifest entry."""
-        pairs = ((groups | "ExactPairs" >> beam.FlatMap(Group.pairs),
-                  edges | "NearPairs" >> beam.Map(NearEdge.pair))
+        pairs = ((exact | "ExactPairs" >> beam.FlatMap(buckets.exact_pairs),
+                  near | "NearPairs" >> beam.Map(NearEdge.pair))
                  | "AllPairs" >> beam.Flatten())
-        counts = (groups
-                  | "GroupCounts" >> beam.Map(_group_counts)
+        counts = (exact
+                  | "GroupCounts" >> beam.Map(buckets.counts)
                   | "SumCounts" >> beam.CombineGlobally(_sum_counts))
-        removed_list = beam.pvalue.AsList(removed)
         return (
-            new
-            | "HashesLines" >> beam.Map(_hashes_line)
+            exact
+            | "HashesLines" >> beam.FlatMap(buckets.hashes_lines)
             | "GatherHashes" >> beam.combiners.ToList()
             | "WriteHashes" >> beam.Map(_write_hashes, path=self._hashes_path,
                                         removed=beam.pvalue.AsList(
@@ -309,4 +233,4 @@ class FindDuplicates(beam.PTransform):
                 _write_report, output_dir=self._output_dir, settings=self._settings,
                 multi_label=self._multi_label, pairs=beam.pvalue.AsList(pairs),
                 counts=beam.pvalue.AsList(counts), capped=beam.pvalue.AsList(capped),
-                removed=removed_list, without_hashes=self._without_hashes))
+                removed=beam.pvalue.AsList(removed), without_hashes=self._without_hashes))

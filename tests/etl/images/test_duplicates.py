@@ -13,37 +13,41 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from etl.core import versions
 from etl.core.record_removal import Removal
-from etl.core.shard_step import PlacedFacts
+from etl.core.shard_step import ShardFacts
 from etl.images.duplicates import DuplicateSettings, FindDuplicates
 from reader import contract
 
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 
 
-def facts(key: str, split: str, shard: int, position: int, *, bytes_: str, pixels: str,
-          phash: int, label: str = "cat", blank: bool = False) -> PlacedFacts:
-    return PlacedFacts(split, shard, position, {
-        "key": key, "source": f"/in/{key}", "labels": [label], "bytes_sha256": bytes_,
-        "pixels_xxh128": pixels, "phash": f"{phash:016x}", "blank": blank})
+def fact(key: str, *, bytes_: str, pixels: str, phash: int, label: str = "cat",
+         blank: bool = False) -> dict:
+    return {"key": key, "source": f"/in/{key}", "labels": [label], "bytes_sha256": bytes_,
+            "pixels_xxh128": pixels, "phash": f"{phash:016x}", "blank": blank}
 
 
 # Two byte copies (train, test), a pixel copy (validation of that test image), a near
-# pair (train, test: 3 bits), a far image, and three blank images sharing one hash.
+# pair (train, test: 3 bits), a far image, and three blank images sharing one hash;
+# as the shard steps give them, shard by shard in record order.
 FACTS = [
-    facts("train/a", "train", 0, 0, bytes_="A", pixels="PA", phash=0x0F0F0F0F0F0F0F0F),
-    facts("test/a", "test", 0, 0, bytes_="A", pixels="PA", phash=0x0F0F0F0F0F0F0F0F),
-    facts("val/a", "validation", 0, 0, bytes_="A2", pixels="PA", phash=0x0F0F0F0F0F0F0F0F,
-          label="dog"),
-    facts("train/b", "train", 0, 1, bytes_="B", pixels="PB", phash=0x3333333333333333),
-    facts("test/b", "test", 0, 1, bytes_="B2", pixels="PB2", phash=0x3333333333333333 ^ 0b111),
-    facts("train/far", "train", 1, 0, bytes_="F", pixels="PF", phash=0x5555555555555555),
-    *(facts(f"train/blank{i}", "train", 1, 1 + i, bytes_=f"W{i}", pixels=f"PW{i}",
-            phash=0x8000000000000000, blank=True) for i in range(3)),
+    ShardFacts("train", 0, (
+        fact("train/a", bytes_="A", pixels="PA", phash=0x0F0F0F0F0F0F0F0F),
+        fact("train/b", bytes_="B", pixels="PB", phash=0x3333333333333333))),
+    ShardFacts("test", 0, (
+        fact("test/a", bytes_="A", pixels="PA", phash=0x0F0F0F0F0F0F0F0F),
+        fact("test/b", bytes_="B2", pixels="PB2", phash=0x3333333333333333 ^ 0b111))),
+    ShardFacts("validation", 0, (
+        fact("val/a", bytes_="A2", pixels="PA", phash=0x0F0F0F0F0F0F0F0F, label="dog"),)),
+    ShardFacts("train", 1, (
+        fact("train/far", bytes_="F", pixels="PF", phash=0x5555555555555555),
+        *(fact(f"train/blank{i}", bytes_=f"W{i}", pixels=f"PW{i}",
+               phash=0x8000000000000000, blank=True) for i in range(3)))),
 ]
+KEYS = sorted(f["key"] for shard in FACTS for f in shard.facts)
 
 
 def _run(out: str, mode: str, version: versions.DatasetVersion = versions.FIRST_VERSION,
-         records: list[PlacedFacts] = FACTS) -> None:
+         records: list[ShardFacts] = FACTS) -> None:
     with TestPipeline(runner=RUNNER) as p:
         removals, rejections, entry = (
             p | beam.Create(records)
@@ -87,13 +91,13 @@ def test_report_lists_each_pair_once_under_its_strongest_kind(tmp_path, mode):
                                                           "test": 0})
     hashes = _lines(os.path.join(out, versions.hashes_relpath(1)))
     gone = {"train/a", "val/a", "train/b"} if mode == "drop" else set()
-    assert [h["key"] for h in hashes] == sorted(f.fields["key"] for f in FACTS
-                                                if f.fields["key"] not in gone)
+    assert [h["key"] for h in hashes] == [key for key in KEYS if key not in gone]
 
 
 def test_an_oversized_bucket_is_reported_not_compared(tmp_path):
-    records = [facts(f"k{i}", "train", 0, i, bytes_=str(i), pixels=str(i),
-                     phash=(0xABCD << 48) | i) for i in range(5)]
+    records = [ShardFacts("train", 0, tuple(
+        fact(f"k{i}", bytes_=str(i), pixels=str(i), phash=(0xABCD << 48) | i)
+        for i in range(5)))]
     out = str(tmp_path)
     with TestPipeline(runner=RUNNER) as p:
         _, _, entry = (p | beam.Create(records) | FindDuplicates(
@@ -107,12 +111,12 @@ def test_an_oversized_bucket_is_reported_not_compared(tmp_path):
 def test_an_append_checks_new_images_against_kept_hashes(tmp_path):
     out = str(tmp_path)
     os.makedirs(os.path.join(out, "keys"))
-    old = FACTS[1].fields  # test/a, published in version 1
+    old = FACTS[1].facts[0]  # test/a, published in version 1
     with open(os.path.join(out, versions.hashes_relpath(1)), "w") as f:
         f.write(json.dumps({**old, "split": "test"}) + "\n")
     previous = {"history": [{"version": 1}]}
-    new = [facts("train/new", "train", 0, 0, bytes_="A", pixels="PA",
-                 phash=0x0F0F0F0F0F0F0F0F)]
+    new = [ShardFacts("train", 0, (
+        fact("train/new", bytes_="A", pixels="PA", phash=0x0F0F0F0F0F0F0F0F),))]
     with TestPipeline(runner=RUNNER) as p:
         removals, rejections, _ = (p | beam.Create(new) | FindDuplicates(
             out, DuplicateSettings("drop"), versions.DatasetVersion(2, previous),

@@ -1,0 +1,133 @@
+"""What the duplicate report costs: the image job with --cross_split_duplicates=off,
+report (the default) and drop, on the same web-size photos, interleaved.
+
+Each sample runs ``pipelines.images.run`` in a fresh interpreter (``timed_job_command``)
+under a small parent that reports its children's peak RSS (``ru_maxrss`` of
+RUSAGE_CHILDREN: the largest process of the job's tree). Images/s is the photo count
+over the job's own wall time (imports apart). Every variant runs once a round, the
+first one rotating (``interleaved``); a sample taken while other processes used more
+than --max_foreign cores is retried. Medians are reported beside best rounds, with
+the ratio of report (and drop) to off.
+
+Usage: python scripts/benchmark_duplicates.py --work_dir /work/bench_data \\
+           --num_images 20000 --rounds 2 --out docs/benchmarks/duplicates_web20k.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from bench_common import (
+    add_sampling_flags,
+    code_version,
+    interleaved,
+    job_env,
+    machine,
+    quiet_sample,
+    read_json,
+    read_manifest,
+    timed_job_command,
+    write_json,
+)
+from sample_photos import describe, ensure_tree
+
+MODES = ("off", "report", "drop")
+# Runs the command given as JSON in argv[1]; prints its return code and the peak RSS
+# (KiB) of its largest descendant.
+_PEAK_RSS = r"""
+import json, resource, subprocess, sys
+rc = subprocess.run(json.loads(sys.argv[1])).returncode
+print(json.dumps({"rc": rc, "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+"""
+
+
+def run_variant(tree: str, work: str, mode: str, flags: list[str]) -> dict:
+    """One job run into a fresh output dir: job seconds, peak RSS, what it found."""
+    out = os.path.join(work, f"out_{mode}")
+    shutil.rmtree(out, ignore_errors=True)
+    timings = os.path.join(work, f"timings_{mode}.json")
+    argv = [f"--input={tree}", f"--output_dir={out}", f"--cross_split_duplicates={mode}",
+            *flags]
+    command = [sys.executable, "-c", _PEAK_RSS,
+               json.dumps(timed_job_command("pipelines.images", argv, timings))]
+    proc = subprocess.run(command, env=job_env(), capture_output=True, text=True)
+    status = json.loads(proc.stdout.strip().splitlines()[-1])
+    if status["rc"] != 0:
+        raise RuntimeError(f"{mode} failed:\n{proc.stderr[-4000:]}")
+    manifest = read_manifest(out)
+    found = manifest.get("duplicates") or {}
+    return {"job_s": read_json(timings)["job_s"],
+            "peak_rss_mib": status["maxrss_kib"] / 1024,
+            "written": sum(s["num_records"] for s in manifest["splits"].values()),
+            "cross_split_pairs": found.get("cross_split_pairs"),
+            "pairs": {kind: sum(counts.values())
+                      for kind, counts in found.get("pairs", {}).items()},
+            "removed": found.get("removed")}
+
+
+def summarise(samples: dict[str, list[dict]], num_images: int) -> dict:
+    rates = {mode: [num_images / s["job_s"] for s in runs] for mode, runs in samples.items()}
+    summary = {mode: {"median_images_per_s": round(statistics.median(r), 1),
+                      "best_images_per_s": round(max(r), 1),
+                      "median_peak_rss_mib": round(statistics.median(
+                          s["peak_rss_mib"] for s in samples[mode]), 1)}
+               for mode, r in rates.items()}
+    for mode in summary:
+        if mode != "off":
+            summary[mode]["median_vs_off"] = round(
+                summary[mode]["median_images_per_s"] / summary["off"]["median_images_per_s"], 3)
+            summary[mode]["best_vs_off"] = round(
+                summary[mode]["best_images_per_s"] / summary["off"]["best_images_per_s"], 3)
+            summary[mode]["peak_rss_vs_off"] = round(
+                summary[mode]["median_peak_rss_mib"] / summary["off"]["median_peak_rss_mib"], 3)
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work_dir", required=True)
+    parser.add_argument("--num_images", type=int, default=20000)
+    parser.add_argument("--photos", default="web")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--out", required=True, help="JSON results file.")
+    parser.add_argument("job_flags", nargs="*", help="Extra image job flags (after --).")
+    add_sampling_flags(parser, rounds=2)
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+    tree = ensure_tree(args.work_dir, args.num_images, args.photos)
+    work = tempfile.mkdtemp(prefix="bench_duplicates_")
+    samples: dict[str, list[dict]] = {mode: [] for mode in modes}
+    attempts: dict[str, list[list[float]]] = {mode: [] for mode in modes}
+    for round_index, mode in interleaved(modes, args.rounds):
+        sample, tries = quiet_sample(
+            lambda mode=mode: run_variant(tree, work, mode, args.job_flags),
+            args.max_foreign, args.retries, max_wait_s=120)
+        samples[mode].append({**sample.extra, "wall_s": round(sample.wall, 2),
+                              "foreign_cores": round(sample.foreign_cores, 3)})
+        attempts[mode].append(tries)
+        print(f"round {round_index} {mode}: {args.num_images / sample.extra['job_s']:.1f} "
+              f"images/s, peak RSS {sample.extra['peak_rss_mib']:.0f} MiB", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    result = {
+        "what": "image job with --cross_split_duplicates=off / report / drop, same photos",
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(), "code": code_version(),
+        "input": describe(tree), "num_images": args.num_images,
+        "job_flags": args.job_flags, "rounds": args.rounds,
+        "summary": summarise(samples, args.num_images),
+        "samples": samples, "foreign_cores_per_try": attempts,
+    }
+    write_json(args.out, result)
+    print(json.dumps(result["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
