@@ -223,7 +223,7 @@ def digits(tmp_path_factory) -> tuple[str, str, dict]:
     root = str(tmp_path_factory.mktemp("digits"))
     assert write_digits(root) == 1797
     out = str(tmp_path_factory.mktemp("digits_out"))
-    return root, out, run_images_job(root, out)
+    return root, out, run_images_job(root, out, "--cross_split_duplicates=report")
 
 
 def test_demo_digits_exact_duplicate_counts_match_numpy(digits):
@@ -252,5 +252,9 @@ def test_demo_digits_exact_duplicate_counts_match_numpy(digits):
     found = manifest["duplicates"]["pairs"]
     for kind in ("bytes", "pixels"):
         assert {pair: n for pair, n in found[kind].items() if n} == expected[kind], kind
-    print(f"digits: {found}")
-    assert sum(found["bytes"].values()) > 0
+    summary = manifest["duplicates"]
+    assert summary["images"] == 1797
+    assert summary["exact_groups"]["groups"] == sum(len(m) > 1 for m in groups.values())
+    # No two of the 1,797 scans are equal (so both counts are 0); at 16 px many are
+    # alike enough to be near pairs, which are reported, not checked here.
+    print(f"digits: {summary['pairs']}")

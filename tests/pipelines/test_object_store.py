@@ -40,7 +40,8 @@ PHOTOS = "camera roll [2024] #1?é"
 # Uncompressed shards, each with its record index: one more object per shard to
 # write, rename, verify on resume and keep on append. (GZIP shards on gs:// are the
 # sdist check's, scripts/check_sdist_install.sh.)
-IMAGE_FLAGS = ("--num_shards=1", "--max_error_fraction=0.5", "--compression=none")
+IMAGE_FLAGS = ("--num_shards=1", "--max_error_fraction=0.5", "--compression=none",
+               "--cross_split_duplicates=report")
 SHARD_FILES = (contract.shard_suffix(contract.NO_COMPRESSION),
                contract.shard_suffix(contract.NO_COMPRESSION) + contract.INDEX_SUFFIX)
 SUMMARY_LINE = re.compile(r"resumed: (\d+) shard\(s\) kept from the interrupted run")
@@ -104,7 +105,8 @@ def test_image_job_on_gcs_writes_every_output_object(gcs, image_runs):
     assert {"images/manifest.json", "images/errors/rejected.jsonl",
             "images/transform_fn/saved_model.pb", "images/keys/keys-v00001.txt",
             "images/transformed_metadata/schema.pbtxt",
-            "images/metadata/schema.pbtxt"} <= names
+            "images/metadata/schema.pbtxt", "images/keys/hashes-v00001.jsonl",
+            "images/duplicates/summary.json", "images/duplicates/pairs.jsonl"} <= names
     # Nothing of the run's progress, temporary or pending files is left.
     assert not [n for n in names if "/progress/" in n or "-pending-" in n
                 or n.endswith(".incomplete")], sorted(names)
@@ -118,6 +120,13 @@ def test_image_job_on_gcs_writes_what_it_writes_on_disk(image_runs):
         remote_manifest_bytes = f.read()
     with open(os.path.join(disk, contract.MANIFEST_FILENAME), "rb") as f:
         assert f.read() == remote_manifest_bytes
+    # The duplicate report and the kept signatures too (they name keys, not files).
+    for relpath in (contract.DUPLICATE_PAIRS_RELPATH, contract.DUPLICATES_SUMMARY_RELPATH,
+                    "keys/hashes-v00001.jsonl"):
+        with open(os.path.join(remote_copy, relpath), "rb") as f, \
+                open(os.path.join(disk, relpath), "rb") as g:
+            assert f.read() == g.read(), relpath
+    assert "duplicates" in remote
     # The dead letters name their files where they were (the folder, the prefix).
     assert [(r["key"], r["reason"], r["message"]) for r in rejected_records(remote_copy)] == [
         (r["key"], r["reason"], r["message"]) for r in rejected_records(disk)]
@@ -257,6 +266,11 @@ def test_append_on_gcs_adds_shards_and_leaves_every_old_object_untouched(
     copy = _download(gcs, "grown", tmp_path / "grown")
     stored = all_records(copy, manifest)
     assert sorted(stored) == sorted([*all_records(*image_runs["disk"]), *new_keys])
+    # The new images' signatures beside the new key index; the report, recomputed from
+    # both versions' signatures, counts every image.
+    with open(os.path.join(copy, "keys", "hashes-v00002.jsonl")) as f:
+        assert sorted(json.loads(line)["key"] for line in f) == sorted(new_keys)
+    assert manifest["duplicates"]["images"] == len(stored)
 
 
 # --- the time-series job ----------------------------------------------------------------

@@ -41,7 +41,8 @@ NONE = "--compression=none"
 TAGS = ["cat", "dog", "sky"]
 NUM_PHOTOS = 36
 IMAGE_SIZE = 32
-IMAGE_FLAGS = (NONE, f"--image_size={IMAGE_SIZE}", "--num_shards=2")
+IMAGE_FLAGS = (NONE, f"--image_size={IMAGE_SIZE}", "--num_shards=2",
+               "--cross_split_duplicates=report")
 UNSEEN_TAG = "zebra"  # only on validation rows: stored as label -1
 # contract.STORED_JPEG_DCT_METHOD: TensorFlow's fast IDCT is up to 18 levels off.
 FAST_IDCT_MAX_DIFF = 18
