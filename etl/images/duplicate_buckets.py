@@ -7,10 +7,11 @@ stage, and pickles any object that is not a plain value: per image that cost mor
 than the image's signatures (``scripts/benchmark_duplicates.py``). So a member
 travels as a row (``duplicate_groups.row_of``), each shard's rows arrive as one
 element (``ShardFacts``), and they are gathered by the first hex digit of their pixel
-hash (16 buckets, each ``{pixel hash: [rows]}``: its exact groups) with
-``MergeLists``, a combiner Beam applies before the shuffle. Band values are gathered
-the same way, by band and lowest 4 bits; the near edges, few, are joined back to the
-buckets through side inputs read once per bucket.
+hash (16 buckets, each ``{pixel hash: [rows]}``: its exact groups). Band values are
+gathered by band and lowest 4 bits with ``MergeLists``, a combiner Beam applies
+before the shuffle (not for the rows: there it would hold them all in the shard
+step, beside the images). The near edges, few, are joined back to the buckets
+through side inputs read once per bucket.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from etl.images.duplicate_groups import Group, Member, NearEdge, Pair
 
 # A member as a tuple of plain values (``duplicate_groups.row_of``): its fields.
 Row = tuple[Any, ...]
-_KEY, _SPLIT, _PIXELS, _PHASH, _BLANK, _PUBLISHED = 0, 1, 5, 6, 7, 8
+_KEY, _SPLIT, _SOURCE, _PIXELS, _PHASH, _BLANK, _PUBLISHED = 0, 1, 3, 5, 6, 7, 8
 # A bucket of exact groups: pixel hash → rows.
 Bucket = Mapping[str, Sequence[Row]]
 # Exact groups are gathered by the first hex digit of their pixel hash, band values
@@ -50,11 +51,23 @@ def _bucketed(rows: Iterable[Row]) -> Iterator[tuple[str, dict[str, list[Row]]]]
     return iter(sorted(found.items()))
 
 
-def shard_buckets(element: ShardFacts) -> Iterator[tuple[str, dict[str, list[Row]]]]:
-    """A shard's images as rows, by bucket: ``(bucket, {pixel hash: [rows]})``."""
-    return _bucketed(duplicate_groups.row_of(fields, element.split, shard=element.shard,
-                                             position=position)
-                     for position, fields in enumerate(element.facts))
+def shard_buckets(element: ShardFacts, keep_sources: bool = True
+                  ) -> Iterator[tuple[str, dict[str, list[Row]]]]:
+    """A shard's images as rows, by bucket: ``(bucket, {pixel hash: [rows]})``;
+    without ``keep_sources`` (nothing is removed, so no dead letter names a file),
+    without their files' locations."""
+    rows = (duplicate_groups.row_of(fields, element.split, shard=element.shard,
+                                    position=position)
+            for position, fields in enumerate(element.facts))
+    if not keep_sources:
+        rows = ((*row[:_SOURCE], "", *row[_SOURCE + 1:]) for row in rows)
+    return _bucketed(rows)
+
+
+def merged(bucket: str, parts: Iterable[Mapping[str, list[Row]]]) -> dict[str, list[Row]]:
+    """One bucket from the parts each shard (and published version) gave."""
+    del bucket
+    return MergeLists().merge_accumulators(parts)
 
 
 def published_buckets(relpath: str, output_dir: str

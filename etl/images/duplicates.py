@@ -167,10 +167,12 @@ class FindDuplicates(beam.PTransform):
                          buckets.published_buckets, output_dir=self._output_dir))
         # {pixel hash: [rows]}: every exact group, in 16 buckets
         exact = (
-            (facts | "ShardBuckets" >> beam.FlatMap(buckets.shard_buckets), published)
+            (facts | "ShardBuckets" >> beam.FlatMap(
+                buckets.shard_buckets, keep_sources=self._settings.mode == DROP),
+             published)
             | "AllBuckets" >> beam.Flatten()
-            | "GroupByPixels" >> beam.CombinePerKey(buckets.MergeLists())
-            | "ExactBuckets" >> beam.Values()
+            | "GroupByPixels" >> beam.GroupByKey()
+            | "ExactBuckets" >> beam.MapTuple(buckets.merged)
         )
         near, capped = self._near_edges(exact)
         if self._settings.mode == DROP:
