@@ -1,12 +1,13 @@
 """Duplicate images across a dataset's splits, found in Beam from the signatures the
 shard step took in each image's one decode; the report, and what ``drop`` removes.
 
-``FindDuplicates`` gets every written image's ``ShardFacts`` (key, labels,
-signatures, shard and position) and, on ``--append``, the signatures earlier
+``FindDuplicates`` gets each shard's ``ShardFacts`` (its written images' keys,
+labels and signatures, in record order) and, on ``--append``, the signatures earlier
 versions kept beside their key indexes (``keys/hashes-vNNNNN.jsonl``), so new images
-are checked against the whole dataset without reading an old one. Only these small
-records cross its stages: images are grouped by pixel hash, near pairs found by
-perceptual-hash bands (``etl.images.duplicate_groups``), and with ``drop`` each
+are checked against the whole dataset without reading an old one. Only signatures
+cross its stages, gathered into a few buckets (``etl.images.duplicate_buckets``):
+images are grouped by pixel hash, near pairs found by perceptual-hash bands
+(``etl.images.duplicate_groups``), and with ``drop`` each
 removed image becomes a ``Removal`` of its shard's record position
 (``etl.core.record_removal``) and a ``cross_split_duplicate`` dead letter. It writes
 ``duplicates/summary.json``, ``duplicates/pairs.jsonl`` and this version's hashes
