@@ -21,6 +21,8 @@ TEST_IMAGE_SIZE = 16
 # one and two workers, and the demo's digits with the default), the object-store runs
 # (report on gs://) and tests/reader/test_other_readers.py (report on two workers).
 DUPLICATES_FLAG = "--cross_split_duplicates"
+# The command's default, for in-process runs compared with (or resuming) a command's.
+REPORT_DUPLICATES = f"{DUPLICATES_FLAG}=report"
 
 
 def run_images_job(input_path: str, output_dir: str, *flags: str) -> dict:

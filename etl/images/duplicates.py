@@ -114,15 +114,18 @@ def summarise(pairs: list[Pair], counts: tuple[int, ...], capped: list[tuple[int
     }
 
 
-def _write_report(unused: None, *, output_dir: str, settings: DuplicateSettings,
+def _write_report(searched: int, *, appends: bool, output_dir: str,
+                  settings: DuplicateSettings,
                   multi_label: bool, pairs: list[Pair], counts: list[tuple[int, ...]],
                   capped: list[tuple[int, int, int]],
                   removed: list[duplicate_groups.Removal],
                   without_hashes: list[int]) -> dict[str, Any]:
-    del unused
     ordered = sorted(pairs, key=Pair.sort_key)
     summary = summarise(ordered, counts[0] if counts else (0,) * 5, capped, removed,
                         settings, without_hashes)
+    if appends and not searched:
+        # An append that brought no new image leaves the report as it is.
+        return {"duplicates": summary}
     storage.write_text(storage.join(output_dir, contract.DUPLICATE_PAIRS_RELPATH), "".join(
         json.dumps(pair.to_json_fields(multi_label), ensure_ascii=False) + "\n"
         for pair in ordered))
@@ -131,9 +134,14 @@ def _write_report(unused: None, *, output_dir: str, settings: DuplicateSettings,
     return {"duplicates": summary}
 
 
-def _write_hashes(lines: list[tuple[str, str]], *, path: str, removed: list[str]) -> None:
+def _write_hashes(lines: list[tuple[str, str]], *, path: str, removed: list[str]) -> int:
+    """Writes this version's hashes file (none when it stores no image); returns how
+    many new images were searched (stored or removed)."""
     gone = set(removed)
-    storage.write_text(path, "".join(line for key, line in sorted(lines) if key not in gone))
+    kept = [line for key, line in sorted(lines) if key not in gone]
+    if kept:
+        storage.write_text(path, "".join(kept))
+    return len(lines)
 
 
 def _sum_counts(counts: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
@@ -153,6 +161,7 @@ class FindDuplicates(beam.PTransform):
         self._settings = settings
         self._multi_label = multi_label
         self._hashes_path = storage.join(output_dir, versions.hashes_relpath(version.number))
+        self._appends = version.appends
         history = (version.previous or {}).get("history", [])
         earlier = [versions.hashes_relpath(entry["version"]) for entry in history]
         self._published = [relpath for relpath in earlier
@@ -233,7 +242,8 @@ class FindDuplicates(beam.PTransform):
                                             removed | "RemovedKeys" >> beam.Map(
                                                 lambda r: r.member.key)))
             | "WriteReport" >> beam.Map(
-                _write_report, output_dir=self._output_dir, settings=self._settings,
+                _write_report, appends=self._appends, output_dir=self._output_dir,
+                settings=self._settings,
                 multi_label=self._multi_label, pairs=beam.pvalue.AsList(pairs),
                 counts=beam.pvalue.AsList(counts), capped=beam.pvalue.AsList(capped),
                 removed=beam.pvalue.AsList(removed), without_hashes=self._without_hashes))

@@ -141,10 +141,19 @@ def corrupt_data_problem(data: bytes, image_format: str) -> tuple[str, str] | No
     return None
 
 
+# What a graph traced in this process adds to its errors: where each node was
+# defined, Python stack and all (paths and line numbers of this machine).
+_GRAPH_ERROR_PREAMBLE = re.compile(
+    r"Graph execution error:|Detected at node .*? defined at \(most recent call last\):"
+    r"|^\s*File \".*$", re.MULTILINE)
+
+
 def tf_error_detail(message: str) -> str:
     """The human part of a TensorFlow error message, without run-specific node and
     function names (they embed counters, which would make dead letters differ
-    between otherwise identical runs)."""
+    between otherwise identical runs) and without where the failing node was defined
+    (a Python stack, which names this machine's files)."""
+    message = _GRAPH_ERROR_PREAMBLE.sub(" ", message)
     message = re.sub(r"\{\{[^}]*\}\}|\[\[[^\]]*\]\]|\[Op:[^\]]*\].*", " ", message)
     return " ".join(message.split())[:300]
 

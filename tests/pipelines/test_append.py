@@ -21,6 +21,7 @@ from reader import contract
 from tests import image_fixtures
 from tests.job_commands import run_until_killed
 from tests.job_runs import (
+    REPORT_DUPLICATES,
     TEST_IMAGE_SIZE,
     all_records,
     files_under,
@@ -28,7 +29,9 @@ from tests.job_runs import (
     run_images_job_printing,
 )
 
-FLAGS = ("--num_shards=2",)
+# With the duplicate report, as the killed command runs by default: the append is
+# checked against version 1's kept signatures.
+FLAGS = ("--num_shards=2", REPORT_DUPLICATES)
 NEW_CLASS_KEY = "zebra/stripes.png"
 
 

@@ -42,7 +42,7 @@ from pipelines import runner_defaults
 from reader import contract
 from tests import image_fixtures
 from tests.job_commands import start_job
-from tests.job_runs import TEST_IMAGE_SIZE, output_digests, run_images_job
+from tests.job_runs import REPORT_DUPLICATES, TEST_IMAGE_SIZE, output_digests, run_images_job
 from tests.series_fixtures import GEOMETRY, run_timeseries_job, series_rows, write_jsonl
 
 PORTABLE = ("--runner=PortableRunner", "--job_endpoint=embed")
@@ -105,7 +105,8 @@ def job_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobInput]:
     images = str(tmp_path_factory.mktemp("exit_images"))
     image_fixtures.write_image_folder(images, copies=1)
     image_fixtures.write_bad_files(images)  # 5 of 38 inputs: dead letters too.
-    image_flags = ("--num_shards=2", "--max_error_fraction=0.5")
+    # The report as the commands run it by default.
+    image_flags = ("--num_shards=2", "--max_error_fraction=0.5", REPORT_DUPLICATES)
     image_out = str(tmp_path_factory.mktemp("exit_images_default") / "out")
     run_images_job(images, image_out, *image_flags)
 

@@ -23,7 +23,7 @@ from pipelines.failures import Outcome, Publication, RunFailure
 from reader import contract
 from tests import image_fixtures
 from tests.job_commands import start_job
-from tests.job_runs import TEST_IMAGE_SIZE, run_images_job_printing
+from tests.job_runs import REPORT_DUPLICATES, TEST_IMAGE_SIZE, run_images_job_printing
 
 OUT = "/data/out"
 SHARD = f"{OUT}/train/images-train-pending-00000.tfrecord.gz.incomplete"
@@ -414,6 +414,7 @@ def test_images_job_on_a_full_disk_ends_in_one_line_and_the_rerun_reuses_its_sha
     reused = int(match.group(2))
     assert reused == resume.count_recorded_shards(str(out)) > 0
     # Space freed, the rerun keeps the shards that were finished and writes the rest.
-    _, stdout, _ = run_images_job_printing(root, str(out), "--num_shards=2")
+    _, stdout, _ = run_images_job_printing(root, str(out), "--num_shards=2",
+                                           REPORT_DUPLICATES)
     assert (out / contract.MANIFEST_FILENAME).exists()
     assert f"resumed: {reused} shard(s) kept from the interrupted run" in stdout, stdout

@@ -21,6 +21,7 @@ from reader import contract
 from tests import image_fixtures
 from tests.job_commands import kill_job, kill_when_stopped, start_job_to_pause
 from tests.job_runs import (
+    REPORT_DUPLICATES,
     TEST_IMAGE_SIZE,
     files_under,
     output_digests,
@@ -108,8 +109,8 @@ def reruns(kill_input, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Re
     for point, (out, files, records) in killed.items():
         # In-process: the rerun is the same job, without another interpreter start.
         _, stdout, stderr = run_images_job_printing(
-            kill_input, out, *FLAGS[:1], *([OTHER_OPTION] if point == FOR_OTHER_OPTION
-                                           else []))
+            kill_input, out, *FLAGS[:1], REPORT_DUPLICATES,
+            *([OTHER_OPTION] if point == FOR_OTHER_OPTION else []))
         runs[point] = Rerun(out, files, records, stdout, stderr)
     return runs
 
@@ -118,7 +119,7 @@ def reruns(kill_input, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Re
 def uninterrupted(kill_input, tmp_path_factory: pytest.TempPathFactory
                   ) -> tuple[str, dict]:
     out = str(tmp_path_factory.mktemp("uninterrupted") / "out")
-    manifest = run_images_job(kill_input, out, *FLAGS[:1])
+    manifest = run_images_job(kill_input, out, *FLAGS[:1], REPORT_DUPLICATES)
     assert manifest["rejected"]["count"] == 0  # Every shard step writes a file.
     return out, manifest
 

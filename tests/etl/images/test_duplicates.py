@@ -130,5 +130,5 @@ def test_an_append_checks_new_images_against_kept_hashes(tmp_path):
                     equal_to(["test/a"]), label="DeadLetters")
     (pair,) = _lines(os.path.join(out, contract.DUPLICATE_PAIRS_RELPATH))
     assert (pair["key_a"], pair["key_b"]) == ("test/a", "train/new")
-    # Version 2 keeps no hash of the removed image.
-    assert _lines(os.path.join(out, versions.hashes_relpath(2))) == []
+    # Version 2 stores no image: no hashes file (as no key index without keys).
+    assert not os.path.exists(os.path.join(out, versions.hashes_relpath(2)))
