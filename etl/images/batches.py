@@ -141,11 +141,9 @@ class FinishImages:
 
         image, source, ratio = self._decode(tf.constant(data))
         array = image.numpy()
-        buffer = loading.aligned_buffer(array.size)
-        buffer[:] = array.reshape(-1)
-        height, width = (int(v) for v in source.numpy())
-        return DecodedPixels(buffer, 0, array.shape[0], array.shape[1], (height, width),
-                             int(ratio.numpy()))
+        source_height, source_width = (int(v) for v in source.numpy())
+        return DecodedPixels.of(array, loading.JpegDecode(
+            int(ratio.numpy()), array.shape[0], array.shape[1], source_height, source_width))
 
     def __call__(self, pixels: Sequence[DecodedPixels], data: Sequence[bytes]
                  ) -> list[Finished]:

@@ -93,13 +93,6 @@ def hashes_line(row: Sequence[Any]) -> str:
                        "phash": phash, "blank": blank}, ensure_ascii=False) + "\n"
 
 
-def member_of(fields: dict[str, Any], split: str, published: bool = False,
-              shard: int | None = None, position: int | None = None) -> Member:
-    """A ``Member`` from the JSON fields of ``etl.images.shards.image_facts`` (or a
-    hashes file's line)."""
-    return Member.from_row(row_of(fields, split, published, shard, position))
-
-
 def rank(member: Member) -> tuple[int, int, str]:
     """Lower ranks are kept: published first, then test, validation, train; then key."""
     return (0 if member.published else 1, SPLIT_RANK[member.split], member.key)
@@ -204,15 +197,6 @@ def close_pairs(hashes: Sequence[int], near_distance: int) -> list[tuple[int, in
     ``near_distance`` bits."""
     return [(i, j, distance) for i, j in itertools.combinations(range(len(hashes)), 2)
             if (distance := hamming(hashes[i], hashes[j])) <= near_distance]
-
-
-def compare_bucket(entries: Iterable[tuple[Member, ...]], near_distance: int
-                   ) -> list[NearEdge]:
-    """Every pair of a bucket's groups (each as its ``best_per_split``) whose kept
-    copies are within ``near_distance``, each pair ordered by kept copy's key."""
-    ordered = sorted(entries, key=lambda best: best[0].key)
-    return [NearEdge(distance, ordered[i], ordered[j]) for i, j, distance in
-            close_pairs([best[0].phash for best in ordered], near_distance)]
 
 
 @dataclasses.dataclass(frozen=True)

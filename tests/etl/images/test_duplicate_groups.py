@@ -59,13 +59,18 @@ def test_band_distance_out_of_range_is_refused():
         dg.band_edges(64)
 
 
-def test_compare_bucket_pairs_only_hashes_within_the_distance():
+def test_compare_bands_pairs_only_hashes_within_the_distance():
+    from etl.images.duplicate_buckets import compare_bands
+
     near = member("a", "train", pixels="1", phash=0b1111)
     also = member("b", "test", pixels="2", phash=0b0011)
     far = member("c", "test", pixels="3", phash=(1 << 64) - 1)
-    edges = dg.compare_bucket([(far,), (also,), (near,)], near_distance=2)
-    assert [(e.a[0].key, e.b[0].key, e.distance) for e in edges] == [("a", "b", 2)]
-    pair = edges[0].pair()
+    # One band value's bucket, entries as band_entries gives them.
+    bucket = {0: [(m.key, m.phash & 0xFFFFFFFF, m.phash >> 32, m.pixels_xxh128)
+                  for m in (far, also, near)]}
+    edges = list(compare_bands(((0, 0), bucket), near_distance=2, cap=10))
+    assert [(a, b, distance) for a, b, _, _, distance in edges] == [("a", "b", 2)]
+    pair = dg.NearEdge(2, (near,), (also,)).pair()
     assert (pair.kind, pair.a.key, pair.b.key) == ("near", "b", "a")
 
 
