@@ -60,7 +60,7 @@ def hashes(finish: FinishImages, files: list[bytes]) -> list[int]:
     found = []
     for start in range(0, len(files), 32):
         batch = files[start:start + 32]
-        done = finish([finish.decode(data) for data in batch], batch)
+        done = finish(finish.decode(batch), batch)
         found += [image_hashes.perceptual_hash(d.thumbnail)[0] for d in done]
     return found
 

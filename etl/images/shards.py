@@ -138,8 +138,10 @@ class ImageTransform:
         Raises:
             tf.errors.OpError: if any image of the batch cannot be preprocessed.
         """
-        decoded = [item.pixels if item.pixels is not None
-                   else self._finish.decode(item.data) for item in batch]
+        others = [item.data for item in batch if item.pixels is None]
+        decoded_others = iter(self._finish.decode(others) if others else ())
+        decoded = [item.pixels if item.pixels is not None else next(decoded_others)
+                   for item in batch]
         finished = self._finish(decoded, [item.data for item in batch])
         values = self._apply_without_image(
             raw_inputs([item.record for item in batch], self._columns))
