@@ -3,15 +3,19 @@ into a few buckets, so that a few large elements cross each stage instead of sev
 small ones per image.
 
 Beam's local runner pays some tens of microseconds for every element that crosses a
-stage, and pickles any object that is not a plain value: per image that cost more
-than the image's signatures (``scripts/benchmark_duplicates.py``). So a member
-travels as a row (``duplicate_groups.row_of``), each shard's rows arrive as one
-element (``ShardFacts``), and they are gathered by the first hex digit of their pixel
-hash (16 buckets, each ``{pixel hash: [rows]}``: its exact groups). Band values are
-gathered by band and lowest 4 bits with ``MergeLists``, a combiner Beam applies
-before the shuffle (not for the rows: there it would hold them all in the shard
-step, beside the images). The near edges, few, are joined back to the buckets
-through side inputs read once per bucket.
+stage, pickles any object that is not a plain value, and sizes every side input it
+caches object by object: per image, each of those cost more than the image's
+signatures (``scripts/benchmark_duplicates.py``). So a member travels as a row
+(``duplicate_groups.row_of``), each shard's rows arrive as one element
+(``ShardFacts``), and they are gathered by the first hex digit of their pixel hash
+(16 buckets, each ``{pixel hash: [rows]}``: its exact groups). One pass over each
+bucket (:func:`search_bucket`) gives its part of the report and its groups' band
+values; the band values are gathered by band and lowest 4 bits with ``MergeLists``,
+a combiner Beam applies before the shuffle (not for the rows: there it would hold
+them all in the shard step, beside the images). A band value carries its group's
+rows, so comparing a band's bucket gives whole near pairs, with no join back to the
+groups. Everything the report needs then reaches one element (``ToList``), not a
+side input.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import apache_beam as beam
 from etl.core import storage
 from etl.core.shard_step import ShardFacts
 from etl.images import duplicate_groups
-from etl.images.duplicate_groups import Group, Member, NearEdge, Pair
+from etl.images.duplicate_groups import Group, Member, NearEdge
 
 # A member as a tuple of plain values (``duplicate_groups.row_of``): its fields.
 Row = tuple[Any, ...]
@@ -36,11 +40,20 @@ Bucket = Mapping[str, Sequence[Row]]
 # by (band, lowest 4 bits).
 EXACT_PREFIX = 1
 _BAND_BUCKET_MASK = 0xF
-# Tag of the buckets too large to compare.
-CAPPED = "capped"
-# A near edge between two exact groups: (kept key a, kept key b, pixels a, pixels b,
-# distance), a's kept key the smaller.
-Edge = tuple[str, str, str, str, int]
+# Outputs of search_bucket and compare_bands besides the report's parts.
+BANDS, EXACT, CAPPED = "bands", "exact", "capped"
+# What drop co-groups by exact bucket: the bucket's groups, the near edges it touches.
+GROUPS, NEAR = "groups", "near"
+# A group as a band value carries it: its best_per_split rows, kept row first (for the
+# report alone, its kept row only), each with only what a pair lists and what drop
+# needs of a partner (``_brief``).
+BandEntry = tuple[Row, ...]
+# A near edge between two exact groups: (distance, best rows of a, of b), a's kept
+# key the smaller (NearEdge.of_rows).
+Edge = tuple[int, tuple[Row, ...], tuple[Row, ...]]
+# The report's parts, gathered into one list: (tag, value).
+BUCKET_PART, NEAR_PART, CAPPED_PART, REMOVED_PART = "bucket", "near", "capped", "removed"
+EMPTY_PART = (BUCKET_PART, ((0, 0, 0, 0, 0), [], []))
 
 
 def _bucketed(rows: Iterable[Row]) -> Iterator[tuple[str, dict[str, list[Row]]]]:
@@ -62,12 +75,6 @@ def shard_buckets(element: ShardFacts, keep_sources: bool = True
     if not keep_sources:
         rows = ((*row[:_SOURCE], "", *row[_SOURCE + 1:]) for row in rows)
     return _bucketed(rows)
-
-
-def merged(bucket: str, parts: Iterable[Mapping[str, list[Row]]]) -> dict[str, list[Row]]:
-    """One bucket from the parts each shard (and published version) gave."""
-    del bucket
-    return MergeLists().merge_accumulators(parts)
 
 
 def published_buckets(relpath: str, output_dir: str
@@ -101,37 +108,65 @@ class MergeLists(beam.CombineFn):
         return accumulator
 
 
-def _kept(rows: Sequence[Row]) -> Row:
-    """The row of the copy a group keeps (``duplicate_groups.rank``)."""
-    return min(rows, key=lambda row: (0 if row[_PUBLISHED] else 1,
-                                      duplicate_groups.SPLIT_RANK[row[_SPLIT]], row[_KEY]))
-
-
 def _group(rows: Iterable[Row]) -> Group:
     return Group.of(map(Member.from_row, rows))
 
 
-def band_entries(bucket: Bucket, edges: Sequence[tuple[int, int]]
-                 ) -> Iterator[tuple[tuple[int, int], dict[int, list[Any]]]]:
-    """``((band, low bits), {band value: [(band value, kept key, hash low 32 bits,
-    high 32 bits, pixels)]})`` of the bands of each group that is not blank."""
-    found: dict[tuple[int, int], dict[int, list[Any]]] = {}
-    for pixels, rows in bucket.items():
-        kept = _kept(rows)
+def _brief(row: Row) -> Row:
+    """A row without its file's location and hash: the band entries hold every image
+    once per band, and each field costs the runner to move. What is left is what a
+    pair lists (key, split, labels), what ranks and compares the image, and its
+    group's pixel hash (how drop finds its group)."""
+    return (*row[:_SOURCE], "", "", *row[_PIXELS:])
+
+
+def search_bucket(element: tuple[str, Iterable[Mapping[str, list[Row]]]],
+                  edges: Sequence[tuple[int, int]], keep_groups: bool = False
+                  ) -> Iterator[Any]:
+    """One pass over an exact bucket, from the parts each shard (and published
+    version) gave: its report part ``(BUCKET_PART, (counts, exact pair rows, hashes
+    lines))``; tagged ``BANDS``, ``((band, low bits), {band value: [BandEntry]})`` of
+    each group that is not blank; with ``keep_groups`` (``drop``), the bucket itself
+    tagged ``EXACT``."""
+    bucket_id, parts = element
+    bucket = MergeLists().merge_accumulators(parts)
+    images = blank = repeated = grouped = crossing = 0
+    pairs: list[tuple[Any, ...]] = []
+    lines: list[tuple[str, str]] = []
+    bands: dict[tuple[int, int], dict[int, list[BandEntry]]] = {}
+    for pixels in sorted(bucket):
+        rows = bucket[pixels]
+        images += len(rows)
+        lines += [(row[_KEY], duplicate_groups.hashes_line(row))
+                  for row in rows if not row[_PUBLISHED]]
+        if len(rows) == 1:  # most images: no group to rank
+            kept, best = rows[0], rows
+        else:
+            group = _group(rows)
+            repeated += 1
+            grouped += len(rows)
+            crossing += len({row[_SPLIT] for row in rows}) > 1
+            pairs += [pair.row() for pair in group.pairs()]
+            kept, best = group.kept.row(), [m.row() for m in group.best_per_split()]
         if kept[_BLANK]:
+            blank += len(rows)
             continue
-        phash = int(kept[_PHASH], 16)
-        entry = (kept[_KEY], phash & 0xFFFFFFFF, phash >> 32, pixels)
-        for band, value in duplicate_groups.band_keys(phash, edges):
-            found.setdefault((band, value & _BAND_BUCKET_MASK), {}).setdefault(
+        entry = tuple(map(_brief, best)) if keep_groups else (_brief(kept),)
+        for band, value in duplicate_groups.band_keys(int(kept[_PHASH], 16), edges):
+            bands.setdefault((band, value & _BAND_BUCKET_MASK), {}).setdefault(
                 value, []).append(entry)
-    return iter(sorted(found.items()))
+    yield BUCKET_PART, ((images, blank, repeated, grouped, crossing), pairs, lines)
+    for key, values in sorted(bands.items()):
+        yield beam.pvalue.TaggedOutput(BANDS, (key, values))
+    if keep_groups:
+        yield beam.pvalue.TaggedOutput(EXACT, (bucket_id, bucket))
 
 
-def compare_bands(element: tuple[tuple[int, int], Mapping[int, Sequence[Any]]],
+def compare_bands(element: tuple[tuple[int, int], Mapping[int, Sequence[BandEntry]]],
                   near_distance: int, cap: int) -> Iterator[Any]:
-    """The ``Edge``s within each band value's bucket; ``(band, value, size)`` tagged
-    ``CAPPED`` for a bucket of more than ``cap`` hashes."""
+    """The ``Edge``s within each band value's bucket (an edge whose groups share
+    several bands comes from each); ``(band, value, size)`` tagged ``CAPPED`` for a
+    bucket of more than ``cap`` hashes."""
     (band, _), buckets = element
     for value, entries in buckets.items():
         if len(entries) > cap:
@@ -139,72 +174,40 @@ def compare_bands(element: tuple[tuple[int, int], Mapping[int, Sequence[Any]]],
             continue
         if len(entries) < 2:
             continue
-        ordered = sorted(entries)
-        hashes = [high << 32 | low for _, low, high, _ in ordered]
+        ordered = sorted(entries, key=lambda entry: entry[0][_KEY])
+        hashes = [int(entry[0][_PHASH], 16) for entry in ordered]
         for i, j, distance in duplicate_groups.close_pairs(hashes, near_distance):
-            yield ordered[i][0], ordered[j][0], ordered[i][3], ordered[j][3], distance
+            yield distance, ordered[i], ordered[j]
 
 
-def edge_ends(bucket: Bucket, edges: Sequence[Edge]
-              ) -> Iterator[tuple[Edge, tuple[str, tuple[Row, ...]]]]:
-    """``(edge, (pixels, best rows))`` for each group of the bucket an edge touches.
-    (The edges are few; a side input looked up key by key would cost a runner round
-    trip per group.)"""
-    by_pixels: dict[str, list[Edge]] = {}
-    for edge in edges:
-        by_pixels.setdefault(edge[2], []).append(edge)
-        by_pixels.setdefault(edge[3], []).append(edge)
-    for pixels, found in sorted(by_pixels.items()):
-        rows = bucket.get(pixels)
-        if rows:
-            best = tuple(member.row() for member in _group(rows).best_per_split())
-            for edge in found:
-                yield edge, (pixels, best)
+def near_edges(edges: Iterable[Edge]) -> list[NearEdge]:
+    """The ``NearEdge``s of the edges, each once, in order of their kept keys."""
+    unique = {(a[0][_KEY], b[0][_KEY]): (distance, a, b) for distance, a, b in edges}
+    return [NearEdge.of_rows(*unique[keys]) for keys in sorted(unique)]
 
 
-def near_edge(edge: Edge, ends: Iterable[tuple[str, tuple[Row, ...]]]) -> NearEdge:
-    """The ``NearEdge`` of an edge whose two ends' best rows were looked up."""
-    sides = dict(ends)
-    _, _, pixels_a, pixels_b, distance = edge
-    return NearEdge(distance, tuple(map(Member.from_row, sides[pixels_a])),
-                    tuple(map(Member.from_row, sides[pixels_b])))
+def edge_buckets(edge: Edge) -> Iterator[tuple[str, Edge]]:
+    """``(bucket, edge)`` for the exact bucket of each end of a near edge."""
+    _, a, b = edge
+    for bucket in sorted({a[0][_PIXELS][:EXACT_PREFIX], b[0][_PIXELS][:EXACT_PREFIX]}):
+        yield bucket, edge
 
 
-def exact_pairs(bucket: Bucket) -> Iterator[Pair]:
-    for rows in bucket.values():
-        if len(rows) > 1:
-            yield from _group(rows).pairs()
-
-
-def counts(bucket: Bucket) -> tuple[int, ...]:
-    """(images, blank images, exact groups, their images, groups across splits)."""
-    images = blank = repeated = grouped = crossing = 0
-    for rows in bucket.values():
-        size = len(rows)
-        images += size
-        blank += size if rows[0][_BLANK] else 0
-        if size > 1:
-            repeated += 1
-            grouped += size
-            crossing += len({row[_SPLIT] for row in rows}) > 1
-    return images, blank, repeated, grouped, crossing
-
-
-def hashes_lines(bucket: Bucket) -> list[tuple[str, str]]:
-    """``(key, line)`` of each new image's line of this version's hashes file."""
-    return [(row[_KEY], duplicate_groups.hashes_line(row))
-            for rows in bucket.values() for row in rows if not row[_PUBLISHED]]
-
-
-def removals(bucket: Bucket, near: Sequence[NearEdge]
+def removals(element: tuple[str, Mapping[str, Iterable[Any]]]
              ) -> Iterator[duplicate_groups.Removal]:
-    """What ``drop`` removes from the bucket's groups (``duplicate_groups.removals``),
-    given the near edges (few, as for :func:`edge_ends`)."""
-    neighbours: dict[str, list[tuple[tuple[Member, ...], int]]] = {}
-    for edge in near:
-        neighbours.setdefault(edge.a[0].pixels_xxh128, []).append((edge.b, edge.distance))
-        neighbours.setdefault(edge.b[0].pixels_xxh128, []).append((edge.a, edge.distance))
-    for pixels, rows in bucket.items():
-        found = neighbours.get(pixels, [])
+    """What ``drop`` removes from an exact bucket's groups
+    (``duplicate_groups.removals``), from the bucket (``GROUPS``) and the near edges
+    that touch it (``NEAR``), co-grouped by bucket."""
+    _, joined = element
+    groups: dict[str, list[Row]] = {}
+    for bucket in joined[GROUPS]:
+        groups.update(bucket)
+    neighbours: dict[str, dict[str, tuple[tuple[Member, ...], int]]] = {}
+    for edge in near_edges(joined[NEAR]):
+        for one, other in ((edge.a, edge.b), (edge.b, edge.a)):
+            neighbours.setdefault(one[0].pixels_xxh128, {})[other[0].key] = (
+                other, edge.distance)
+    for pixels in sorted(groups):
+        rows, found = groups[pixels], neighbours.get(pixels, {})
         if len(rows) > 1 or found:
-            yield from duplicate_groups.removals(_group(rows), found)
+            yield from duplicate_groups.removals(_group(rows), list(found.values()))

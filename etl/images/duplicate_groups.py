@@ -132,6 +132,15 @@ class Pair:
     def sort_key(self) -> tuple[int, str, str]:
         return KINDS.index(self.kind), self.a.key, self.b.key
 
+    def row(self) -> tuple[Any, ...]:
+        """The pair as plain values (``(kind, distance, a's row, b's row)``)."""
+        return self.kind, self.distance, self.a.row(), self.b.row()
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Pair:
+        kind, distance, a, b = row
+        return cls(kind, distance, Member.from_row(a), Member.from_row(b))
+
 
 @dataclasses.dataclass(frozen=True)
 class Group:
@@ -186,6 +195,12 @@ class NearEdge:
     distance: int
     a: tuple[Member, ...]
     b: tuple[Member, ...]
+
+    @classmethod
+    def of_rows(cls, distance: int, a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]]
+                ) -> NearEdge:
+        """From plain values: each side's members as rows (:meth:`Member.row`)."""
+        return cls(distance, tuple(map(Member.from_row, a)), tuple(map(Member.from_row, b)))
 
     def pair(self) -> Pair:
         first, second = sorted((self.a[0], self.b[0]), key=rank)

@@ -7,11 +7,11 @@ versions kept beside their key indexes (``keys/hashes-vNNNNN.jsonl``), so new im
 are checked against the whole dataset without reading an old one. Only signatures
 cross its stages, gathered into a few buckets (``etl.images.duplicate_buckets``):
 images are grouped by pixel hash, near pairs found by perceptual-hash bands
-(``etl.images.duplicate_groups``), and with ``drop`` each
-removed image becomes a ``Removal`` of its shard's record position
-(``etl.core.record_removal``) and a ``cross_split_duplicate`` dead letter. It writes
-``duplicates/summary.json``, ``duplicates/pairs.jsonl`` and this version's hashes
-file, and returns the manifest's ``duplicates`` entry (the summary).
+(``etl.images.duplicate_groups``), and with ``drop`` each removed image becomes a
+``Removal`` of its shard's record position (``etl.core.record_removal``) and a
+``cross_split_duplicate`` dead letter. The report's parts are gathered into one
+element, which writes ``duplicates/summary.json``, ``duplicates/pairs.jsonl`` and
+this version's hashes file and becomes the manifest's ``duplicates`` entry.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from etl.core import dead_letters, record_removal, storage, versions
 from etl.core.dead_letters import Rejection
 from etl.images import duplicate_buckets as buckets
 from etl.images import duplicate_groups
-from etl.images.duplicate_groups import Member, NearEdge, Pair
+from etl.images.duplicate_groups import Member, Pair
 from reader import contract
 
 OFF, REPORT, DROP = "off", "report", "drop"
@@ -84,7 +84,7 @@ def _shard_removal(element: tuple[tuple[str, int], Iterable[Member]]
 
 
 def summarise(pairs: list[Pair], counts: tuple[int, ...], capped: list[tuple[int, int, int]],
-              removed: list[duplicate_groups.Removal], settings: DuplicateSettings,
+              removed_splits: list[str], settings: DuplicateSettings,
               without_hashes: list[int]) -> dict[str, Any]:
     """The report's summary (and the manifest's ``duplicates`` entry)."""
     images, blank, groups, grouped, crossing = counts
@@ -107,41 +107,52 @@ def summarise(pairs: list[Pair], counts: tuple[int, ...], capped: list[tuple[int
         "label_disagreements": disagree,
         "exact_groups": {"groups": groups, "images": grouped, "cross_split": crossing},
         "capped_buckets": {"buckets": len(capped), "hashes": sum(n for *_, n in capped)},
-        "removed": {split: sum(r.member.split == split for r in removed)
-                    for split in contract.SPLITS},
+        "removed": {split: removed_splits.count(split) for split in contract.SPLITS},
         "versions_without_hashes": without_hashes,
         "report": contract.DUPLICATE_PAIRS_RELPATH,
     }
 
 
-def _write_report(searched: int, *, appends: bool, output_dir: str,
-                  settings: DuplicateSettings,
-                  multi_label: bool, pairs: list[Pair], counts: list[tuple[int, ...]],
-                  capped: list[tuple[int, int, int]],
-                  removed: list[duplicate_groups.Removal],
-                  without_hashes: list[int]) -> dict[str, Any]:
-    ordered = sorted(pairs, key=Pair.sort_key)
-    summary = summarise(ordered, counts[0] if counts else (0,) * 5, capped, removed,
-                        settings, without_hashes)
-    if appends and not searched:
-        # An append that brought no new image leaves the report as it is.
+@dataclasses.dataclass(frozen=True)
+class _Report:
+    """Where the report goes and what it is of."""
+
+    output_dir: str
+    hashes_path: str
+    appends: bool
+    settings: DuplicateSettings
+    multi_label: bool
+    without_hashes: list[int]
+
+    def write(self, parts: list[tuple[str, Any]]) -> dict[str, Any]:
+        """Writes this version's hashes file and the report from their parts
+        (``duplicate_buckets``' tagged values); returns the manifest's entry. An
+        append that brought no new image leaves the report as it is."""
+        by_tag: dict[str, list[Any]] = {tag: [] for tag in (
+            buckets.BUCKET_PART, buckets.NEAR_PART, buckets.CAPPED_PART,
+            buckets.REMOVED_PART)}
+        for tag, value in parts:
+            by_tag[tag].append(value)
+        removed = dict(by_tag[buckets.REMOVED_PART])
+        counts = [counts for counts, _, _ in by_tag[buckets.BUCKET_PART]]
+        lines = sorted(line for _, _, lines in by_tag[buckets.BUCKET_PART] for line in lines)
+        pairs = sorted([Pair.from_row(row) for _, rows, _ in by_tag[buckets.BUCKET_PART]
+                        for row in rows]
+                       + [edge.pair() for edge in buckets.near_edges(by_tag[buckets.NEAR_PART])],
+                       key=Pair.sort_key)
+        summary = summarise(pairs, _sum_counts(counts), sorted(by_tag[buckets.CAPPED_PART]),
+                            sorted(removed.values()), self.settings, self.without_hashes)
+        kept = [line for key, line in lines if key not in removed]
+        if kept:
+            storage.write_text(self.hashes_path, "".join(kept))
+        if self.appends and not lines:
+            return {"duplicates": summary}
+        storage.write_text(storage.join(self.output_dir, contract.DUPLICATE_PAIRS_RELPATH),
+                           "".join(json.dumps(pair.to_json_fields(self.multi_label),
+                                              ensure_ascii=False) + "\n" for pair in pairs))
+        storage.write_text(storage.join(self.output_dir, contract.DUPLICATES_SUMMARY_RELPATH),
+                           json.dumps(summary, indent=1) + "\n")
         return {"duplicates": summary}
-    storage.write_text(storage.join(output_dir, contract.DUPLICATE_PAIRS_RELPATH), "".join(
-        json.dumps(pair.to_json_fields(multi_label), ensure_ascii=False) + "\n"
-        for pair in ordered))
-    storage.write_text(storage.join(output_dir, contract.DUPLICATES_SUMMARY_RELPATH),
-                       json.dumps(summary, indent=1) + "\n")
-    return {"duplicates": summary}
-
-
-def _write_hashes(lines: list[tuple[str, str]], *, path: str, removed: list[str]) -> int:
-    """Writes this version's hashes file (none when it stores no image); returns how
-    many new images were searched (stored or removed)."""
-    gone = set(removed)
-    kept = [line for key, line in sorted(lines) if key not in gone]
-    if kept:
-        storage.write_text(path, "".join(kept))
-    return len(lines)
 
 
 def _sum_counts(counts: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
@@ -159,35 +170,48 @@ class FindDuplicates(beam.PTransform):
         super().__init__()
         self._output_dir = output_dir
         self._settings = settings
-        self._multi_label = multi_label
-        self._hashes_path = storage.join(output_dir, versions.hashes_relpath(version.number))
-        self._appends = version.appends
         history = (version.previous or {}).get("history", [])
         earlier = [versions.hashes_relpath(entry["version"]) for entry in history]
         self._published = [relpath for relpath in earlier
                            if storage.exists(storage.join(output_dir, relpath))]
-        self._without_hashes = [entry["version"] for entry, relpath in zip(
-            history, earlier, strict=True) if relpath not in self._published]
+        self._report = _Report(
+            output_dir, storage.join(output_dir, versions.hashes_relpath(version.number)),
+            version.appends, settings, multi_label,
+            [entry["version"] for entry, relpath in zip(history, earlier, strict=True)
+             if relpath not in self._published])
 
     def expand(self, facts: beam.PCollection) -> tuple[beam.PCollection, ...]:
         pipeline = facts.pipeline
+        settings = self._settings
         published = (pipeline
                      | "PublishedHashFiles" >> beam.Create(self._published)
                      | "PublishedBuckets" >> beam.FlatMap(
                          buckets.published_buckets, output_dir=self._output_dir))
-        # {pixel hash: [rows]}: every exact group, in 16 buckets
-        exact = (
+        searched = (
             (facts | "ShardBuckets" >> beam.FlatMap(
-                buckets.shard_buckets, keep_sources=self._settings.mode == DROP),
+                buckets.shard_buckets, keep_sources=settings.mode == DROP),
              published)
             | "AllBuckets" >> beam.Flatten()
             | "GroupByPixels" >> beam.GroupByKey()
-            | "ExactBuckets" >> beam.MapTuple(buckets.merged)
-        )
-        near, capped = self._near_edges(exact)
-        if self._settings.mode == DROP:
-            removed = exact | "ChooseRemovals" >> beam.FlatMap(
-                buckets.removals, near=beam.pvalue.AsList(near))
+            | "SearchBuckets" >> beam.FlatMap(
+                buckets.search_bucket,
+                edges=duplicate_groups.band_edges(settings.near_distance),
+                keep_groups=settings.mode == DROP,
+            ).with_outputs(buckets.BANDS, buckets.EXACT, main="parts"))
+        compared = (
+            searched[buckets.BANDS]
+            | "GroupByBand" >> beam.CombinePerKey(buckets.MergeLists())
+            | "CompareBands" >> beam.FlatMap(
+                buckets.compare_bands, near_distance=settings.near_distance,
+                cap=settings.bucket_cap,
+            ).with_outputs(buckets.CAPPED, main="edges"))
+        if settings.mode == DROP:
+            removed = (
+                {buckets.GROUPS: searched[buckets.EXACT],
+                 buckets.NEAR: compared.edges | "EdgeBuckets" >> beam.FlatMap(
+                     buckets.edge_buckets)}
+                | "JoinEdges" >> beam.CoGroupByKey()
+                | "ChooseRemovals" >> beam.FlatMap(buckets.removals))
         else:
             removed = pipeline | "NoRemovals" >> beam.Create([])
         removals = (removed
@@ -196,54 +220,19 @@ class FindDuplicates(beam.PTransform):
                     | "GroupByShard" >> beam.GroupByKey()
                     | "ShardRemovals" >> beam.Map(_shard_removal))
         rejections = removed | "DeadLetters" >> beam.Map(_rejection)
-        entry = self._report(exact, near, capped, removed)
+        entry = (
+            (searched.parts,
+             compared.edges | "NearParts" >> beam.Map(lambda e: (buckets.NEAR_PART, e)),
+             compared[buckets.CAPPED] | "CappedParts" >> beam.Map(
+                 lambda c: (buckets.CAPPED_PART, c)),
+             removed | "RemovedParts" >> beam.Map(
+                 lambda r: (buckets.REMOVED_PART, (r.member.key, r.member.split))),
+             # An empty bucket, so that a search of no image still writes its report.
+             pipeline | "NoImages" >> beam.Create([buckets.EMPTY_PART]))
+            | "ReportParts" >> beam.Flatten()
+            # Without defaults: a default is a side input, which the local runner
+            # sizes object by object (seconds for the hashes lines of 20,000 images).
+            | "GatherReport" >> beam.CombineGlobally(
+                beam.combiners.ToListCombineFn()).without_defaults()
+            | "WriteReport" >> beam.Map(self._report.write))
         return removals, rejections, entry
-
-    def _near_edges(self, exact: beam.PCollection
-                    ) -> tuple[beam.PCollection, beam.PCollection]:
-        """``(NearEdge``s, each once; ``(band, value, size)`` of the capped buckets)."""
-        settings = self._settings
-        compared = (
-            exact
-            | "BandValues" >> beam.FlatMap(
-                buckets.band_entries,
-                edges=duplicate_groups.band_edges(settings.near_distance))
-            | "GroupByBand" >> beam.CombinePerKey(buckets.MergeLists())
-            | "CompareBuckets" >> beam.FlatMap(
-                buckets.compare_bands, near_distance=settings.near_distance,
-                cap=settings.bucket_cap,
-            ).with_outputs(buckets.CAPPED, main="edges")
-        )
-        edges = compared.edges | "OneEdgeEach" >> beam.Distinct()
-        near = (
-            exact
-            | "EdgeEnds" >> beam.FlatMap(buckets.edge_ends,
-                                         edges=beam.pvalue.AsList(edges))
-            | "GroupEdgeEnds" >> beam.GroupByKey()
-            | "NearEdges" >> beam.MapTuple(buckets.near_edge)
-        )
-        return near, compared[buckets.CAPPED]
-
-    def _report(self, exact: beam.PCollection, near: beam.PCollection,
-                capped: beam.PCollection, removed: beam.PCollection) -> beam.PCollection:
-        """Writes this version's hashes, then the report; its manifest entry."""
-        pairs = ((exact | "ExactPairs" >> beam.FlatMap(buckets.exact_pairs),
-                  near | "NearPairs" >> beam.Map(NearEdge.pair))
-                 | "AllPairs" >> beam.Flatten())
-        counts = (exact
-                  | "GroupCounts" >> beam.Map(buckets.counts)
-                  | "SumCounts" >> beam.CombineGlobally(_sum_counts))
-        return (
-            exact
-            | "HashesLines" >> beam.FlatMap(buckets.hashes_lines)
-            | "GatherHashes" >> beam.combiners.ToList()
-            | "WriteHashes" >> beam.Map(_write_hashes, path=self._hashes_path,
-                                        removed=beam.pvalue.AsList(
-                                            removed | "RemovedKeys" >> beam.Map(
-                                                lambda r: r.member.key)))
-            | "WriteReport" >> beam.Map(
-                _write_report, appends=self._appends, output_dir=self._output_dir,
-                settings=self._settings,
-                multi_label=self._multi_label, pairs=beam.pvalue.AsList(pairs),
-                counts=beam.pvalue.AsList(counts), capped=beam.pvalue.AsList(capped),
-                removed=beam.pvalue.AsList(removed), without_hashes=self._without_hashes))

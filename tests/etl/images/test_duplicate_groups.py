@@ -60,18 +60,28 @@ def test_band_distance_out_of_range_is_refused():
 
 
 def test_compare_bands_pairs_only_hashes_within_the_distance():
-    from etl.images.duplicate_buckets import compare_bands
+    from etl.images.duplicate_buckets import compare_bands, near_edges
 
     near = member("a", "train", pixels="1", phash=0b1111)
     also = member("b", "test", pixels="2", phash=0b0011)
     far = member("c", "test", pixels="3", phash=(1 << 64) - 1)
-    # One band value's bucket, entries as band_entries gives them.
-    bucket = {0: [(m.key, m.phash & 0xFFFFFFFF, m.phash >> 32, m.pixels_xxh128)
-                  for m in (far, also, near)]}
+    # One band value's bucket, each group's entry its rows (kept row first), as
+    # search_bucket gives them.
+    bucket = {0: [(m.row(),) for m in (far, also, near)]}
     edges = list(compare_bands(((0, 0), bucket), near_distance=2, cap=10))
-    assert [(a, b, distance) for a, b, _, _, distance in edges] == [("a", "b", 2)]
-    pair = dg.NearEdge(2, (near,), (also,)).pair()
-    assert (pair.kind, pair.a.key, pair.b.key) == ("near", "b", "a")
+    assert [(a[0][0], b[0][0], distance) for distance, a, b in edges] == [("a", "b", 2)]
+    # The same edge from another band they share is listed once.
+    (edge,) = near_edges(edges + edges)
+    pair = edge.pair()
+    assert (pair.kind, pair.a.key, pair.b.key, pair.distance) == ("near", "b", "a", 2)
+
+
+def test_an_oversized_band_bucket_is_reported_not_compared():
+    from etl.images.duplicate_buckets import CAPPED, compare_bands
+
+    rows = [(member(f"k{i}", "train", pixels=str(i), phash=i).row(),) for i in range(3)]
+    (capped,) = compare_bands(((2, 5), {5: rows}), near_distance=4, cap=2)
+    assert (capped.tag, capped.value) == (CAPPED, (2, 5, 3))
 
 
 def test_removals_keep_test_then_validation():

@@ -69,10 +69,7 @@ def _lines(path: str) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-# "report" is the same search without removals: the job runs of
-# tests/pipelines/test_duplicates.py (the digits), test_object_store.py and
-# tests/reader/test_other_readers.py run it.
-@pytest.mark.parametrize("mode", ["drop"])
+@pytest.mark.parametrize("mode", ["report", "drop"])
 def test_report_lists_each_pair_once_under_its_strongest_kind(tmp_path, mode):
     out = str(tmp_path)
     _run(out, mode)
@@ -98,17 +95,23 @@ def test_report_lists_each_pair_once_under_its_strongest_kind(tmp_path, mode):
 
 
 def test_an_oversized_bucket_is_reported_not_compared(tmp_path):
-    records = [ShardFacts("train", 0, tuple(
+    # Seven hashes share their first band (a bucket over the cap); two of them, equal,
+    # also share their second band, where they are found, once.
+    twins = [fact(f"twin{i}", bytes_=f"t{i}", pixels=f"t{i}", phash=(0xABCD << 48) | 1 << 20)
+             for i in range(2)]
+    records = [ShardFacts("train", 0, (*(
         fact(f"k{i}", bytes_=str(i), pixels=str(i), phash=(0xABCD << 48) | i)
-        for i in range(5)))]
+        for i in range(5)), *twins))]
     out = str(tmp_path)
     with TestPipeline(runner=RUNNER) as p:
         _, _, entry = (p | beam.Create(records) | FindDuplicates(
             out, DuplicateSettings("report", near_distance=1, bucket_cap=4),
             versions.FIRST_VERSION, multi_label=False))
         assert_that(entry | beam.Map(lambda e: e["duplicates"]["capped_buckets"]),
-                    equal_to([{"buckets": 1, "hashes": 5}]))
-    assert _lines(os.path.join(out, contract.DUPLICATE_PAIRS_RELPATH)) == []
+                    equal_to([{"buckets": 1, "hashes": 7}]))
+    pairs = _lines(os.path.join(out, contract.DUPLICATE_PAIRS_RELPATH))
+    assert [(p["kind"], p["key_a"], p["key_b"], p["distance"]) for p in pairs] == [
+        ("near", "twin0", "twin1", 0)]
 
 
 def test_an_append_checks_new_images_against_kept_hashes(tmp_path):
