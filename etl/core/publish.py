@@ -67,9 +67,10 @@ class PublishDataset(beam.PTransform):
             fingerprint (e.g. the time series' files with their sizes and mtimes).
         screen: optional PTransform from the writers' facts (``ShardFacts``) to
             ``(removals, rejections, entry)``: the ``record_removal.Removal``s to
-            take out of the written shards before they are renamed, their
-            ``Rejection``s, and a single-element extra manifest entry (the image
-            job's ``etl.images.duplicates.FindDuplicates``).
+            take out of the written shards before they are renamed and their
+            ``Rejection``s (both None when it takes nothing out), and a
+            single-element extra manifest entry (the image job's
+            ``etl.images.duplicates.FindDuplicates``).
 
     Returns:
         A single-element PCollection holding the manifest's path.
@@ -122,9 +123,10 @@ class PublishDataset(beam.PTransform):
         screened: list[beam.PCollection] = []
         if self._screen is not None:
             removals, removed, entry = facts | "Screen" >> self._screen
-            results = results | "RemoveRecords" >> record_removal.RemoveRecords(
-                self._output_dir, self._write_shard.shard_format, removals)
-            screened.append(removed)
+            if removals is not None:
+                results = results | "RemoveRecords" >> record_removal.RemoveRecords(
+                    self._output_dir, self._write_shard.shard_format, removals)
+                screened.append(removed)
             extras.append(entry)
         # ShardEntry
         shards = results | "FinalizeShards" >> sharding.FinalizeShards(

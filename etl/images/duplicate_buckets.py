@@ -44,13 +44,14 @@ _BAND_BUCKET_MASK = 0xF
 BANDS, EXACT, CAPPED = "bands", "exact", "capped"
 # What drop co-groups by exact bucket: the bucket's groups, the near edges it touches.
 GROUPS, NEAR = "groups", "near"
-# A group as a band value carries it: its best_per_split rows, kept row first (for the
-# report alone, its kept row only), each with only what a pair lists and what drop
-# needs of a partner (``_brief``).
-BandEntry = tuple[Row, ...]
-# A near edge between two exact groups: (distance, best rows of a, of b), a's kept
-# key the smaller (NearEdge.of_rows).
-Edge = tuple[int, tuple[Row, ...], tuple[Row, ...]]
+# A group as a band value carries it: (kept key, kept hash, its best_per_split rows as
+# JSON, kept row first, each ``_brief``; for the report alone, its kept row only).
+# One string, not rows of fields: the band values hold every image once per band, and
+# the runner pays for each value it moves; the rows are read only for a pair.
+BandEntry = tuple[str, str, str]
+# A near edge between two exact groups: (distance, kept key a, kept key b, a's rows,
+# b's rows as in BandEntry), a's kept key the smaller.
+Edge = tuple[int, str, str, str, str]
 # The report's parts, gathered into one list: (tag, value).
 BUCKET_PART, NEAR_PART, CAPPED_PART, REMOVED_PART = "bucket", "near", "capped", "removed"
 EMPTY_PART = (BUCKET_PART, ((0, 0, 0, 0, 0), [], []))
@@ -151,7 +152,8 @@ def search_bucket(element: tuple[str, Iterable[Mapping[str, list[Row]]]],
         if kept[_BLANK]:
             blank += len(rows)
             continue
-        entry = tuple(map(_brief, best)) if keep_groups else (_brief(kept),)
+        entry = (kept[_KEY], kept[_PHASH], json.dumps(
+            [_brief(row) for row in best] if keep_groups else [_brief(kept)]))
         for band, value in duplicate_groups.band_keys(int(kept[_PHASH], 16), edges):
             bands.setdefault((band, value & _BAND_BUCKET_MASK), {}).setdefault(
                 value, []).append(entry)
@@ -174,22 +176,25 @@ def compare_bands(element: tuple[tuple[int, int], Mapping[int, Sequence[BandEntr
             continue
         if len(entries) < 2:
             continue
-        ordered = sorted(entries, key=lambda entry: entry[0][_KEY])
-        hashes = [int(entry[0][_PHASH], 16) for entry in ordered]
+        ordered = sorted(entries)
+        hashes = [int(phash, 16) for _, phash, _ in ordered]
         for i, j, distance in duplicate_groups.close_pairs(hashes, near_distance):
-            yield distance, ordered[i], ordered[j]
+            (key_a, _, rows_a), (key_b, _, rows_b) = ordered[i], ordered[j]
+            yield distance, key_a, key_b, rows_a, rows_b
 
 
 def near_edges(edges: Iterable[Edge]) -> list[NearEdge]:
     """The ``NearEdge``s of the edges, each once, in order of their kept keys."""
-    unique = {(a[0][_KEY], b[0][_KEY]): (distance, a, b) for distance, a, b in edges}
-    return [NearEdge.of_rows(*unique[keys]) for keys in sorted(unique)]
+    unique = {(key_a, key_b): (distance, rows_a, rows_b)
+              for distance, key_a, key_b, rows_a, rows_b in edges}
+    return [NearEdge.of_rows(distance, json.loads(rows_a), json.loads(rows_b))
+            for distance, rows_a, rows_b in (unique[keys] for keys in sorted(unique))]
 
 
 def edge_buckets(edge: Edge) -> Iterator[tuple[str, Edge]]:
     """``(bucket, edge)`` for the exact bucket of each end of a near edge."""
-    _, a, b = edge
-    for bucket in sorted({a[0][_PIXELS][:EXACT_PREFIX], b[0][_PIXELS][:EXACT_PREFIX]}):
+    ends = (json.loads(edge[3])[0], json.loads(edge[4])[0])
+    for bucket in sorted({row[_PIXELS][:EXACT_PREFIX] for row in ends}):
         yield bucket, edge
 
 

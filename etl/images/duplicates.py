@@ -148,8 +148,8 @@ class _Report:
         if self.appends and not lines:
             return {"duplicates": summary}
         storage.write_text(storage.join(self.output_dir, contract.DUPLICATE_PAIRS_RELPATH),
-                           "".join(json.dumps(pair.to_json_fields(self.multi_label),
-                                              ensure_ascii=False) + "\n" for pair in pairs))
+                           "".join(duplicate_groups.json_line(
+                               pair.to_json_fields(self.multi_label)) for pair in pairs))
         storage.write_text(storage.join(self.output_dir, contract.DUPLICATES_SUMMARY_RELPATH),
                            json.dumps(summary, indent=1) + "\n")
         return {"duplicates": summary}
@@ -161,9 +161,10 @@ def _sum_counts(counts: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
 
 class FindDuplicates(beam.PTransform):
     """``ShardFacts`` of the written images → ``(removals, rejections, entry)``:
-    the ``record_removal.Removal``s of each shard that loses images (none unless
-    ``drop``), their dead letters, and a single element, the manifest's
-    ``duplicates`` entry, once the report and this version's hashes are written."""
+    with ``drop``, the ``record_removal.Removal``s of each shard that loses images
+    and their dead letters (else None: nothing to take out); and a single element,
+    the manifest's ``duplicates`` entry, once the report and this version's hashes
+    are written."""
 
     def __init__(self, output_dir: str, settings: DuplicateSettings,
                  version: versions.DatasetVersion, multi_label: bool) -> None:
@@ -205,30 +206,19 @@ class FindDuplicates(beam.PTransform):
                 buckets.compare_bands, near_distance=settings.near_distance,
                 cap=settings.bucket_cap,
             ).with_outputs(buckets.CAPPED, main="edges"))
+        parts = [
+            searched.parts,
+            compared.edges | "NearParts" >> beam.Map(lambda e: (buckets.NEAR_PART, e)),
+            compared[buckets.CAPPED] | "CappedParts" >> beam.Map(
+                lambda c: (buckets.CAPPED_PART, c)),
+            # An empty bucket, so that a search of no image still writes its report.
+            pipeline | "NoImages" >> beam.Create([buckets.EMPTY_PART])]
+        removals = rejections = None
         if settings.mode == DROP:
-            removed = (
-                {buckets.GROUPS: searched[buckets.EXACT],
-                 buckets.NEAR: compared.edges | "EdgeBuckets" >> beam.FlatMap(
-                     buckets.edge_buckets)}
-                | "JoinEdges" >> beam.CoGroupByKey()
-                | "ChooseRemovals" >> beam.FlatMap(buckets.removals))
-        else:
-            removed = pipeline | "NoRemovals" >> beam.Create([])
-        removals = (removed
-                    | "KeyByShard" >> beam.Map(
-                        lambda r: ((r.member.split, r.member.shard), r.member))
-                    | "GroupByShard" >> beam.GroupByKey()
-                    | "ShardRemovals" >> beam.Map(_shard_removal))
-        rejections = removed | "DeadLetters" >> beam.Map(_rejection)
+            removals, rejections, removed = self._removals(searched, compared)
+            parts.append(removed)
         entry = (
-            (searched.parts,
-             compared.edges | "NearParts" >> beam.Map(lambda e: (buckets.NEAR_PART, e)),
-             compared[buckets.CAPPED] | "CappedParts" >> beam.Map(
-                 lambda c: (buckets.CAPPED_PART, c)),
-             removed | "RemovedParts" >> beam.Map(
-                 lambda r: (buckets.REMOVED_PART, (r.member.key, r.member.split))),
-             # An empty bucket, so that a search of no image still writes its report.
-             pipeline | "NoImages" >> beam.Create([buckets.EMPTY_PART]))
+            parts
             | "ReportParts" >> beam.Flatten()
             # Without defaults: a default is a side input, which the local runner
             # sizes object by object (seconds for the hashes lines of 20,000 images).
@@ -236,3 +226,24 @@ class FindDuplicates(beam.PTransform):
                 beam.combiners.ToListCombineFn()).without_defaults()
             | "WriteReport" >> beam.Map(self._report.write))
         return removals, rejections, entry
+
+    @staticmethod
+    def _removals(searched: beam.pvalue.DoOutputsTuple, compared: beam.pvalue.DoOutputsTuple
+                  ) -> tuple[beam.PCollection, ...]:
+        """drop's ``(removals, rejections, report parts)``: the near edges joined to the
+        exact buckets they touch, each bucket's removed images."""
+        removed = (
+            {buckets.GROUPS: searched[buckets.EXACT],
+             buckets.NEAR: compared.edges | "EdgeBuckets" >> beam.FlatMap(
+                 buckets.edge_buckets)}
+            | "JoinEdges" >> beam.CoGroupByKey()
+            | "ChooseRemovals" >> beam.FlatMap(buckets.removals))
+        removals = (removed
+                    | "KeyByShard" >> beam.Map(
+                        lambda r: ((r.member.split, r.member.shard), r.member))
+                    | "GroupByShard" >> beam.GroupByKey()
+                    | "ShardRemovals" >> beam.Map(_shard_removal))
+        rejections = removed | "DeadLetters" >> beam.Map(_rejection)
+        parts = removed | "RemovedParts" >> beam.Map(
+            lambda r: (buckets.REMOVED_PART, (r.member.key, r.member.split)))
+        return removals, rejections, parts

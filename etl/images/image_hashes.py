@@ -11,12 +11,13 @@
   chance collision in a billion images about 1e-21.
 * ``phash``: the 64-bit perceptual hash of the upright image as the dataset stores
   it (resized, EXIF-turned and centre-cropped, before a lossy encode: the pixels both
-  decode paths meet in), for re-encodes and resizes. The standard DCT recipe, as
-  ``imagehash.phash``: grayscale (Pillow's ITU-R 601 luma), antialiased Lanczos-3
-  resize to 32x32 (``codec.hash_thumbnail``, in the shard step's graph), 2-D DCT-II,
-  the 8x8 lowest frequencies against their median. The DCT is done in integers, so
-  the bits are the same on every machine; ``blank`` marks an image whose thumbnail
-  has no contrast (its hash says nothing about it).
+  decode paths meet in), for re-encodes and resizes. The standard DCT recipe of
+  ``imagehash.phash`` on a 32x32 grayscale thumbnail (``codec.hash_thumbnail``, in
+  the shard step's graph: an area average, then ITU-R 601 luma, where imagehash
+  resizes with Lanczos at several times the cost), 2-D DCT-II, the 8x8 lowest
+  frequencies against their median. The DCT is done in integers, so the bits are
+  the same on every machine; ``blank`` marks an image whose thumbnail has no
+  contrast (its hash says nothing about it).
 
 "Upright" is the EXIF orientation the job applies (none with
 ``--ignore_exif_orientation``). TensorFlow-free: the shard step calls these on

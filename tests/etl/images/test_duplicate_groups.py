@@ -4,6 +4,7 @@ functions of ``etl.images.duplicate_groups``, on literal members."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -65,11 +66,12 @@ def test_compare_bands_pairs_only_hashes_within_the_distance():
     near = member("a", "train", pixels="1", phash=0b1111)
     also = member("b", "test", pixels="2", phash=0b0011)
     far = member("c", "test", pixels="3", phash=(1 << 64) - 1)
-    # One band value's bucket, each group's entry its rows (kept row first), as
-    # search_bucket gives them.
-    bucket = {0: [(m.row(),) for m in (far, also, near)]}
+    # One band value's bucket, each group's entry (kept key, kept hash, its rows as
+    # JSON), as search_bucket gives them.
+    bucket = {0: [(m.key, f"{m.phash:016x}", json.dumps([m.row()]))
+                  for m in (far, also, near)]}
     edges = list(compare_bands(((0, 0), bucket), near_distance=2, cap=10))
-    assert [(a[0][0], b[0][0], distance) for distance, a, b in edges] == [("a", "b", 2)]
+    assert [(a, b, distance) for distance, a, b, _, _ in edges] == [("a", "b", 2)]
     # The same edge from another band they share is listed once.
     (edge,) = near_edges(edges + edges)
     pair = edge.pair()
@@ -79,8 +81,9 @@ def test_compare_bands_pairs_only_hashes_within_the_distance():
 def test_an_oversized_band_bucket_is_reported_not_compared():
     from etl.images.duplicate_buckets import CAPPED, compare_bands
 
-    rows = [(member(f"k{i}", "train", pixels=str(i), phash=i).row(),) for i in range(3)]
-    (capped,) = compare_bands(((2, 5), {5: rows}), near_distance=4, cap=2)
+    entries = [(f"k{i}", f"{i:016x}", json.dumps([member(f"k{i}", "train", phash=i).row()]))
+               for i in range(3)]
+    (capped,) = compare_bands(((2, 5), {5: entries}), near_distance=4, cap=2)
     assert (capped.tag, capped.value) == (CAPPED, (2, 5, 3))
 
 
