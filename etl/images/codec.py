@@ -259,8 +259,10 @@ def hash_thumbnail(image: tf.Tensor) -> tf.Tensor:
     Lanczos, which cost 1.1 ms of CPU per 224 px image here (a fifth of the job's
     cost per web photo) against under 0.3 ms for this; on 304 sample photos the two
     hashes were equal for 72 % and within 2 bits for 95 %."""
-    small = tf.image.resize(tf.cast(image, tf.float32),
-                            [HASH_THUMBNAIL_SIZE, HASH_THUMBNAIL_SIZE], method="area")
+    # uint8 in: ResizeArea sums each pixel as a float itself, so a float32 copy of
+    # the whole image first would only cost memory and time.
+    small = tf.image.resize(image, [HASH_THUMBNAIL_SIZE, HASH_THUMBNAIL_SIZE],
+                            method="area")
     luma = tf.linalg.matvec(small, tf.constant([0.299, 0.587, 0.114], tf.float32))
     return tf.cast(tf.clip_by_value(tf.round(luma), 0.0, 255.0), tf.uint8)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -93,21 +94,32 @@ def pixels_xxh128(pixels: np.ndarray) -> str:
     return digest.hexdigest()
 
 
+def perceptual_hashes(thumbnails: np.ndarray) -> list[tuple[int, bool]]:
+    """``(phash, blank)`` of each ``uint8 [32, 32]`` grayscale thumbnail of
+    ``[n, 32, 32]``: the bits of its 8x8 lowest DCT frequencies above their median,
+    row-major, first bit highest (``imagehash``'s hex string, read as an integer). A
+    batch at a time: per image, NumPy's calls cost more than their arithmetic."""
+    if thumbnails.ndim != 3 or thumbnails.shape[1:] != (THUMBNAIL_SIZE, THUMBNAIL_SIZE):
+        raise ValueError(f"Expected [n, {THUMBNAIL_SIZE}, {THUMBNAIL_SIZE}] thumbnails, got "
+                         f"{thumbnails.shape}.")
+    small = thumbnails.astype(np.int64)
+    low = (_DCT @ small @ _DCT.T).reshape(len(small), HASH_BITS)
+    ordered = np.sort(low, axis=1)
+    middle = HASH_BITS // 2
+    # value > median, with the median (a + b) / 2 of the two middle values kept exact.
+    bits = 2 * low > (ordered[:, middle - 1] + ordered[:, middle])[:, None]
+    hashes = np.packbits(bits, axis=1).view(">u8").reshape(-1).tolist()
+    contrast = (small.max(axis=(1, 2)) - small.min(axis=(1, 2))).tolist()
+    return [(phash, spread <= BLANK_CONTRAST)
+            for phash, spread in zip(hashes, contrast, strict=True)]
+
+
 def perceptual_hash(thumbnail: np.ndarray) -> tuple[int, bool]:
-    """``(phash, blank)`` of a ``uint8 [32, 32]`` grayscale thumbnail: the bits of its
-    8x8 lowest DCT frequencies above their median, row-major, first bit highest
-    (``imagehash``'s hex string, read as an integer)."""
+    """:func:`perceptual_hashes` of one ``uint8 [32, 32]`` thumbnail."""
     if thumbnail.shape != (THUMBNAIL_SIZE, THUMBNAIL_SIZE):
         raise ValueError(f"Expected a {THUMBNAIL_SIZE}x{THUMBNAIL_SIZE} thumbnail, got "
                          f"{thumbnail.shape}.")
-    small = thumbnail.astype(np.int64)
-    low = _DCT @ small @ _DCT.T
-    ordered = np.sort(low, axis=None)
-    middle = HASH_BITS // 2
-    # value > median, with the median (a + b) / 2 of the two middle values kept exact.
-    bits = 2 * low > ordered[middle - 1] + ordered[middle]
-    phash = int.from_bytes(np.packbits(bits.reshape(-1)).tobytes(), "big")
-    return phash, int(small.max() - small.min()) <= BLANK_CONTRAST
+    return perceptual_hashes(thumbnail[None])[0]
 
 
 def image_hashes(data: bytes, decoded: np.ndarray, orientation: int,
@@ -115,9 +127,17 @@ def image_hashes(data: bytes, decoded: np.ndarray, orientation: int,
     """The signatures of the file ``data``, decoded to ``uint8 [h, w, 3]`` pixels
     as stored (``decoded``, turned upright by the EXIF ``orientation`` for their
     hash), with the ``thumbnail`` of its stored image (``codec.hash_thumbnail``)."""
-    phash, blank = perceptual_hash(thumbnail)
-    return ImageHashes(hashlib.sha256(data).hexdigest(),
-                       pixels_xxh128(upright(decoded, orientation)), phash, blank)
+    return batch_hashes([data], [decoded], [orientation], thumbnail[None])[0]
+
+
+def batch_hashes(data: Sequence[bytes], decoded: Sequence[np.ndarray],
+                 orientations: Sequence[int], thumbnails: np.ndarray) -> list[ImageHashes]:
+    """:func:`image_hashes` of a batch of images, their thumbnails ``[n, 32, 32]``."""
+    phashes = perceptual_hashes(thumbnails)
+    return [ImageHashes(hashlib.sha256(file).hexdigest(),
+                        pixels_xxh128(upright(pixels, orientation)), phash, blank)
+            for file, pixels, orientation, (phash, blank) in zip(
+                data, decoded, orientations, phashes, strict=True)]
 
 
 def hamming(a: int, b: int) -> int:

@@ -148,10 +148,10 @@ class ImageTransform:
         values[contract.IMAGE_KEY] = np.array([f.stored for f in finished], dtype=object)
         if not self._hash_images:
             return values, [None] * len(batch)
-        return values, [
-            image_hashes.image_hashes(item.data, pixels.array(), done.orientation,
-                                      done.thumbnail)
-            for item, pixels, done in zip(batch, decoded, finished, strict=True)]
+        return values, image_hashes.batch_hashes(
+            [item.data for item in batch], [pixels.array() for pixels in decoded],
+            [done.orientation for done in finished],
+            np.stack([done.thumbnail for done in finished]))
 
 
 # What a batch becomes: per image, in order, its serialized example (and signatures)
