@@ -14,8 +14,8 @@ values; the band values are gathered by band and lowest 4 bits with ``MergeLists
 a combiner Beam applies before the shuffle (not for the rows: there it would hold
 them all in the shard step, beside the images). A band value carries its group's
 rows, so comparing a band's bucket gives whole near pairs, with no join back to the
-groups. Everything the report needs then reaches one element (``ToList``), not a
-side input.
+groups. Everything the report needs then reaches one element, a list combined
+without defaults (a default would come through a side input).
 """
 
 from __future__ import annotations
