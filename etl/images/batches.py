@@ -11,7 +11,6 @@ those pixels, one graph call per batch.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -153,15 +152,11 @@ class FinishImages:
         import tensorflow as tf
 
         pixels, geometry = self._decode(tf.constant(list(data), tf.string))
-        values, splits = pixels.flat_values.numpy(), pixels.row_splits.numpy()
-        buffer = loading.aligned_buffer(sum(_slot_bytes(int(n)) for n in np.diff(splits)))
-        decoded, offset = [], 0
-        for (start, stop), (height, width, *source, ratio) in zip(
-                itertools.pairwise(splits.tolist()), geometry.numpy().tolist(), strict=True):
-            buffer[offset:offset + stop - start] = values[start:stop]
-            decoded.append(DecodedPixels(buffer, offset, height, width, tuple(source), ratio))
-            offset += _slot_bytes(stop - start)
-        return decoded
+        values, splits = pixels.flat_values.numpy(), pixels.row_splits.numpy().tolist()
+        return _into_one_buffer([
+            DecodedPixels(values, start, height, width, tuple(source), ratio)
+            for start, (height, width, *source, ratio) in zip(
+                splits[:-1], geometry.numpy().tolist(), strict=True)])
 
     def __call__(self, pixels: Sequence[DecodedPixels], data: Sequence[bytes]
                  ) -> list[Finished]:

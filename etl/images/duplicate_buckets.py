@@ -34,8 +34,6 @@ from etl.images.duplicate_groups import Group, Member, NearEdge
 # A member as a tuple of plain values (``duplicate_groups.row_of``): its fields.
 Row = tuple[Any, ...]
 _KEY, _SPLIT, _SOURCE, _PIXELS, _PHASH, _BLANK, _PUBLISHED = 0, 1, 3, 5, 6, 7, 8
-# A bucket of exact groups: pixel hash → rows.
-Bucket = Mapping[str, Sequence[Row]]
 # Exact groups are gathered by the first hex digit of their pixel hash, band values
 # by (band, lowest 4 bits).
 EXACT_PREFIX = 1

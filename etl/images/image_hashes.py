@@ -122,17 +122,12 @@ def perceptual_hash(thumbnail: np.ndarray) -> tuple[int, bool]:
     return perceptual_hashes(thumbnail[None])[0]
 
 
-def image_hashes(data: bytes, decoded: np.ndarray, orientation: int,
-                 thumbnail: np.ndarray) -> ImageHashes:
-    """The signatures of the file ``data``, decoded to ``uint8 [h, w, 3]`` pixels
-    as stored (``decoded``, turned upright by the EXIF ``orientation`` for their
-    hash), with the ``thumbnail`` of its stored image (``codec.hash_thumbnail``)."""
-    return batch_hashes([data], [decoded], [orientation], thumbnail[None])[0]
-
-
 def batch_hashes(data: Sequence[bytes], decoded: Sequence[np.ndarray],
                  orientations: Sequence[int], thumbnails: np.ndarray) -> list[ImageHashes]:
-    """:func:`image_hashes` of a batch of images, their thumbnails ``[n, 32, 32]``."""
+    """The signatures of each file of ``data``, decoded to ``uint8 [h, w, 3]`` pixels
+    as stored (``decoded``, turned upright by its EXIF orientation for their hash),
+    with the thumbnails ``[n, 32, 32]`` of their stored images
+    (``codec.hash_thumbnail``)."""
     phashes = perceptual_hashes(thumbnails)
     return [ImageHashes(hashlib.sha256(file).hexdigest(),
                         pixels_xxh128(upright(pixels, orientation)), phash, blank)

@@ -101,11 +101,11 @@ def test_pixel_hash_is_xxh3_128_of_shape_and_row_major_pixels():
     assert image_hashes.pixels_xxh128(pixels.reshape(6, 4, 3)) != expected
 
 
-def test_image_hashes_take_each_signature_from_its_own_input():
+def test_batch_hashes_take_each_signature_from_its_own_input():
     data = b"file bytes"
     decoded = random_pixels(5, 8, 10)
     small = thumbnail(_photos()[1])
-    found = image_hashes.image_hashes(data, decoded, 6, small)
+    (found,) = image_hashes.batch_hashes([data], [decoded], [6], small[None])
     assert found.bytes_sha256 == hashlib.sha256(data).hexdigest()
     assert found.pixels_xxh128 == image_hashes.pixels_xxh128(
         np.ascontiguousarray(pillow_exif_transpose(decoded, 6)))
