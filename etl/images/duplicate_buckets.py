@@ -12,10 +12,13 @@ signatures (``scripts/benchmark_duplicates.py``). So a member travels as a row
 bucket (:func:`search_bucket`) gives its part of the report and its groups' band
 values; the band values are gathered by band and lowest 4 bits with ``MergeLists``,
 a combiner Beam applies before the shuffle (not for the rows: there it would hold
-them all in the shard step, beside the images). A band value carries its group's
-rows, so comparing a band's bucket gives whole near pairs, with no join back to the
-groups. Everything the report needs then reaches one element, a list combined
-without defaults (a default would come through a side input).
+them all in the shard step, beside the images). For ``drop``, a band value carries
+its group's rows, so comparing a band's bucket gives whole near pairs, with no join
+back to the groups; for the report alone it carries only a key and a hash, and the
+report reads a pair's images from their hashes lines. Everything the report needs
+then reaches one element, a list combined without defaults (a default would come
+through a side input), in a few large parts: a bucket's keys and lines as one
+string each, a band's edges as one list.
 """
 
 from __future__ import annotations
@@ -38,21 +41,27 @@ _KEY, _SPLIT, _SOURCE, _PIXELS, _PHASH, _BLANK, _PUBLISHED = 0, 1, 3, 5, 6, 7, 8
 # by (band, lowest 4 bits).
 EXACT_PREFIX = 1
 _BAND_BUCKET_MASK = 0xF
-# Outputs of search_bucket and compare_bands besides the report's parts.
-BANDS, EXACT, CAPPED = "bands", "exact", "capped"
+# Outputs of search_bucket besides the report's parts.
+BANDS, EXACT = "bands", "exact"
 # What drop co-groups by exact bucket: the bucket's groups, the near edges it touches.
 GROUPS, NEAR = "groups", "near"
-# A group as a band value carries it: (kept key, kept hash, its best_per_split rows as
-# JSON, kept row first, each ``_brief``; for the report alone, its kept row only).
-# One string, not rows of fields: the band values hold every image once per band, and
-# the runner pays for each value it moves; the rows are read only for a pair.
+# A group as a band value carries it: (kept key, kept hash, rows as JSON: its
+# best_per_split rows, kept row first, each ``_brief``; for the report alone, only a
+# published kept row, see ``_entry_rows``). One string, not rows of fields: the band
+# values hold every image once per band, and the runner pays for each value it
+# moves; the rows are read only for a pair.
 BandEntry = tuple[str, str, str]
 # A near edge between two exact groups: (distance, kept key a, kept key b, a's rows,
 # b's rows as in BandEntry), a's kept key the smaller.
 Edge = tuple[int, str, str, str, str]
-# The report's parts, gathered into one list: (tag, value).
+# The report's parts, gathered into one list: (tag, value). A few large values, not
+# one per image or pair: the local runner encodes and decodes every value twice on
+# the way (it writes a Flatten of several producers out and reads it back), and
+# pays for each object.
 BUCKET_PART, NEAR_PART, CAPPED_PART, REMOVED_PART = "bucket", "near", "capped", "removed"
-EMPTY_PART = (BUCKET_PART, ((0, 0, 0, 0, 0), [], []))
+# A bucket's keys and hashes lines travel as one string each: the keys as a JSON
+# list, the lines joined (each ends in a newline, and JSON escapes any in a value).
+EMPTY_PART = (BUCKET_PART, ((0, 0, 0, 0, 0), [], "[]", ""))
 
 
 def _bucketed(rows: Iterable[Row]) -> Iterator[tuple[str, dict[str, list[Row]]]]:
@@ -119,19 +128,31 @@ def _brief(row: Row) -> Row:
     return (*row[:_SOURCE], "", "", *row[_PIXELS:])
 
 
+def _entry_rows(kept: Row, best: Sequence[Row], keep_groups: bool) -> str:
+    """A band entry's rows (``BandEntry``): for drop, the group's best per split;
+    for the report alone, its kept row, or none for a new image (the report reads
+    that from the image's hashes line, which it gathers anyway): most entries then
+    carry only a key and a hash, which halves the search's memory and saves a JSON
+    encode per image and a decode per pair end."""
+    if keep_groups:
+        return json.dumps([_brief(row) for row in best])
+    return json.dumps([_brief(kept)]) if kept[_PUBLISHED] else ""
+
+
 def search_bucket(element: tuple[str, Iterable[Mapping[str, list[Row]]]],
                   edges: Sequence[tuple[int, int]], keep_groups: bool = False
                   ) -> Iterator[Any]:
     """One pass over an exact bucket, from the parts each shard (and published
-    version) gave: its report part ``(BUCKET_PART, (counts, exact pair rows, hashes
-    lines))``; tagged ``BANDS``, ``((band, low bits), {band value: [BandEntry]})`` of
-    each group that is not blank; with ``keep_groups`` (``drop``), the bucket itself
-    tagged ``EXACT``."""
+    version) gave: its report part ``(BUCKET_PART, (counts, exact pair rows, keys,
+    hashes lines))`` (of its new images, in key order, as :func:`hashes_lines`
+    reads them); tagged ``BANDS``, ``((band, low bits), {band value: [BandEntry]})``
+    of each group that is not blank; with ``keep_groups`` (``drop``), the bucket
+    itself tagged ``EXACT``."""
     bucket_id, parts = element
     bucket = MergeLists().merge_accumulators(parts)
     images = blank = repeated = grouped = crossing = 0
     pairs: list[tuple[Any, ...]] = []
-    lines: list[tuple[str, str]] = []
+    lines: list[tuple[str, str]] = []  # (key, hashes line)
     bands: dict[tuple[int, int], dict[int, list[BandEntry]]] = {}
     for pixels in sorted(bucket):
         rows = bucket[pixels]
@@ -150,12 +171,14 @@ def search_bucket(element: tuple[str, Iterable[Mapping[str, list[Row]]]],
         if kept[_BLANK]:
             blank += len(rows)
             continue
-        entry = (kept[_KEY], kept[_PHASH], json.dumps(
-            [_brief(row) for row in best] if keep_groups else [_brief(kept)]))
+        entry = (kept[_KEY], kept[_PHASH], _entry_rows(kept, best, keep_groups))
         for band, value in duplicate_groups.band_keys(int(kept[_PHASH], 16), edges):
             bands.setdefault((band, value & _BAND_BUCKET_MASK), {}).setdefault(
                 value, []).append(entry)
-    yield BUCKET_PART, ((images, blank, repeated, grouped, crossing), pairs, lines)
+    lines.sort()
+    yield BUCKET_PART, ((images, blank, repeated, grouped, crossing), pairs,
+                        json.dumps([key for key, _ in lines], ensure_ascii=False),
+                        "".join(line for _, line in lines))
     for key, values in sorted(bands.items()):
         yield beam.pvalue.TaggedOutput(BANDS, (key, values))
     if keep_groups:
@@ -163,14 +186,17 @@ def search_bucket(element: tuple[str, Iterable[Mapping[str, list[Row]]]],
 
 
 def compare_bands(element: tuple[tuple[int, int], Mapping[int, Sequence[BandEntry]]],
-                  near_distance: int, cap: int) -> Iterator[Any]:
-    """The ``Edge``s within each band value's bucket (an edge whose groups share
-    several bands comes from each); ``(band, value, size)`` tagged ``CAPPED`` for a
-    bucket of more than ``cap`` hashes."""
+                  near_distance: int, cap: int) -> Iterator[tuple[str, list[Any]]]:
+    """The report's parts of a band's buckets: ``(NEAR_PART, [Edge])``, the edges
+    within each band value's bucket (an edge whose groups share several bands comes
+    from each), and ``(CAPPED_PART, [(band, value, size)])`` for the buckets of
+    more than ``cap`` hashes; each only when not empty."""
     (band, _), buckets = element
+    edges: list[Edge] = []
+    capped: list[tuple[int, int, int]] = []
     for value, entries in buckets.items():
         if len(entries) > cap:
-            yield beam.pvalue.TaggedOutput(CAPPED, (band, value, len(entries)))
+            capped.append((band, value, len(entries)))
             continue
         if len(entries) < 2:
             continue
@@ -178,15 +204,50 @@ def compare_bands(element: tuple[tuple[int, int], Mapping[int, Sequence[BandEntr
         hashes = [int(phash, 16) for _, phash, _ in ordered]
         for i, j, distance in duplicate_groups.close_pairs(hashes, near_distance):
             (key_a, _, rows_a), (key_b, _, rows_b) = ordered[i], ordered[j]
-            yield distance, key_a, key_b, rows_a, rows_b
+            edges.append((distance, key_a, key_b, rows_a, rows_b))
+    if edges:
+        yield NEAR_PART, edges
+    if capped:
+        yield CAPPED_PART, capped
 
 
-def near_edges(edges: Iterable[Edge]) -> list[NearEdge]:
-    """The ``NearEdge``s of the edges, each once, in order of their kept keys."""
+def hashes_lines(parts: Iterable[tuple[Any, ...]]) -> list[tuple[str, str]]:
+    """``(key, hashes line)`` of the new images of the bucket parts (the values of
+    ``BUCKET_PART``s), in key order."""
+    found: list[tuple[str, str]] = []
+    for _, _, keys, lines in parts:
+        # Not splitlines(): JSON leaves U+2028 and its kin in a value as they are.
+        found += zip(json.loads(keys), (f"{line}\n" for line in lines.split("\n")[:-1]),
+                     strict=True)
+    return sorted(found)
+
+
+def part_edges(part: tuple[str, Any]) -> list[Edge]:
+    """The edges of a report part from :func:`compare_bands` (none from a
+    ``CAPPED_PART``)."""
+    tag, value = part
+    return value if tag == NEAR_PART else []
+
+
+def near_edges(edges: Iterable[Edge], hashes_lines: Mapping[str, str] | None = None
+               ) -> list[NearEdge]:
+    """The ``NearEdge``s of the edges, each once, in order of their kept keys; an end
+    that carries no rows (a new image, in the report alone) is read from its line in
+    ``hashes_lines`` (key → this version's hashes line)."""
     unique = {(key_a, key_b): (distance, rows_a, rows_b)
               for distance, key_a, key_b, rows_a, rows_b in edges}
-    return [NearEdge.of_rows(distance, json.loads(rows_a), json.loads(rows_b))
-            for distance, rows_a, rows_b in (unique[keys] for keys in sorted(unique))]
+
+    def rows(key: str, payload: str) -> list[Row]:
+        if payload:
+            return json.loads(payload)
+        if hashes_lines is None or key not in hashes_lines:
+            raise KeyError(f"The near edge's end {key!r} carries no rows and has no "
+                           f"hashes line.")
+        fields = json.loads(hashes_lines[key])
+        return [duplicate_groups.row_of(fields, fields["split"])]
+
+    return [NearEdge.of_rows(distance, rows(key_a, rows_a), rows(key_b, rows_b))
+            for (key_a, key_b), (distance, rows_a, rows_b) in sorted(unique.items())]
 
 
 def edge_buckets(edge: Edge) -> Iterator[tuple[str, Edge]]:

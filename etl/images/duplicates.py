@@ -134,13 +134,15 @@ class _Report:
         for tag, value in parts:
             by_tag[tag].append(value)
         removed = dict(by_tag[buckets.REMOVED_PART])
-        counts = [counts for counts, _, _ in by_tag[buckets.BUCKET_PART]]
-        lines = sorted(line for _, _, lines in by_tag[buckets.BUCKET_PART] for line in lines)
-        pairs = sorted([Pair.from_row(row) for _, rows, _ in by_tag[buckets.BUCKET_PART]
+        counts = [counts for counts, *_ in by_tag[buckets.BUCKET_PART]]
+        lines = buckets.hashes_lines(by_tag[buckets.BUCKET_PART])
+        edges = [edge for edges in by_tag[buckets.NEAR_PART] for edge in edges]
+        pairs = sorted([Pair.from_row(row) for _, rows, *_ in by_tag[buckets.BUCKET_PART]
                         for row in rows]
-                       + [edge.pair() for edge in buckets.near_edges(by_tag[buckets.NEAR_PART])],
+                       + [edge.pair() for edge in buckets.near_edges(edges, dict(lines))],
                        key=Pair.sort_key)
-        summary = summarise(pairs, _sum_counts(counts), sorted(by_tag[buckets.CAPPED_PART]),
+        capped = sorted(bucket for found in by_tag[buckets.CAPPED_PART] for bucket in found)
+        summary = summarise(pairs, _sum_counts(counts), capped,
                             sorted(removed.values()), self.settings, self.without_hashes)
         kept = [line for key, line in lines if key not in removed]
         if kept:
@@ -199,18 +201,16 @@ class FindDuplicates(beam.PTransform):
                 edges=duplicate_groups.band_edges(settings.near_distance),
                 keep_groups=settings.mode == DROP,
             ).with_outputs(buckets.BANDS, buckets.EXACT, main="parts"))
+        # The report's parts of the near pairs: NEAR_PART and CAPPED_PART.
         compared = (
             searched[buckets.BANDS]
             | "GroupByBand" >> beam.CombinePerKey(buckets.MergeLists())
             | "CompareBands" >> beam.FlatMap(
                 buckets.compare_bands, near_distance=settings.near_distance,
-                cap=settings.bucket_cap,
-            ).with_outputs(buckets.CAPPED, main="edges"))
+                cap=settings.bucket_cap))
         parts = [
             searched.parts,
-            compared.edges | "NearParts" >> beam.Map(lambda e: (buckets.NEAR_PART, e)),
-            compared[buckets.CAPPED] | "CappedParts" >> beam.Map(
-                lambda c: (buckets.CAPPED_PART, c)),
+            compared,
             # An empty bucket, so that a search of no image still writes its report.
             pipeline | "NoImages" >> beam.Create([buckets.EMPTY_PART])]
         removals = rejections = None
@@ -228,14 +228,15 @@ class FindDuplicates(beam.PTransform):
         return removals, rejections, entry
 
     @staticmethod
-    def _removals(searched: beam.pvalue.DoOutputsTuple, compared: beam.pvalue.DoOutputsTuple
+    def _removals(searched: beam.pvalue.DoOutputsTuple, compared: beam.PCollection
                   ) -> tuple[beam.PCollection, ...]:
         """drop's ``(removals, rejections, report parts)``: the near edges joined to the
         exact buckets they touch, each bucket's removed images."""
         removed = (
             {buckets.GROUPS: searched[buckets.EXACT],
-             buckets.NEAR: compared.edges | "EdgeBuckets" >> beam.FlatMap(
-                 buckets.edge_buckets)}
+             buckets.NEAR: (compared
+                            | "Edges" >> beam.FlatMap(buckets.part_edges)
+                            | "EdgeBuckets" >> beam.FlatMap(buckets.edge_buckets))}
             | "JoinEdges" >> beam.CoGroupByKey()
             | "ChooseRemovals" >> beam.FlatMap(buckets.removals))
         removals = (removed

@@ -61,7 +61,7 @@ def test_band_distance_out_of_range_is_refused():
 
 
 def test_compare_bands_pairs_only_hashes_within_the_distance():
-    from etl.images.duplicate_buckets import compare_bands, near_edges
+    from etl.images.duplicate_buckets import NEAR_PART, compare_bands, near_edges
 
     near = member("a", "train", pixels="1", phash=0b1111)
     also = member("b", "test", pixels="2", phash=0b0011)
@@ -70,7 +70,8 @@ def test_compare_bands_pairs_only_hashes_within_the_distance():
     # JSON), as search_bucket gives them.
     bucket = {0: [(m.key, f"{m.phash:016x}", json.dumps([m.row()]))
                   for m in (far, also, near)]}
-    edges = list(compare_bands(((0, 0), bucket), near_distance=2, cap=10))
+    ((tag, edges),) = compare_bands(((0, 0), bucket), near_distance=2, cap=10)
+    assert tag == NEAR_PART
     assert [(a, b, distance) for distance, a, b, _, _ in edges] == [("a", "b", 2)]
     # The same edge from another band they share is listed once.
     (edge,) = near_edges(edges + edges)
@@ -78,13 +79,42 @@ def test_compare_bands_pairs_only_hashes_within_the_distance():
     assert (pair.kind, pair.a.key, pair.b.key, pair.distance) == ("near", "b", "a", 2)
 
 
+def test_report_only_band_entries_of_new_images_are_read_from_their_hashes_lines():
+    from etl.images.duplicate_buckets import (
+        compare_bands,
+        hashes_lines,
+        near_edges,
+        search_bucket,
+    )
+
+    new = member("new", "train", pixels="1", phash=0b1111, label="dog")
+    old = member("old", "test", pixels="2", phash=0b0111, published=True)
+    bucket = {m.pixels_xxh128: [m.row()] for m in (new, old)}
+    outputs = list(search_bucket(("x", [bucket]), dg.band_edges(2)))
+    # The report alone: a new image's entry carries no rows, a published one its own.
+    entries = {entry[0]: entry for output in outputs if getattr(output, "tag", "") == "bands"
+               for values in output.value[1].values() for entry in values}
+    assert entries["new"][2] == ""
+    assert json.loads(entries["old"][2])[0][0] == "old"
+    ((_, edges),) = compare_bands(((0, 0), {0: list(entries.values())}), near_distance=2,
+                                  cap=10)
+    lines = dict(hashes_lines([outputs[0][1]]))
+    assert list(lines) == ["new"]  # a published image's line is an earlier version's
+    (edge,) = near_edges(edges, lines)
+    pair = edge.pair()
+    assert (pair.a.key, pair.a.split, pair.b.key, pair.b.split, pair.b.labels, pair.distance
+            ) == ("old", "test", "new", "train", ("dog",), 1)
+    with pytest.raises(KeyError, match="'new' carries no rows"):
+        near_edges(edges, {})
+
+
 def test_an_oversized_band_bucket_is_reported_not_compared():
-    from etl.images.duplicate_buckets import CAPPED, compare_bands
+    from etl.images.duplicate_buckets import CAPPED_PART, compare_bands
 
     entries = [(f"k{i}", f"{i:016x}", json.dumps([member(f"k{i}", "train", phash=i).row()]))
                for i in range(3)]
     (capped,) = compare_bands(((2, 5), {5: entries}), near_distance=4, cap=2)
-    assert (capped.tag, capped.value) == (CAPPED, (2, 5, 3))
+    assert capped == (CAPPED_PART, [(2, 5, 3)])
 
 
 def test_removals_keep_test_then_validation():
