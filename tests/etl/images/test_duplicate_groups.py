@@ -60,6 +60,25 @@ def test_band_distance_out_of_range_is_refused():
         dg.band_edges(64)
 
 
+@pytest.mark.parametrize("key, labels", [
+    ("a/b.jpg", ("cat",)),
+    ('quo"te\\back\nline\ttab\x01.png', ('la"bel', "")),
+    ("caf\u00e9/\u2028\u2029\u0085\U0001f600.jpg", ()),
+    ("x", ("d\u00e9j\u00e0", "vu", "\x7f")),
+])
+def test_a_hashes_line_is_the_json_of_its_fields(key, labels):
+    row = (key, "validation", labels, "/in/x", "ab" * 32, "cd" * 16, "f0e1d2c3b4a59687",
+           True, False, 0, 1)
+    line = dg.hashes_line(row)
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert json.loads(line) == {
+        "key": key, "split": "validation", "labels": list(labels),
+        "bytes_sha256": "ab" * 32, "pixels_xxh128": "cd" * 16,
+        "phash": "f0e1d2c3b4a59687", "blank": True}
+    # Byte for byte what json.dumps writes (non-ASCII as it is).
+    assert line == json.dumps(json.loads(line), ensure_ascii=False) + "\n"
+
+
 def test_compare_bands_pairs_only_hashes_within_the_distance():
     from etl.images.duplicate_buckets import NEAR_PART, compare_bands, near_edges
 
