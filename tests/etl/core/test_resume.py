@@ -130,3 +130,20 @@ def test_published_shards_of_an_appended_dataset_are_never_removed(tmp_path, sam
     _decide(tmp_path, units=UNITS if same else _digest([]), protected=protected)
     assert (tmp_path / "train/n-train-00000-of-00001.tfrecord.gz").read_bytes() == (
         b"version 1")
+
+
+def test_a_shard_record_round_trips_with_its_facts_as_its_json_fields():
+    from etl.core.dead_letters import UNDECODABLE_IMAGE, Rejection
+    from etl.core.shard_files import FileFacts
+
+    record = resume.ShardRecord(
+        split="train", shard=3, path="train/n-train-pending-00003.tfrecord",
+        num_records=2, num_bytes=10, sha256="ab", label_counts=(("cat", 2),),
+        rejections=(Rejection("k", "/in/k", UNDECODABLE_IMAGE, "bad"),),
+        inputs_sha256="cd", index=FileFacts(4, "ef"),
+        facts=({"key": "a", "labels": ["cat"], "phash": "00ff"},
+               {"key": "b\u00e9", "labels": [], "blank": True}))
+    text = record.to_json()
+    # The fields asdict gives, facts included, so records of earlier runs still read.
+    assert text == json.dumps(dataclasses.asdict(record), sort_keys=True, ensure_ascii=False)
+    assert resume.ShardRecord.from_json(text) == record
