@@ -1,10 +1,14 @@
 """What the duplicate report costs: the image job with --cross_split_duplicates=off,
 report (the default) and drop, on the same web-size photos, interleaved.
 
-Each sample runs ``pipelines.images.run`` in a fresh interpreter (``timed_job_command``)
-under a small parent that reports its children's peak RSS (``ru_maxrss`` of
-RUSAGE_CHILDREN: the largest process of the job's tree). Images/s is the photo count
-over the job's own wall time (imports apart). Every variant runs once a round, the
+Each sample runs ``pipelines.images.run`` in a fresh interpreter under a small parent
+that reports its children's peak RSS (``ru_maxrss`` of RUSAGE_CHILDREN: the largest
+process of the job's tree). Images/s is the photo count over the job's own wall time
+(imports apart). Where that time goes: the local runner's stages are timed, and each
+sample splits the job's time into the shard step (the stage that reads, hashes and
+writes every image), the duplicate search (the stages of ``FindDuplicates``) and the
+rest (building the graph, listing, analysis, finishing); the summary gives each
+part's median and its difference from off. Every variant runs once a round, the
 first one rotating (``interleaved``); a sample taken while other processes used more
 than --max_foreign cores is retried. Medians are reported beside best rounds, with
 the ratio of report (and drop) to off.
@@ -34,7 +38,6 @@ from bench_common import (
     quiet_sample,
     read_json,
     read_manifest,
-    timed_job_command,
     write_json,
 )
 from sample_photos import describe, ensure_tree
@@ -47,6 +50,40 @@ import json, resource, subprocess, sys
 rc = subprocess.run(json.loads(sys.argv[1])).returncode
 print(json.dumps({"rc": rc, "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
 """
+# Runs the image job on argv[1] (JSON) with the local runner's stages timed; writes
+# {"job_s", "stages": {stage: seconds}} to argv[2].
+_TIMED_STAGES = r"""
+import json, sys, time
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+from pipelines import images
+stages = {}
+execute = fn_runner.FnApiRunner._execute_bundle
+def timed(self, context, bundle, *args, **kwargs):
+    start = time.perf_counter()
+    try:
+        return execute(self, context, bundle, *args, **kwargs)
+    finally:
+        name = bundle.stage.name
+        stages[name] = stages.get(name, 0.0) + time.perf_counter() - start
+fn_runner.FnApiRunner._execute_bundle = timed
+started = time.perf_counter()
+images.run(json.loads(sys.argv[1]))
+job_s = time.perf_counter() - started
+with open(sys.argv[2], "w") as f:
+    json.dump({"job_s": job_s, "stages": stages}, f)
+"""
+# The stages of each part of the job's time, by a piece of their names.
+SHARD_STEP_STAGE, SEARCH_STAGES = "WriteShards/GroupByShard/Read", "/Screen/"
+PARTS = ("shard_step_s", "search_s", "rest_s")
+
+
+def job_parts(job_s: float, stages: dict[str, float]) -> dict[str, float]:
+    """The job's seconds in the shard step, the duplicate search and the rest."""
+    shard = sum(t for name, t in stages.items() if SHARD_STEP_STAGE in name)
+    search = sum(t for name, t in stages.items()
+                 if SEARCH_STAGES in name and SHARD_STEP_STAGE not in name)
+    return {"shard_step_s": round(shard, 2), "search_s": round(search, 2),
+            "rest_s": round(job_s - shard - search, 2)}
 
 
 def run_variant(tree: str, work: str, mode: str, flags: list[str]) -> dict:
@@ -57,14 +94,15 @@ def run_variant(tree: str, work: str, mode: str, flags: list[str]) -> dict:
     argv = [f"--input={tree}", f"--output_dir={out}", f"--cross_split_duplicates={mode}",
             *flags]
     command = [sys.executable, "-c", _PEAK_RSS,
-               json.dumps(timed_job_command("pipelines.images", argv, timings))]
+               json.dumps([sys.executable, "-c", _TIMED_STAGES, json.dumps(argv), timings])]
     proc = subprocess.run(command, env=job_env(), capture_output=True, text=True)
     status = json.loads(proc.stdout.strip().splitlines()[-1])
     if status["rc"] != 0:
         raise RuntimeError(f"{mode} failed:\n{proc.stderr[-4000:]}")
     manifest = read_manifest(out)
     found = manifest.get("duplicates") or {}
-    return {"job_s": read_json(timings)["job_s"],
+    timed = read_json(timings)
+    return {"job_s": timed["job_s"], **job_parts(timed["job_s"], timed["stages"]),
             "peak_rss_mib": status["maxrss_kib"] / 1024,
             "written": sum(s["num_records"] for s in manifest["splits"].values()),
             "cross_split_pairs": found.get("cross_split_pairs"),
@@ -81,6 +119,12 @@ def summarise(samples: dict[str, list[dict]], num_images: int) -> dict:
                           s["peak_rss_mib"] for s in samples[mode]), 1)}
                for mode, r in rates.items()}
     for mode in summary:
+        for part in PARTS:
+            summary[mode][f"median_{part}"] = round(statistics.median(
+                s[part] for s in samples[mode]), 2)
+            if "off" in samples and mode != "off":
+                summary[mode][f"{part}_vs_off"] = round(
+                    summary[mode][f"median_{part}"] - summary["off"][f"median_{part}"], 2)
         if mode != "off":
             summary[mode]["median_vs_off"] = round(
                 summary[mode]["median_images_per_s"] / summary["off"]["median_images_per_s"], 3)
