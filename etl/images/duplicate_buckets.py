@@ -236,15 +236,18 @@ def near_edges(edges: Iterable[Edge], hashes_lines: Mapping[str, str] | None = N
     ``hashes_lines`` (key → this version's hashes line)."""
     unique = {(key_a, key_b): (distance, rows_a, rows_b)
               for distance, key_a, key_b, rows_a, rows_b in edges}
+    read: dict[str, list[Row]] = {}  # an image is often the end of several edges
 
     def rows(key: str, payload: str) -> list[Row]:
         if payload:
             return json.loads(payload)
-        if hashes_lines is None or key not in hashes_lines:
-            raise KeyError(f"The near edge's end {key!r} carries no rows and has no "
-                           f"hashes line.")
-        fields = json.loads(hashes_lines[key])
-        return [duplicate_groups.row_of(fields, fields["split"])]
+        if key not in read:
+            if hashes_lines is None or key not in hashes_lines:
+                raise KeyError(f"The near edge's end {key!r} carries no rows and has no "
+                               f"hashes line.")
+            fields = json.loads(hashes_lines[key])
+            read[key] = [duplicate_groups.row_of(fields, fields["split"])]
+        return read[key]
 
     return [NearEdge.of_rows(distance, rows(key_a, rows_a), rows(key_b, rows_b))
             for (key_a, key_b), (distance, rows_a, rows_b) in sorted(unique.items())]

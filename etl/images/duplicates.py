@@ -186,15 +186,16 @@ class FindDuplicates(beam.PTransform):
     def expand(self, facts: beam.PCollection) -> tuple[beam.PCollection, ...]:
         pipeline = facts.pipeline
         settings = self._settings
-        published = (pipeline
-                     | "PublishedHashFiles" >> beam.Create(self._published)
-                     | "PublishedBuckets" >> beam.FlatMap(
-                         buckets.published_buckets, output_dir=self._output_dir))
+        shard_buckets = facts | "ShardBuckets" >> beam.FlatMap(
+            buckets.shard_buckets, keep_sources=settings.mode == DROP)
+        if self._published:  # only on --append: a Flatten costs the local runner a stage
+            published = (pipeline
+                         | "PublishedHashFiles" >> beam.Create(self._published)
+                         | "PublishedBuckets" >> beam.FlatMap(
+                             buckets.published_buckets, output_dir=self._output_dir))
+            shard_buckets = (shard_buckets, published) | "AllBuckets" >> beam.Flatten()
         searched = (
-            (facts | "ShardBuckets" >> beam.FlatMap(
-                buckets.shard_buckets, keep_sources=settings.mode == DROP),
-             published)
-            | "AllBuckets" >> beam.Flatten()
+            shard_buckets
             | "GroupByPixels" >> beam.GroupByKey()
             | "SearchBuckets" >> beam.FlatMap(
                 buckets.search_bucket,
