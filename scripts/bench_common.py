@@ -171,6 +171,26 @@ with open(sys.argv[3], "w") as f:
 """
 
 
+# Python source that a job driver runs before the job: the local runner's stages are
+# then recorded in ``stage_windows`` as (stage name, start, end), on CLOCK_MONOTONIC
+# (the clock `perf` stamps its samples with).
+TIME_STAGES = r"""
+import time
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+stage_windows = []
+_execute_bundle = fn_runner.FnApiRunner._execute_bundle
+def _timed(self, context, bundle, *args, **kwargs):
+    start = time.monotonic()
+    try:
+        return _execute_bundle(self, context, bundle, *args, **kwargs)
+    finally:
+        stage_windows.append((bundle.stage.name, start, time.monotonic()))
+fn_runner.FnApiRunner._execute_bundle = _timed
+"""
+# The name of the image job's shard step's stage contains this.
+SHARD_STEP_STAGE = "WriteShards/GroupByShard/Read"
+
+
 def timed_job_command(module: str, argv: Sequence[str], timings_path: str) -> list[str]:
     """The command that runs job ``module`` (e.g. ``pipelines.images``) on ``argv``
     and writes ``{"import_s", "job_s"}`` to ``timings_path``."""

@@ -30,6 +30,8 @@ import sys
 import tempfile
 
 from bench_common import (
+    SHARD_STEP_STAGE,
+    TIME_STAGES,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -52,28 +54,20 @@ print(json.dumps({"rc": rc, "maxrss_kib": resource.getrusage(resource.RUSAGE_CHI
 """
 # Runs the image job on argv[1] (JSON) with the local runner's stages timed; writes
 # {"job_s", "stages": {stage: seconds}} to argv[2].
-_TIMED_STAGES = r"""
-import json, sys, time
-from apache_beam.runners.portability.fn_api_runner import fn_runner
+_TIMED_STAGES = TIME_STAGES + r"""
+import json, sys
 from pipelines import images
-stages = {}
-execute = fn_runner.FnApiRunner._execute_bundle
-def timed(self, context, bundle, *args, **kwargs):
-    start = time.perf_counter()
-    try:
-        return execute(self, context, bundle, *args, **kwargs)
-    finally:
-        name = bundle.stage.name
-        stages[name] = stages.get(name, 0.0) + time.perf_counter() - start
-fn_runner.FnApiRunner._execute_bundle = timed
-started = time.perf_counter()
+started = time.monotonic()
 images.run(json.loads(sys.argv[1]))
-job_s = time.perf_counter() - started
+job_s = time.monotonic() - started
+stages = {}
+for name, start, end in stage_windows:
+    stages[name] = stages.get(name, 0.0) + end - start
 with open(sys.argv[2], "w") as f:
     json.dump({"job_s": job_s, "stages": stages}, f)
 """
-# The stages of each part of the job's time, by a piece of their names.
-SHARD_STEP_STAGE, SEARCH_STAGES = "WriteShards/GroupByShard/Read", "/Screen/"
+# The stages of the duplicate search, by a piece of their names.
+SEARCH_STAGES = "/Screen/"
 PARTS = ("shard_step_s", "search_s", "rest_s")
 
 

@@ -34,6 +34,8 @@ import time
 
 from bench_common import (
     REPO_ROOT,
+    SHARD_STEP_STAGE,
+    TIME_STAGES,
     code_commit,
     job_env,
     machine,
@@ -45,24 +47,14 @@ from sample_photos import ensure_photos
 
 # Runs the image job on argv[1] (JSON) and writes the shard step's CLOCK_MONOTONIC
 # windows (perf's clock below) as JSON to argv[2].
-_DRIVER = r"""
-import json, sys, time
-from apache_beam.runners.portability.fn_api_runner import fn_runner
+_DRIVER = TIME_STAGES + r"""
+import json, sys
 from pipelines import images
-windows = []
-execute = fn_runner.FnApiRunner._execute_bundle
-def timed(self, context, bundle, *args, **kwargs):
-    start = time.monotonic()
-    try:
-        return execute(self, context, bundle, *args, **kwargs)
-    finally:
-        if "WriteShards/GroupByShard/Read" in bundle.stage.name:
-            windows.append((start, time.monotonic()))
-fn_runner.FnApiRunner._execute_bundle = timed
 images.run(json.loads(sys.argv[1]))
 with open(sys.argv[2], "w") as f:
-    json.dump(windows, f)
-"""
+    json.dump([(start, end) for name, start, end in stage_windows
+               if SHARD_STEP_STAGE in name], f)
+""".replace("SHARD_STEP_STAGE", repr(SHARD_STEP_STAGE))
 
 GROUPS = (
     ("tensorflow", re.compile(r"^libtensorflow|^_pywrap_tf|tensorflow")),
