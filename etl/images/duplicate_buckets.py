@@ -144,8 +144,8 @@ def search_bucket(element: tuple[str, Iterable[Mapping[str, list[Row]]]],
                   ) -> Iterator[Any]:
     """One pass over an exact bucket, from the parts each shard (and published
     version) gave: its report part ``(BUCKET_PART, (counts, exact pair rows, keys,
-    hashes lines))`` (of its new images, in key order, as :func:`hashes_lines`
-    reads them); tagged ``BANDS``, ``((band, low bits), {band value: [BandEntry]})``
+    hashes lines))`` (of its new images, by pixel hash; :func:`hashes_lines` reads
+    them, in key order); tagged ``BANDS``, ``((band, low bits), {band value: [BandEntry]})``
     of each group that is not blank; with ``keep_groups`` (``drop``), the bucket
     itself tagged ``EXACT``."""
     bucket_id, parts = element
@@ -175,7 +175,6 @@ def search_bucket(element: tuple[str, Iterable[Mapping[str, list[Row]]]],
         for band, value in duplicate_groups.band_keys(int(kept[_PHASH], 16), edges):
             bands.setdefault((band, value & _BAND_BUCKET_MASK), {}).setdefault(
                 value, []).append(entry)
-    lines.sort()
     yield BUCKET_PART, ((images, blank, repeated, grouped, crossing), pairs,
                         json.dumps([key for key, _ in lines], ensure_ascii=False),
                         "".join(line for _, line in lines))
@@ -229,11 +228,11 @@ def part_edges(part: tuple[str, Any]) -> list[Edge]:
     return value if tag == NEAR_PART else []
 
 
-def near_edges(edges: Iterable[Edge], hashes_lines: Mapping[str, str] | None = None
+def near_edges(edges: Iterable[Edge], lines_by_key: Mapping[str, str] | None = None
                ) -> list[NearEdge]:
     """The ``NearEdge``s of the edges, each once, in order of their kept keys; an end
     that carries no rows (a new image, in the report alone) is read from its line in
-    ``hashes_lines`` (key → this version's hashes line)."""
+    ``lines_by_key`` (key → this version's hashes line)."""
     unique = {(key_a, key_b): (distance, rows_a, rows_b)
               for distance, key_a, key_b, rows_a, rows_b in edges}
     read: dict[str, list[Row]] = {}  # an image is often the end of several edges
@@ -242,10 +241,10 @@ def near_edges(edges: Iterable[Edge], hashes_lines: Mapping[str, str] | None = N
         if payload:
             return json.loads(payload)
         if key not in read:
-            if hashes_lines is None or key not in hashes_lines:
+            if lines_by_key is None or key not in lines_by_key:
                 raise KeyError(f"The near edge's end {key!r} carries no rows and has no "
                                f"hashes line.")
-            fields = json.loads(hashes_lines[key])
+            fields = json.loads(lines_by_key[key])
             read[key] = [duplicate_groups.row_of(fields, fields["split"])]
         return read[key]
 
