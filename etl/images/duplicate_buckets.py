@@ -9,25 +9,28 @@ signatures (``scripts/benchmark_duplicates.py``). So a member travels as a row
 (``duplicate_groups.row_of``), each shard's rows arrive as one element
 (``ShardFacts``), and they are gathered by the first hex digit of their pixel hash
 (16 buckets, each ``{pixel hash: [rows]}``: its exact groups). One pass over each
-bucket (:func:`search_bucket`) gives its part of the report and its groups' band
-values; the band values are gathered by band and lowest 4 bits with ``MergeLists``,
-a combiner Beam applies before the shuffle (not for the rows: there it would hold
-them all in the shard step, beside the images). For ``drop``, a band value carries
-its group's rows, so comparing a band's bucket gives whole near pairs, with no join
-back to the groups; for the report alone it carries only a key and a hash, and the
-report reads a pair's images from their hashes lines. Everything the report needs
-then reaches one element, a list combined without defaults (a default would come
-through a side input), in a few large parts: a bucket's keys and lines as one
-string each, a band's edges as one list.
+bucket (:func:`search_bucket`) gives its part of the report and one entry per
+group, its kept key, hash and rows, which it sends on by band and the lowest 4
+bits of the band's value, as columns (:func:`band_parts`): a band's values are
+found, sorted and compared in NumPy (:func:`compare_bands`), so no element or
+object per image and band crosses the stage. For ``drop``, an entry carries its
+group's rows, so comparing a band gives whole near pairs, with no join back to the
+groups; for the report alone it carries only a key and a hash, and the report reads
+a pair's images from their hashes lines. Everything the report needs then reaches
+one element, a list combined without defaults (a default would come through a side
+input), in a few large parts: a bucket's keys and lines as one string each, a
+band's edges as one list.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 
 from etl.core import storage
 from etl.core.shard_step import ShardFacts
@@ -37,7 +40,7 @@ from etl.images.duplicate_groups import Group, Member, NearEdge
 # A member as a tuple of plain values (``duplicate_groups.row_of``): its fields.
 Row = tuple[Any, ...]
 _KEY, _SPLIT, _SOURCE, _PIXELS, _PHASH, _BLANK, _PUBLISHED = 0, 1, 3, 5, 6, 7, 8
-# Exact groups are gathered by the first hex digit of their pixel hash, band values
+# Exact groups are gathered by the first hex digit of their pixel hash, band entries
 # by (band, lowest 4 bits).
 EXACT_PREFIX = 1
 _BAND_BUCKET_MASK = 0xF
@@ -45,14 +48,15 @@ _BAND_BUCKET_MASK = 0xF
 BANDS, EXACT = "bands", "exact"
 # What drop co-groups by exact bucket: the bucket's groups, the near edges it touches.
 GROUPS, NEAR = "groups", "near"
-# A group as a band value carries it: (kept key, kept hash, rows as JSON: its
-# best_per_split rows, kept row first, each ``_brief``; for the report alone, only a
-# published kept row, see ``_entry_rows``). One string, not rows of fields: the band
-# values hold every image once per band, and the runner pays for each value it
-# moves; the rows are read only for a pair.
-BandEntry = tuple[str, str, str]
+# The entries of some groups for one band, as columns: their kept keys (a JSON
+# list), kept hashes (little-endian uint64s) and rows (one line each, joined: its
+# best_per_split rows as JSON, kept row first, each ``_brief``; for the report
+# alone, only a published kept row, see ``_entry_rows``). The rows are read only
+# for a pair.
+BandPart = tuple[str, bytes, str]
+_HASH_DTYPE = np.dtype("<u8")
 # A near edge between two exact groups: (distance, kept key a, kept key b, a's rows,
-# b's rows as in BandEntry), a's kept key the smaller.
+# b's rows as in BandPart), a's kept key the smaller.
 Edge = tuple[int, str, str, str, str]
 # The report's parts, gathered into one list: (tag, value). A few large values, not
 # one per image or pair: the local runner encodes and decodes every value twice on
@@ -93,27 +97,13 @@ def published_buckets(relpath: str, output_dir: str
     return _bucketed(duplicate_groups.row_of(f, f["split"], published=True) for f in fields)
 
 
-class MergeLists(beam.CombineFn):
+def _merged(parts: Iterable[Mapping[str, list[Row]]]) -> dict[str, list[Row]]:
     """``{key: [values]}`` dicts → one, each key's values concatenated."""
-
-    def create_accumulator(self) -> dict[Any, list[Any]]:
-        return {}
-
-    def add_input(self, accumulator: dict[Any, list[Any]], value: Mapping[Any, list[Any]]
-                  ) -> dict[Any, list[Any]]:
-        for key, values in value.items():
-            accumulator.setdefault(key, []).extend(values)
-        return accumulator
-
-    def merge_accumulators(self, accumulators: Iterable[dict[Any, list[Any]]]
-                           ) -> dict[Any, list[Any]]:
-        merged: dict[Any, list[Any]] = {}
-        for accumulator in accumulators:
-            self.add_input(merged, accumulator)
-        return merged
-
-    def extract_output(self, accumulator: dict[Any, list[Any]]) -> dict[Any, list[Any]]:
-        return accumulator
+    merged: dict[str, list[Row]] = {}
+    for part in parts:
+        for key, values in part.items():
+            merged.setdefault(key, []).extend(values)
+    return merged
 
 
 def _group(rows: Iterable[Row]) -> Group:
@@ -129,7 +119,7 @@ def _brief(row: Row) -> Row:
 
 
 def _entry_rows(kept: Row, best: Sequence[Row], keep_groups: bool) -> str:
-    """A band entry's rows (``BandEntry``): for drop, the group's best per split;
+    """A group's entry's rows (``BandPart``): for drop, the group's best per split;
     for the report alone, its kept row, or none for a new image (the report reads
     that from the image's hashes line, which it gathers anyway): most entries then
     carry only a key and a hash, which halves the search's memory and saves a JSON
@@ -145,15 +135,15 @@ def search_bucket(element: tuple[str, Iterable[Mapping[str, list[Row]]]],
     """One pass over an exact bucket, from the parts each shard (and published
     version) gave: its report part ``(BUCKET_PART, (counts, exact pair rows, keys,
     hashes lines))`` (of its new images, by pixel hash; :func:`hashes_lines` reads
-    them, in key order); tagged ``BANDS``, ``((band, low bits), {band value: [BandEntry]})``
-    of each group that is not blank; with ``keep_groups`` (``drop``), the bucket
+    them, in key order); tagged ``BANDS``, ``((band, low bits), BandPart)`` of the
+    groups that are not blank (:func:`band_parts`); with ``keep_groups`` (``drop``), the bucket
     itself tagged ``EXACT``."""
     bucket_id, parts = element
-    bucket = MergeLists().merge_accumulators(parts)
+    bucket = _merged(parts)
     images = blank = repeated = grouped = crossing = 0
     pairs: list[tuple[Any, ...]] = []
     lines: list[tuple[str, str]] = []  # (key, hashes line)
-    bands: dict[tuple[int, int], dict[int, list[BandEntry]]] = {}
+    entries: list[tuple[str, int, str]] = []  # (kept key, hash, rows) of each group
     for pixels in sorted(bucket):
         rows = bucket[pixels]
         images += len(rows)
@@ -171,43 +161,69 @@ def search_bucket(element: tuple[str, Iterable[Mapping[str, list[Row]]]],
         if kept[_BLANK]:
             blank += len(rows)
             continue
-        entry = (kept[_KEY], kept[_PHASH], _entry_rows(kept, best, keep_groups))
-        for band, value in duplicate_groups.band_keys(int(kept[_PHASH], 16), edges):
-            bands.setdefault((band, value & _BAND_BUCKET_MASK), {}).setdefault(
-                value, []).append(entry)
+        entries.append((kept[_KEY], int(kept[_PHASH], 16),
+                        _entry_rows(kept, best, keep_groups)))
     yield BUCKET_PART, ((images, blank, repeated, grouped, crossing), pairs,
                         json.dumps([key for key, _ in lines], ensure_ascii=False),
                         "".join(line for _, line in lines))
-    for key, values in sorted(bands.items()):
-        yield beam.pvalue.TaggedOutput(BANDS, (key, values))
+    for key, part in band_parts(entries, edges):
+        yield beam.pvalue.TaggedOutput(BANDS, (key, part))
     if keep_groups:
         yield beam.pvalue.TaggedOutput(EXACT, (bucket_id, bucket))
 
 
-def compare_bands(element: tuple[tuple[int, int], Mapping[int, Sequence[BandEntry]]],
-                  near_distance: int, cap: int) -> Iterator[tuple[str, list[Any]]]:
-    """The report's parts of a band's buckets: ``(NEAR_PART, [Edge])``, the edges
-    within each band value's bucket (an edge whose groups share several bands comes
-    from each), and ``(CAPPED_PART, [(band, value, size)])`` for the buckets of
-    more than ``cap`` hashes; each only when not empty."""
-    (band, _), buckets = element
-    edges: list[Edge] = []
-    capped: list[tuple[int, int, int]] = []
-    for value, entries in buckets.items():
-        if len(entries) > cap:
-            capped.append((band, value, len(entries)))
-            continue
-        if len(entries) < 2:
-            continue
-        ordered = sorted(entries)
-        hashes = [int(phash, 16) for _, phash, _ in ordered]
-        for i, j, distance in duplicate_groups.close_pairs(hashes, near_distance):
-            (key_a, _, rows_a), (key_b, _, rows_b) = ordered[i], ordered[j]
-            edges.append((distance, key_a, key_b, rows_a, rows_b))
-    if edges:
-        yield NEAR_PART, edges
+def band_parts(entries: Sequence[tuple[str, int, str]], edges: Sequence[tuple[int, int]]
+               ) -> Iterator[tuple[tuple[int, int], BandPart]]:
+    """``((band, low bits), BandPart)``: the groups' entries ``(kept key, hash, rows)``
+    by each band's value's lowest 4 bits, in ``entries``' order."""
+    if not entries:
+        return
+    keys, phashes, rows = zip(*entries, strict=True)
+    hashes = np.array(phashes, dtype=_HASH_DTYPE)
+    for band, values in enumerate(duplicate_groups.band_values(hashes, edges)):
+        low = (values & _BAND_BUCKET_MASK).astype(np.intp)
+        order = np.argsort(low, kind="stable")
+        bounds = np.searchsorted(low[order], np.arange(_BAND_BUCKET_MASK + 2))
+        for low_bits, (start, stop) in enumerate(itertools.pairwise(bounds.tolist())):
+            if start < stop:
+                chosen = order[start:stop].tolist()
+                yield (band, low_bits), (
+                    json.dumps([keys[i] for i in chosen], ensure_ascii=False),
+                    hashes[chosen].tobytes(), "\n".join(rows[i] for i in chosen))
+
+
+def _band_entries(parts: Iterable[BandPart]) -> tuple[list[str], np.ndarray, list[str]]:
+    keys: list[str] = []
+    hashes: list[np.ndarray] = []
+    rows: list[str] = []
+    for part_keys, part_hashes, part_rows in parts:
+        keys += json.loads(part_keys)
+        hashes.append(np.frombuffer(part_hashes, dtype=_HASH_DTYPE))
+        # Each entry's rows are JSON (json.dumps escapes a newline): one line each.
+        rows += part_rows.split("\n")
+    return keys, np.concatenate(hashes) if hashes else np.zeros(0, _HASH_DTYPE), rows
+
+
+def compare_bands(element: tuple[tuple[int, int], Iterable[BandPart]],
+                  edges: Sequence[tuple[int, int]], near_distance: int, cap: int
+                  ) -> Iterator[tuple[str, list[Any]]]:
+    """The report's parts of one band's entries (those whose value has the same lowest
+    bits): ``(NEAR_PART, [Edge])``, the edges between entries with the same band
+    value (an edge whose groups share several bands comes from each), and
+    ``(CAPPED_PART, [(band, value, size)])`` for the values of more than ``cap``
+    hashes; each only when not empty."""
+    (band, _), parts = element
+    keys, hashes, rows = _band_entries(parts)
+    values = duplicate_groups.band_values(hashes, [edges[band]])[0]
+    found, capped = duplicate_groups.close_pairs(hashes, values, near_distance, cap)
+    near: list[Edge] = []
+    for i, j, distance in found:
+        a, b = (i, j) if keys[i] < keys[j] else (j, i)
+        near.append((distance, keys[a], keys[b], rows[a], rows[b]))
+    if near:
+        yield NEAR_PART, near
     if capped:
-        yield CAPPED_PART, capped
+        yield CAPPED_PART, [(band, value, size) for value, size in capped]
 
 
 def hashes_lines(parts: Iterable[tuple[Any, ...]]) -> list[tuple[str, str]]:
@@ -235,20 +251,24 @@ def near_edges(edges: Iterable[Edge], lines_by_key: Mapping[str, str] | None = N
     ``lines_by_key`` (key → this version's hashes line)."""
     unique = {(key_a, key_b): (distance, rows_a, rows_b)
               for distance, key_a, key_b, rows_a, rows_b in edges}
-    read: dict[str, list[Row]] = {}  # an image is often the end of several edges
+    # An image is often the end of several edges, with the same rows each time.
+    read: dict[str, tuple[Member, ...]] = {}
 
-    def rows(key: str, payload: str) -> list[Row]:
+    def members(key: str, payload: str) -> tuple[Member, ...]:
+        if key in read:
+            return read[key]
         if payload:
-            return json.loads(payload)
-        if key not in read:
-            if lines_by_key is None or key not in lines_by_key:
-                raise KeyError(f"The near edge's end {key!r} carries no rows and has no "
-                               f"hashes line.")
+            rows = json.loads(payload)
+        elif lines_by_key is None or key not in lines_by_key:
+            raise KeyError(f"The near edge's end {key!r} carries no rows and has no "
+                           f"hashes line.")
+        else:
             fields = json.loads(lines_by_key[key])
-            read[key] = [duplicate_groups.row_of(fields, fields["split"])]
+            rows = [duplicate_groups.row_of(fields, fields["split"])]
+        read[key] = tuple(map(Member.from_row, rows))
         return read[key]
 
-    return [NearEdge.of_rows(distance, rows(key_a, rows_a), rows(key_b, rows_b))
+    return [NearEdge(distance, members(key_a, rows_a), members(key_b, rows_b))
             for (key_a, key_b), (distance, rows_a, rows_b) in sorted(unique.items())]
 
 

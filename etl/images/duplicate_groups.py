@@ -23,8 +23,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from etl.images.image_hashes import HASH_BITS
 from reader import contract
@@ -37,7 +39,7 @@ SPLIT_RANK = {contract.TEST: 0, contract.VALIDATION: 1, contract.TRAIN: 2}
 # 5 of 179,700 pairs of different ones, overlapping windows of one source photo
 # (scripts/measure_duplicates.py; docs/IMAGE_JOB.md, "Duplicates and leakage").
 DEFAULT_NEAR_DISTANCE = 4
-# Buckets of one band value holding more hashes than this are not compared.
+# Band values shared by more hashes than this are not compared.
 DEFAULT_BUCKET_CAP = 2048
 
 
@@ -198,10 +200,12 @@ def band_edges(near_distance: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(cuts))
 
 
-def band_keys(phash: int, edges: Sequence[tuple[int, int]]) -> Iterator[tuple[int, int]]:
-    """``(band, value)`` of each band of a hash, first bit the highest."""
-    for band, (start, stop) in enumerate(edges):
-        yield band, (phash >> (HASH_BITS - stop)) & ((1 << (stop - start)) - 1)
+def band_values(hashes: np.ndarray, edges: Sequence[tuple[int, int]]) -> np.ndarray:
+    """``[bands, n]``: the value of each band (:func:`band_edges`) of each ``uint64``
+    hash of ``hashes``, first bit the highest."""
+    shifts = np.array([HASH_BITS - stop for _, stop in edges], np.uint64)[:, None]
+    masks = np.array([(1 << (stop - start)) - 1 for start, stop in edges], np.uint64)
+    return (hashes[None, :] >> shifts) & masks[:, None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,24 +217,66 @@ class NearEdge:
     a: tuple[Member, ...]
     b: tuple[Member, ...]
 
-    @classmethod
-    def of_rows(cls, distance: int, a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]]
-                ) -> NearEdge:
-        """From plain values: each side's members as rows (:meth:`Member.row`)."""
-        return cls(distance, tuple(map(Member.from_row, a)), tuple(map(Member.from_row, b)))
-
     def pair(self) -> Pair:
         first, second = sorted((self.a[0], self.b[0]), key=rank)
         return Pair(NEAR, self.distance, first, second)
 
 
-def close_pairs(hashes: Sequence[int], near_distance: int) -> list[tuple[int, int, int]]:
-    """``(i, j, distance)`` for every ``i < j`` whose hashes are within
-    ``near_distance`` bits, in that order. (Pair by pair in Python: NumPy, a row at a
-    time, was slower on the band buckets of 20,000 photos.)"""
-    return [(i, j, distance) for i, first in enumerate(hashes)
-            for j in range(i + 1, len(hashes))
-            if (distance := (first ^ hashes[j]).bit_count()) <= near_distance]
+# Set bits of each byte value: a Hamming distance is a table look-up per byte.
+_BITS_IN_BYTE = np.array([bin(value).count("1") for value in range(256)], np.uint8)
+# Candidate pairs compared at once: their index arrays stay a few tens of MB.
+_PAIRS_AT_ONCE = 1 << 20
+
+
+def hamming_many(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Differing bits of each pair of ``uint64`` hashes of ``a`` and ``b``."""
+    differ = np.ascontiguousarray(a ^ b, dtype=np.uint64)
+    return _BITS_IN_BYTE[differ.view(np.uint8)].reshape(-1, 8).sum(axis=1, dtype=np.int64)
+
+
+def close_pairs(hashes: np.ndarray, values: np.ndarray, near_distance: int, cap: int
+                ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """The candidates of one band: ``(i, j, distance)`` for every two hashes of
+    ``hashes`` (``uint64``) with the same band value (``values``) whose distance is
+    at most ``near_distance``, each pair once; and ``(value, size)`` of each value
+    shared by more than ``cap`` hashes, which are not compared. All pairs of a value
+    at once, in NumPy: pair by pair in Python, the comparisons were the search's
+    largest cost."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    sizes = np.diff(np.append(starts, len(ordered)))
+    over = sizes > cap
+    capped = [(int(ordered[start]), int(size))
+              for start, size in zip(starts[over], sizes[over], strict=True)]
+    compared = (sizes >= 2) & ~over
+    starts, sizes = starts[compared], sizes[compared]
+    found: list[tuple[int, int, int]] = []
+    # Runs in chunks of about _PAIRS_AT_ONCE candidate pairs.
+    chunks = np.cumsum(sizes * (sizes - 1) // 2) // _PAIRS_AT_ONCE
+    cuts = (np.flatnonzero(np.diff(chunks)) + 1).tolist()
+    for first, stop in itertools.pairwise([0, *cuts, len(sizes)]):
+        left, right = _run_pairs(starts[first:stop], sizes[first:stop])
+        distances = hamming_many(hashes[order[left]], hashes[order[right]])
+        near = distances <= near_distance
+        found += zip(order[left[near]].tolist(), order[right[near]].tolist(),
+                     distances[near].tolist(), strict=True)
+    return found, capped
+
+
+def _run_pairs(starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``(left, right)`` of every pair within each run of ``sizes`` positions
+    from ``starts``, ``left < right``."""
+    positions = np.repeat(starts, sizes) + _counting(sizes)
+    later = np.repeat(starts + sizes, sizes) - positions - 1
+    left = np.repeat(positions, later)
+    return left, left + 1 + _counting(later)
+
+
+def _counting(counts: np.ndarray) -> np.ndarray:
+    """0, 1, ... counts[0] - 1, 0, 1, ... counts[1] - 1, ... as one array."""
+    total = int(counts.sum())
+    return np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -194,20 +194,19 @@ class FindDuplicates(beam.PTransform):
                          | "PublishedBuckets" >> beam.FlatMap(
                              buckets.published_buckets, output_dir=self._output_dir))
             shard_buckets = (shard_buckets, published) | "AllBuckets" >> beam.Flatten()
+        edges = duplicate_groups.band_edges(settings.near_distance)
         searched = (
             shard_buckets
             | "GroupByPixels" >> beam.GroupByKey()
             | "SearchBuckets" >> beam.FlatMap(
-                buckets.search_bucket,
-                edges=duplicate_groups.band_edges(settings.near_distance),
-                keep_groups=settings.mode == DROP,
+                buckets.search_bucket, edges=edges, keep_groups=settings.mode == DROP,
             ).with_outputs(buckets.BANDS, buckets.EXACT, main="parts"))
         # The report's parts of the near pairs: NEAR_PART and CAPPED_PART.
         compared = (
             searched[buckets.BANDS]
-            | "GroupByBand" >> beam.CombinePerKey(buckets.MergeLists())
+            | "GroupByBand" >> beam.GroupByKey()
             | "CompareBands" >> beam.FlatMap(
-                buckets.compare_bands, near_distance=settings.near_distance,
+                buckets.compare_bands, edges=edges, near_distance=settings.near_distance,
                 cap=settings.bucket_cap))
         parts = [
             searched.parts,

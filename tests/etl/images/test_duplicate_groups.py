@@ -52,7 +52,43 @@ def test_bands_cover_the_hash_and_any_pair_within_the_distance_shares_one(distan
         first = int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))
         flips = rng.choice(64, size=distance, replace=False)
         second = first ^ sum(1 << int(bit) for bit in flips)
-        assert set(dg.band_keys(first, edges)) & set(dg.band_keys(second, edges))
+        values = dg.band_values(np.array([first, second], np.uint64), edges)
+        assert np.any(values[:, 0] == values[:, 1])
+
+
+def test_band_values_are_the_bits_of_each_band_first_bit_highest():
+    edges = dg.band_edges(4)  # 13, 13, 12, 13, 13 bits
+    phash = 0xF0E1D2C3B4A59687
+    bits = f"{phash:064b}"
+    assert dg.band_values(np.array([phash], np.uint64), edges)[:, 0].tolist() == [
+        int(bits[start:stop], 2) for start, stop in edges]
+
+
+@pytest.mark.parametrize("pairs_at_once", [1, 7, 1 << 20])
+def test_close_pairs_are_every_close_pair_of_equal_values_as_brute_force_finds(
+        pairs_at_once, monkeypatch):
+    monkeypatch.setattr(dg, "_PAIRS_AT_ONCE", pairs_at_once)
+    rng = np.random.default_rng(pairs_at_once)
+    for _ in range(40):
+        n = int(rng.integers(0, 40))
+        # Hashes a few bits apart, and values shared by many of them.
+        hashes = (rng.integers(0, 2**62, dtype=np.uint64) ^ rng.integers(
+            0, 64, n).astype(np.uint64)) if n else np.zeros(0, np.uint64)
+        values = rng.integers(0, 4, n).astype(np.uint64)
+        near_distance, cap = int(rng.integers(0, 6)), int(rng.integers(2, 15))
+        found, capped = dg.close_pairs(hashes, values, near_distance, cap)
+        expected, expected_capped = [], []
+        for value in sorted(set(values.tolist())):
+            same = [i for i in range(n) if values[i] == value]
+            if len(same) > cap:
+                expected_capped.append((value, len(same)))
+                continue
+            for i, j in itertools.combinations(same, 2):
+                distance = bin(int(hashes[i]) ^ int(hashes[j])).count("1")
+                if distance <= near_distance:
+                    expected.append((i, j, distance))
+        assert sorted(found) == sorted(expected)
+        assert capped == expected_capped
 
 
 def test_band_distance_out_of_range_is_refused():
@@ -79,17 +115,28 @@ def test_a_hashes_line_is_the_json_of_its_fields(key, labels):
     assert line == json.dumps(json.loads(line), ensure_ascii=False) + "\n"
 
 
+def _band_part(members: list[Member], near_distance: int, band: int = 0):
+    """The one part band_parts gives of these members' entries (kept key, hash, rows
+    as JSON), all of whose values in ``band`` share their lowest bits."""
+    from etl.images.duplicate_buckets import band_parts
+
+    entries = [(m.key, m.phash, json.dumps([m.row()])) for m in members]
+    parts = [part for (b, _), part in band_parts(entries, dg.band_edges(near_distance))
+             if b == band]
+    assert len(parts) == 1
+    return parts[0]
+
+
 def test_compare_bands_pairs_only_hashes_within_the_distance():
     from etl.images.duplicate_buckets import NEAR_PART, compare_bands, near_edges
 
+    # All three share band 0's value (0): only the first two are within 2 bits.
     near = member("a", "train", pixels="1", phash=0b1111)
     also = member("b", "test", pixels="2", phash=0b0011)
-    far = member("c", "test", pixels="3", phash=(1 << 64) - 1)
-    # One band value's bucket, each group's entry (kept key, kept hash, its rows as
-    # JSON), as search_bucket gives them.
-    bucket = {0: [(m.key, f"{m.phash:016x}", json.dumps([m.row()]))
-                  for m in (far, also, near)]}
-    ((tag, edges),) = compare_bands(((0, 0), bucket), near_distance=2, cap=10)
+    far = member("c", "test", pixels="3", phash=(1 << 43) - 1)
+    part = _band_part([far, also, near], near_distance=2)
+    ((tag, edges),) = compare_bands(((0, 0), [part]), dg.band_edges(2), near_distance=2,
+                                    cap=10)
     assert tag == NEAR_PART
     assert [(a, b, distance) for distance, a, b, _, _ in edges] == [("a", "b", 2)]
     # The same edge from another band they share is listed once.
@@ -109,30 +156,44 @@ def test_report_only_band_entries_of_new_images_are_read_from_their_hashes_lines
     new = member("new", "train", pixels="1", phash=0b1111, label="dog")
     old = member("old", "test", pixels="2", phash=0b0111, published=True)
     bucket = {m.pixels_xxh128: [m.row()] for m in (new, old)}
-    outputs = list(search_bucket(("x", [bucket]), dg.band_edges(2)))
+    edges = dg.band_edges(2)
+    outputs = list(search_bucket(("x", [bucket]), edges))
+    bands = [output.value for output in outputs if getattr(output, "tag", "") == "bands"]
     # The report alone: a new image's entry carries no rows, a published one its own.
-    entries = {entry[0]: entry for output in outputs if getattr(output, "tag", "") == "bands"
-               for values in output.value[1].values() for entry in values}
-    assert entries["new"][2] == ""
-    assert json.loads(entries["old"][2])[0][0] == "old"
-    ((_, edges),) = compare_bands(((0, 0), {0: list(entries.values())}), near_distance=2,
-                                  cap=10)
+    ((key, (keys, hashes, rows)),) = [(key, part) for key, part in bands if key[0] == 0]
+    entries = dict(zip(json.loads(keys), rows.split("\n"), strict=True))
+    assert np.frombuffer(hashes, "<u8").tolist() == [0b1111, 0b0111]
+    assert entries["new"] == ""
+    assert json.loads(entries["old"])[0][0] == "old"
+    ((_, found),) = compare_bands((key, [part for k, part in bands if k == key]), edges,
+                                  near_distance=2, cap=10)
     lines = dict(hashes_lines([outputs[0][1]]))
     assert list(lines) == ["new"]  # a published image's line is an earlier version's
-    (edge,) = near_edges(edges, lines)
+    (edge,) = near_edges(found, lines)
     pair = edge.pair()
     assert (pair.a.key, pair.a.split, pair.b.key, pair.b.split, pair.b.labels, pair.distance
             ) == ("old", "test", "new", "train", ("dog",), 1)
     with pytest.raises(KeyError, match="'new' carries no rows"):
-        near_edges(edges, {})
+        near_edges(found, {})
+
+
+def test_band_parts_from_several_buckets_are_compared_together():
+    from etl.images.duplicate_buckets import compare_bands
+
+    first = _band_part([member("a", "train", phash=0b1)], near_distance=1)
+    second = _band_part([member("b", "test", phash=0b11)], near_distance=1)
+    ((_, edges),) = compare_bands(((0, 0), [first, second]), dg.band_edges(1),
+                                  near_distance=1, cap=10)
+    assert [(a, b, distance) for distance, a, b, _, _ in edges] == [("a", "b", 1)]
 
 
 def test_an_oversized_band_bucket_is_reported_not_compared():
     from etl.images.duplicate_buckets import CAPPED_PART, compare_bands
 
-    entries = [(f"k{i}", f"{i:016x}", json.dumps([member(f"k{i}", "train", phash=i).row()]))
-               for i in range(3)]
-    (capped,) = compare_bands(((2, 5), {5: entries}), near_distance=4, cap=2)
+    # Band 2 of distance 4 is bits 26-37: these three hashes share its value 5.
+    members = [member(f"k{i}", "train", phash=(5 << 26) | i) for i in range(3)]
+    part = _band_part(members, near_distance=4, band=2)
+    (capped,) = compare_bands(((2, 5), [part]), dg.band_edges(4), near_distance=4, cap=2)
     assert capped == (CAPPED_PART, [(2, 5, 3)])
 
 
