@@ -14,7 +14,7 @@ than --max_foreign cores is retried. Medians are reported beside best rounds, wi
 the ratio of report (and drop) to off.
 
 Usage: python scripts/benchmark_duplicates.py --work_dir /work/bench_data \\
-           --num_images 20000 --rounds 2 --out docs/benchmarks/duplicates_web20k.json
+           --num_images 20000 --rounds 3 --out docs/benchmarks/duplicates_web20k.json
 """
 
 from __future__ import annotations
