@@ -136,8 +136,8 @@ def search_bucket(element: tuple[str, Iterable[Mapping[str, list[Row]]]],
     version) gave: its report part ``(BUCKET_PART, (counts, exact pair rows, keys,
     hashes lines))`` (of its new images, by pixel hash; :func:`hashes_lines` reads
     them, in key order); tagged ``BANDS``, ``((band, low bits), BandPart)`` of the
-    groups that are not blank (:func:`band_parts`); with ``keep_groups`` (``drop``), the bucket
-    itself tagged ``EXACT``."""
+    groups that are not blank (:func:`band_parts`); with ``keep_groups``
+    (``drop``), the bucket itself tagged ``EXACT``."""
     bucket_id, parts = element
     bucket = _merged(parts)
     images = blank = repeated = grouped = crossing = 0
