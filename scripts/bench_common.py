@@ -157,20 +157,6 @@ def interleaved(names: Sequence[str], rounds: int) -> Iterator[tuple[int, str]]:
 
 # --- job runs --------------------------------------------------------------------------
 
-# Runs ``<module>.run(argv)`` (argv[1], argv[2] as JSON) in a fresh interpreter and
-# writes its timings as JSON to argv[3]: the imports apart from the job itself.
-_TIMED_JOB = r"""
-import importlib, json, sys, time
-started = time.perf_counter()
-job = importlib.import_module(sys.argv[1])
-imported = time.perf_counter()
-job.run(json.loads(sys.argv[2]))
-finished = time.perf_counter()
-with open(sys.argv[3], "w") as f:
-    json.dump({"import_s": imported - started, "job_s": finished - imported}, f)
-"""
-
-
 # Python source that a job driver runs before the job: the local runner's stages are
 # then recorded in ``stage_windows`` as (stage name, start, end), on CLOCK_MONOTONIC
 # (the clock `perf` stamps its samples with).
@@ -189,11 +175,29 @@ fn_runner.FnApiRunner._execute_bundle = _timed
 """
 # The name of the image job's shard step's stage contains this.
 SHARD_STEP_STAGE = "WriteShards/GroupByShard/Read"
+# Runs ``<module>.run(argv)`` (argv[1], argv[2] as JSON) in a fresh interpreter and
+# writes its timings as JSON to argv[3]: the imports apart from the job itself, and
+# the seconds of each of the local runner's stages.
+_TIMED_JOB = TIME_STAGES + r"""
+import importlib, json, sys
+started = time.perf_counter()
+job = importlib.import_module(sys.argv[1])
+imported = time.perf_counter()
+job.run(json.loads(sys.argv[2]))
+finished = time.perf_counter()
+stages = {}
+for name, start, end in stage_windows:
+    stages[name] = stages.get(name, 0.0) + end - start
+with open(sys.argv[3], "w") as f:
+    json.dump({"import_s": imported - started, "job_s": finished - imported,
+               "stages": stages}, f)
+"""
 
 
 def timed_job_command(module: str, argv: Sequence[str], timings_path: str) -> list[str]:
     """The command that runs job ``module`` (e.g. ``pipelines.images``) on ``argv``
-    and writes ``{"import_s", "job_s"}`` to ``timings_path``."""
+    and writes ``{"import_s", "job_s", "stages"}`` to ``timings_path`` (``stages``:
+    seconds per local-runner stage, by stage name)."""
     return [sys.executable, "-c", _TIMED_JOB, module, json.dumps(list(argv)), timings_path]
 
 

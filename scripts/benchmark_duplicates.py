@@ -1,17 +1,17 @@
 """What the duplicate report costs: the image job with --cross_split_duplicates=off,
 report (the default) and drop, on the same web-size photos, interleaved.
 
-Each sample runs ``pipelines.images.run`` in a fresh interpreter under a small parent
-that reports its children's peak RSS (``ru_maxrss`` of RUSAGE_CHILDREN: the largest
-process of the job's tree). Images/s is the photo count over the job's own wall time
-(imports apart). Where that time goes: the local runner's stages are timed, and each
-sample splits the job's time into the shard step (the stage that reads, hashes and
-writes every image), the duplicate search (the stages of ``FindDuplicates``) and the
-rest (building the graph, listing, analysis, finishing); the summary gives each
-part's median and its difference from off. Every variant runs once a round, the
-first one rotating (``interleaved``); a sample taken while other processes used more
-than --max_foreign cores is retried. Medians are reported beside best rounds, with
-the ratio of report (and drop) to off.
+Each sample runs ``pipelines.images.run`` in a fresh interpreter (``timed_job_command``)
+under a small parent that reports its children's peak RSS (``ru_maxrss`` of
+RUSAGE_CHILDREN: the largest process of the job's tree). Images/s is the photo count
+over the job's own wall time (imports apart). Where that time goes: the local
+runner's stages are timed, and each sample splits the job's time into the shard step
+(the stage that reads, hashes and writes every image), the duplicate search (the
+stages of ``FindDuplicates``) and the rest (building the graph, listing, analysis,
+finishing); the summary gives each part's median and its difference from off. Every
+variant runs once a round, the first one rotating (``interleaved``); a sample taken
+while other processes used more than --max_foreign cores is retried. Medians are
+reported beside best rounds, with the ratio of report (and drop) to off.
 
 Usage: python scripts/benchmark_duplicates.py --work_dir /work/bench_data \\
            --num_images 20000 --rounds 3 --out docs/benchmarks/duplicates_web20k.json
@@ -31,7 +31,6 @@ import tempfile
 
 from bench_common import (
     SHARD_STEP_STAGE,
-    TIME_STAGES,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -40,6 +39,7 @@ from bench_common import (
     quiet_sample,
     read_json,
     read_manifest,
+    timed_job_command,
     write_json,
 )
 from sample_photos import describe, ensure_tree
@@ -51,20 +51,6 @@ _PEAK_RSS = r"""
 import json, resource, subprocess, sys
 rc = subprocess.run(json.loads(sys.argv[1])).returncode
 print(json.dumps({"rc": rc, "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
-"""
-# Runs the image job on argv[1] (JSON) with the local runner's stages timed; writes
-# {"job_s", "stages": {stage: seconds}} to argv[2].
-_TIMED_STAGES = TIME_STAGES + r"""
-import json, sys
-from pipelines import images
-started = time.monotonic()
-images.run(json.loads(sys.argv[1]))
-job_s = time.monotonic() - started
-stages = {}
-for name, start, end in stage_windows:
-    stages[name] = stages.get(name, 0.0) + end - start
-with open(sys.argv[2], "w") as f:
-    json.dump({"job_s": job_s, "stages": stages}, f)
 """
 # The stages of the duplicate search, by a piece of their names.
 SEARCH_STAGES = "/Screen/"
@@ -88,7 +74,7 @@ def run_variant(tree: str, work: str, mode: str, flags: list[str]) -> dict:
     argv = [f"--input={tree}", f"--output_dir={out}", f"--cross_split_duplicates={mode}",
             *flags]
     command = [sys.executable, "-c", _PEAK_RSS,
-               json.dumps([sys.executable, "-c", _TIMED_STAGES, json.dumps(argv), timings])]
+               json.dumps(timed_job_command("pipelines.images", argv, timings))]
     proc = subprocess.run(command, env=job_env(), capture_output=True, text=True)
     status = json.loads(proc.stdout.strip().splitlines()[-1])
     if status["rc"] != 0:
