@@ -176,28 +176,32 @@ fn_runner.FnApiRunner._execute_bundle = _timed
 # The name of the image job's shard step's stage contains this.
 SHARD_STEP_STAGE = "WriteShards/GroupByShard/Read"
 # Runs ``<module>.run(argv)`` (argv[1], argv[2] as JSON) in a fresh interpreter and
-# writes its timings as JSON to argv[3]: the imports apart from the job itself, and
-# the seconds of each of the local runner's stages.
+# writes its timings as JSON to argv[3]: the imports apart from the job itself, the
+# job's CPU seconds (its process and any worker processes it waited for), and the
+# seconds of each of the local runner's stages.
 _TIMED_JOB = TIME_STAGES + r"""
-import importlib, json, sys
+import importlib, json, resource, sys
+def cpu_s():
+    return sum(u.ru_utime + u.ru_stime for u in (
+        resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
 started = time.perf_counter()
 job = importlib.import_module(sys.argv[1])
-imported = time.perf_counter()
+imported, imported_cpu = time.perf_counter(), cpu_s()
 job.run(json.loads(sys.argv[2]))
-finished = time.perf_counter()
+finished, finished_cpu = time.perf_counter(), cpu_s()
 stages = {}
 for name, start, end in stage_windows:
     stages[name] = stages.get(name, 0.0) + end - start
 with open(sys.argv[3], "w") as f:
     json.dump({"import_s": imported - started, "job_s": finished - imported,
-               "stages": stages}, f)
+               "job_cpu_s": finished_cpu - imported_cpu, "stages": stages}, f)
 """
 
 
 def timed_job_command(module: str, argv: Sequence[str], timings_path: str) -> list[str]:
     """The command that runs job ``module`` (e.g. ``pipelines.images``) on ``argv``
-    and writes ``{"import_s", "job_s", "stages"}`` to ``timings_path`` (``stages``:
-    seconds per local-runner stage, by stage name)."""
+    and writes ``{"import_s", "job_s", "job_cpu_s", "stages"}`` to ``timings_path``
+    (``stages``: seconds per local-runner stage, by stage name)."""
     return [sys.executable, "-c", _TIMED_JOB, module, json.dumps(list(argv)), timings_path]
 
 

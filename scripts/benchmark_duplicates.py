@@ -11,7 +11,11 @@ stages of ``FindDuplicates``) and the rest (building the graph, listing, analysi
 finishing); the summary gives each part's median and its difference from off. Every
 variant runs once a round, the first one rotating (``interleaved``); a sample taken
 while other processes used more than --max_foreign cores is retried. Medians are
-reported beside best rounds, with the ratio of report (and drop) to off.
+reported beside best rounds, with the ratio of report (and drop) to off: of the
+medians, of the best rounds, and round by round (each round's runs follow each
+other, so a machine whose speed drifts over the minutes of a benchmark shifts
+them alike), with the median of those; and the ratio of the job's CPU seconds
+(median of the rounds' ratios).
 
 Usage: python scripts/benchmark_duplicates.py --work_dir /work/bench_data \\
            --num_images 20000 --rounds 3 --out docs/benchmarks/duplicates_web20k.json
@@ -82,7 +86,8 @@ def run_variant(tree: str, work: str, mode: str, flags: list[str]) -> dict:
     manifest = read_manifest(out)
     found = manifest.get("duplicates") or {}
     timed = read_json(timings)
-    return {"job_s": timed["job_s"], **job_parts(timed["job_s"], timed["stages"]),
+    return {"job_s": timed["job_s"], "job_cpu_s": round(timed["job_cpu_s"], 2),
+            **job_parts(timed["job_s"], timed["stages"]),
             "peak_rss_mib": status["maxrss_kib"] / 1024,
             "written": sum(s["num_records"] for s in manifest["splits"].values()),
             "cross_split_pairs": found.get("cross_split_pairs"),
@@ -96,7 +101,9 @@ def summarise(samples: dict[str, list[dict]], num_images: int) -> dict:
     summary = {mode: {"median_images_per_s": round(statistics.median(r), 1),
                       "best_images_per_s": round(max(r), 1),
                       "median_peak_rss_mib": round(statistics.median(
-                          s["peak_rss_mib"] for s in samples[mode]), 1)}
+                          s["peak_rss_mib"] for s in samples[mode]), 1),
+                      "median_job_cpu_s": round(statistics.median(
+                          s["job_cpu_s"] for s in samples[mode]), 1)}
                for mode, r in rates.items()}
     for mode in summary:
         for part in PARTS:
@@ -110,6 +117,14 @@ def summarise(samples: dict[str, list[dict]], num_images: int) -> dict:
                 summary[mode]["median_images_per_s"] / summary["off"]["median_images_per_s"], 3)
             summary[mode]["best_vs_off"] = round(
                 summary[mode]["best_images_per_s"] / summary["off"]["best_images_per_s"], 3)
+            # Each round's runs are minutes apart, the rounds further: where the
+            # machine drifts, the ratio within a round is the steadier measure.
+            paired = [mine / off for mine, off in zip(rates[mode], rates["off"], strict=True)]
+            summary[mode]["round_vs_off"] = [round(ratio, 3) for ratio in paired]
+            summary[mode]["median_round_vs_off"] = round(statistics.median(paired), 3)
+            summary[mode]["job_cpu_vs_off"] = round(statistics.median(
+                mine["job_cpu_s"] / off["job_cpu_s"]
+                for mine, off in zip(samples[mode], samples["off"], strict=True)), 3)
             summary[mode]["peak_rss_vs_off"] = round(
                 summary[mode]["median_peak_rss_mib"] / summary["off"]["median_peak_rss_mib"], 3)
     return summary
