@@ -39,11 +39,24 @@ def machine(**extra: Any) -> dict[str, Any]:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
-    return {"cpu_cores": os.cpu_count(),
+    return {"cpu_cores": os.cpu_count(), "cpu_model": _cpu_model(),
             "processor": platform.processor() or platform.machine(),
             "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
             "platform": platform.platform(), "python": platform.python_version(),
             **versions, **extra}
+
+
+def _cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (None elsewhere): VMs of one size are
+    lent on more than one kind of host, and their figures differ."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def _git(*args: str) -> str:
