@@ -117,8 +117,9 @@ def summarise(samples: dict[str, list[dict]], num_images: int) -> dict:
                 summary[mode]["median_images_per_s"] / summary["off"]["median_images_per_s"], 3)
             summary[mode]["best_vs_off"] = round(
                 summary[mode]["best_images_per_s"] / summary["off"]["best_images_per_s"], 3)
-            # Each round's runs are minutes apart, the rounds further: where the
-            # machine drifts, the ratio within a round is the steadier measure.
+            # A round's runs follow each other; rounds are many minutes apart. Where
+            # the machine's speed drifts, the medians' ratio mixes rounds far apart,
+            # the ratio within each round does not.
             paired = [mine / off for mine, off in zip(rates[mode], rates["off"], strict=True)]
             summary[mode]["round_vs_off"] = [round(ratio, 3) for ratio in paired]
             summary[mode]["median_round_vs_off"] = round(statistics.median(paired), 3)
