@@ -18,7 +18,7 @@ them alike), with the median of those; and the ratio of the job's CPU seconds
 (median of the rounds' ratios).
 
 Usage: python scripts/benchmark_duplicates.py --work_dir /work/bench_data \\
-           --num_images 20000 --rounds 3 --out docs/benchmarks/duplicates_web20k.json
+           --num_images 20000 --rounds 5 --out docs/benchmarks/duplicates_web20k.json
 """
 
 from __future__ import annotations
@@ -96,38 +96,46 @@ def run_variant(tree: str, work: str, mode: str, flags: list[str]) -> dict:
             "removed": found.get("removed")}
 
 
+def _by_round(values: list[float], off: list[float]) -> list[float]:
+    """Each round's value over off's in the same round (samples are in round order)."""
+    return [mine / base for mine, base in zip(values, off, strict=True)]
+
+
 def summarise(samples: dict[str, list[dict]], num_images: int) -> dict:
+    """Each mode's medians and best round; with off among the modes, each other mode
+    against it."""
     rates = {mode: [num_images / s["job_s"] for s in runs] for mode, runs in samples.items()}
     summary = {mode: {"median_images_per_s": round(statistics.median(r), 1),
                       "best_images_per_s": round(max(r), 1),
                       "median_peak_rss_mib": round(statistics.median(
                           s["peak_rss_mib"] for s in samples[mode]), 1),
                       "median_job_cpu_s": round(statistics.median(
-                          s["job_cpu_s"] for s in samples[mode]), 1)}
+                          s["job_cpu_s"] for s in samples[mode]), 1),
+                      **{f"median_{part}": round(statistics.median(
+                          s[part] for s in samples[mode]), 2) for part in PARTS}}
                for mode, r in rates.items()}
-    for mode in summary:
+    if "off" not in samples:
+        return summary
+    off = summary["off"]
+    for mode, mine in summary.items():
+        if mode == "off":
+            continue
         for part in PARTS:
-            summary[mode][f"median_{part}"] = round(statistics.median(
-                s[part] for s in samples[mode]), 2)
-            if "off" in samples and mode != "off":
-                summary[mode][f"{part}_vs_off"] = round(
-                    summary[mode][f"median_{part}"] - summary["off"][f"median_{part}"], 2)
-        if mode != "off":
-            summary[mode]["median_vs_off"] = round(
-                summary[mode]["median_images_per_s"] / summary["off"]["median_images_per_s"], 3)
-            summary[mode]["best_vs_off"] = round(
-                summary[mode]["best_images_per_s"] / summary["off"]["best_images_per_s"], 3)
-            # A round's runs follow each other; rounds are many minutes apart. Where
-            # the machine's speed drifts, the medians' ratio mixes rounds far apart,
-            # the ratio within each round does not.
-            paired = [mine / off for mine, off in zip(rates[mode], rates["off"], strict=True)]
-            summary[mode]["round_vs_off"] = [round(ratio, 3) for ratio in paired]
-            summary[mode]["median_round_vs_off"] = round(statistics.median(paired), 3)
-            summary[mode]["job_cpu_vs_off"] = round(statistics.median(
-                mine["job_cpu_s"] / off["job_cpu_s"]
-                for mine, off in zip(samples[mode], samples["off"], strict=True)), 3)
-            summary[mode]["peak_rss_vs_off"] = round(
-                summary[mode]["median_peak_rss_mib"] / summary["off"]["median_peak_rss_mib"], 3)
+            mine[f"{part}_vs_off"] = round(mine[f"median_{part}"] - off[f"median_{part}"], 2)
+        mine["median_vs_off"] = round(
+            mine["median_images_per_s"] / off["median_images_per_s"], 3)
+        mine["best_vs_off"] = round(mine["best_images_per_s"] / off["best_images_per_s"], 3)
+        # A round's runs follow each other; rounds are many minutes apart. Where the
+        # machine's speed drifts, the medians' ratio mixes rounds far apart, the ratio
+        # within each round does not.
+        paired = _by_round(rates[mode], rates["off"])
+        mine["round_vs_off"] = [round(ratio, 3) for ratio in paired]
+        mine["median_round_vs_off"] = round(statistics.median(paired), 3)
+        mine["job_cpu_vs_off"] = round(statistics.median(_by_round(
+            [s["job_cpu_s"] for s in samples[mode]],
+            [s["job_cpu_s"] for s in samples["off"]])), 3)
+        mine["peak_rss_vs_off"] = round(
+            mine["median_peak_rss_mib"] / off["median_peak_rss_mib"], 3)
     return summary
 
 
