@@ -162,6 +162,26 @@ def test_resize_and_center_crop_crops_the_centre_of_a_tall_image():
     assert (out[1:31] == (0, 255, 0)).all()
 
 
+@pytest.mark.parametrize(("height", "width", "size"), [
+    (480, 640, 224),  # a web photo's decode: shrink
+    (333, 251, 64),   # odd sides, portrait
+    (5, 9, 16),       # upscale
+])
+def test_resize_and_center_crop_is_tf_image_resize_of_a_float_copy_bit_for_bit(
+        height, width, size):
+    # The resize reads the uint8 pixels as they are; tf.image.resize, the public op it
+    # stands for, takes a float32 copy of them first. Same values, same sums.
+    pixels = random_pixels(4, height, width)
+    shorter = min(height, width)
+    new_h, new_w = ((side * size + shorter // 2) // shorter for side in (height, width))
+    resized = tf.image.resize(tf.cast(pixels, tf.float32), [new_h, new_w],
+                              method="bilinear", antialias=True).numpy()
+    top, left = (new_h - size) // 2, (new_w - size) // 2
+    expected = np.clip(np.round(resized[top:top + size, left:left + size]), 0, 255)
+    out = codec.resize_and_center_crop(tf.constant(pixels), size).numpy()
+    np.testing.assert_array_equal(out, expected.astype(np.uint8))
+
+
 # --- encode / decode_stored -----------------------------------------------------------
 
 @pytest.mark.parametrize("image_format", [codec.PNG, codec.RAW])
