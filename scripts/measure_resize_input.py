@@ -7,7 +7,8 @@ DCT scale for ``--image_size``); then the job's ops after the decode
 as the job does, and on a float32 copy of them, as it did before ``ScaleAndTranslate``
 was given the pixels themselves. Reported: whether the two are equal bit for bit on
 every photo, and one core's CPU time per photo for each (median and best of
-``--rounds`` interleaved rounds; the decode is outside the timed calls).
+``--rounds`` rounds, each timing the two back to back on every photo; the decode is
+outside the timed calls).
 
 Usage:
     python scripts/measure_resize_input.py --input /work/bench_data/photos_20000 \\
@@ -26,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
-from bench_common import code_commit, interleaved, machine, write_json
+from bench_common import code_commit, machine, write_json
 
 from etl.images import codec
 from pipelines.images import run_ops_on_one_thread_each
@@ -70,12 +71,18 @@ def main() -> None:
 
     identical = all(np.array_equal(*(finish[v](*photo).numpy() for v in VARIANTS))
                     for photo in photos)
+    # Photo by photo, the two variants back to back (the first one alternating), so
+    # that a shared VM's slow spells, which last seconds, hit both alike.
     cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for _, variant in interleaved(VARIANTS, args.rounds):
-        start = time.process_time()
-        for photo in photos:
-            finish[variant](*photo).numpy()
-        cpu[variant].append(1000 * (time.process_time() - start) / len(photos))
+    for _ in range(args.rounds):
+        spent = dict.fromkeys(VARIANTS, 0.0)
+        for i, photo in enumerate(photos):
+            for variant in VARIANTS[i % 2:] + VARIANTS[:i % 2]:
+                start = time.process_time()
+                finish[variant](*photo).numpy()
+                spent[variant] += time.process_time() - start
+        for variant in VARIANTS:
+            cpu[variant].append(1000 * spent[variant] / len(photos))
 
     pixels = statistics.fmean(int(np.prod(photo[0].shape)) for photo in photos)
     result = {v: {"median_ms": statistics.median(cpu[v]), "best_ms": min(cpu[v]),
