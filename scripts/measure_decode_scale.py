@@ -20,7 +20,6 @@ Usage (camera-size photos from scripts/sample_photos.py, then web-size ones):
 from __future__ import annotations
 
 import argparse
-import glob
 import io
 import os
 import statistics
@@ -30,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
-from bench_common import code_commit, machine, write_json
+from bench_common import add_photo_folder_flags, code_commit, machine, photo_files, write_json
 from PIL import Image, ImageOps
 
 from etl.images import codec
@@ -79,19 +78,11 @@ def make_ops(size: int, quality: int) -> dict[str, tf.types.experimental.Generic
 def main() -> None:
     run_ops_on_one_thread_each()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--input", required=True, help="A folder of JPEGs (any depth).")
-    parser.add_argument("--image_size", type=int, default=224)
+    add_photo_folder_flags(parser, max_photos=60, rounds=3)
     parser.add_argument("--jpeg_quality", type=int, default=95)
-    parser.add_argument("--max_photos", type=int, default=60)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=None, help="Write the results to this JSON.")
     args = parser.parse_args()
 
-    files = sorted(glob.glob(os.path.join(args.input, "**", "*.jpg"), recursive=True))
-    files = files[:args.max_photos]
-    if not files:
-        parser.error(f"No .jpg files under {args.input!r}.")
-    photos = [open(path, "rb").read() for path in files]
+    photos = [open(path, "rb").read() for path in photo_files(parser, args)]
     shapes = [Image.open(io.BytesIO(data)).size[::-1] for data in photos]
     ops = make_ops(args.image_size, args.jpeg_quality)
     for fn in ops.values():  # Trace once, untimed.

@@ -18,7 +18,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import statistics
 import time
@@ -27,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
-from bench_common import code_commit, machine, write_json
+from bench_common import add_photo_folder_flags, code_commit, machine, photo_files, write_json
 
 from etl.images import codec
 from pipelines.images import run_ops_on_one_thread_each
@@ -49,19 +48,11 @@ def make_finish(size: int, variant: str) -> tf.types.experimental.ConcreteFuncti
 def main() -> None:
     run_ops_on_one_thread_each()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--input", required=True, help="A folder of JPEGs (any depth).")
-    parser.add_argument("--image_size", type=int, default=224)
-    parser.add_argument("--max_photos", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default=None, help="Write the results to this JSON.")
+    add_photo_folder_flags(parser, max_photos=1000, rounds=5)
     args = parser.parse_args()
 
-    files = sorted(glob.glob(os.path.join(args.input, "**", "*.jpg"), recursive=True))
-    files = files[:args.max_photos]
-    if not files:
-        parser.error(f"No .jpg files under {args.input!r}.")
     photos = []
-    for path in files:
+    for path in photo_files(parser, args):
         with open(path, "rb") as f:
             data = tf.constant(f.read())
         image = codec.decode_rgb(data, image_size=args.image_size)
