@@ -17,8 +17,18 @@ other, so a machine whose speed drifts over the minutes of a benchmark shifts
 them alike), with the median of those; and the ratio of the job's CPU seconds
 (median of the rounds' ratios).
 
+With ``--side_by_side`` a round's modes run at the same time instead, each pinned to
+a CPU of its own (the CPUs swap from round to round). A shared VM whose speed drifts
+by more than the report costs (this project's 2-core VMs: ±10-20 % over minutes)
+then slows both runs of a round alike, which runs a minute apart are not; each job
+has one core, so its time is its CPU cost. ``--modes off,off`` is the A/A check:
+how far apart two identical runs land this way.
+
 Usage: python scripts/benchmark_duplicates.py --work_dir /work/bench_data \\
            --num_images 20000 --rounds 5 --out docs/benchmarks/duplicates_web20k.json
+       python scripts/benchmark_duplicates.py --work_dir /work/bench_data \\
+           --num_images 20000 --rounds 8 --modes off,report --side_by_side \\
+           --out docs/benchmarks/duplicates_web20k_side_by_side.json
 """
 
 from __future__ import annotations
@@ -70,22 +80,31 @@ def job_parts(job_s: float, stages: dict[str, float]) -> dict[str, float]:
             "rest_s": round(job_s - shard - search, 2)}
 
 
-def run_variant(tree: str, work: str, mode: str, flags: list[str]) -> dict:
-    """One job run into a fresh output dir: job seconds, peak RSS, what it found."""
-    out = os.path.join(work, f"out_{mode}")
+def start_variant(tree: str, work: str, label: str, flags: list[str],
+                  core: int | None = None) -> subprocess.Popen:
+    """Starts the run of ``label`` (a mode, or ``MODE#n``) into a fresh output dir,
+    on CPU ``core`` alone if given."""
+    out = os.path.join(work, f"out_{label}")
     shutil.rmtree(out, ignore_errors=True)
-    timings = os.path.join(work, f"timings_{mode}.json")
+    mode = label.partition("#")[0]
     argv = [f"--input={tree}", f"--output_dir={out}", f"--cross_split_duplicates={mode}",
             *flags]
-    command = [sys.executable, "-c", _PEAK_RSS,
-               json.dumps(timed_job_command("pipelines.images", argv, timings))]
-    proc = subprocess.run(command, env=job_env(), capture_output=True, text=True)
-    status = json.loads(proc.stdout.strip().splitlines()[-1])
+    command = [sys.executable, "-c", _PEAK_RSS, json.dumps(timed_job_command(
+        "pipelines.images", argv, os.path.join(work, f"timings_{label}.json")))]
+    pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
+    return subprocess.Popen(command, env=job_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=pin)
+
+
+def finish_variant(work: str, label: str, proc: subprocess.Popen) -> dict:
+    """Waits for a run of :func:`start_variant`: job seconds, peak RSS, what it found."""
+    stdout, stderr = proc.communicate()
+    status = json.loads(stdout.strip().splitlines()[-1])
     if status["rc"] != 0:
-        raise RuntimeError(f"{mode} failed:\n{proc.stderr[-4000:]}")
-    manifest = read_manifest(out)
+        raise RuntimeError(f"{label} failed:\n{stderr[-4000:]}")
+    manifest = read_manifest(os.path.join(work, f"out_{label}"))
     found = manifest.get("duplicates") or {}
-    timed = read_json(timings)
+    timed = read_json(os.path.join(work, f"timings_{label}.json"))
     return {"job_s": timed["job_s"], "job_cpu_s": round(timed["job_cpu_s"], 2),
             **job_parts(timed["job_s"], timed["stages"]),
             "peak_rss_mib": status["maxrss_kib"] / 1024,
@@ -94,6 +113,29 @@ def run_variant(tree: str, work: str, mode: str, flags: list[str]) -> dict:
             "pairs": {kind: sum(counts.values())
                       for kind, counts in found.get("pairs", {}).items()},
             "removed": found.get("removed")}
+
+
+def unique_labels(modes: list[str]) -> list[str]:
+    """The modes as sample labels: a mode's second run is ``MODE#2`` (an A/A check)."""
+    return [mode if i == 0 else f"{mode}#{i + 1}"
+            for mode, i in ((mode, modes[:n].count(mode)) for n, mode in enumerate(modes))]
+
+
+def run_round(tree: str, work: str, labels: list[str], flags: list[str],
+              round_index: int | None) -> dict[str, dict]:
+    """The runs of ``labels``: one after the other, or with ``round_index`` all at
+    the same time, each on a CPU of its own (rotating by round), so that the
+    machine's slow spells hit them alike. Returns ``{label: run}``."""
+    if round_index is None:
+        return {label: finish_variant(work, label, start_variant(tree, work, label, flags))
+                for label in labels}
+    cores = sorted(os.sched_getaffinity(0))
+    placed = {label: cores[(i + round_index) % len(labels)]
+              for i, label in enumerate(labels)}
+    procs = {label: start_variant(tree, work, label, flags, core)
+             for label, core in placed.items()}
+    return {label: {**finish_variant(work, label, proc), "core": placed[label]}
+            for label, proc in procs.items()}
 
 
 def _by_round(values: list[float], off: list[float]) -> list[float]:
@@ -147,22 +189,36 @@ def main() -> None:
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--out", required=True, help="JSON results file.")
     parser.add_argument("job_flags", nargs="*", help="Extra image job flags (after --).")
+    parser.add_argument("--side_by_side", action="store_true",
+                        help="Run a round's modes at the same time, each on a CPU of its "
+                             "own (as many CPUs as modes); a mode named twice is an A/A "
+                             "check (its second run is labelled MODE#2).")
     add_sampling_flags(parser, rounds=2)
     args = parser.parse_args()
-    modes = args.modes.split(",")
+    labels = unique_labels(args.modes.split(","))
+    if args.side_by_side and len(labels) > len(os.sched_getaffinity(0)):
+        parser.error(f"--side_by_side needs a CPU per mode: {len(labels)} modes, "
+                     f"{len(os.sched_getaffinity(0))} CPUs.")
     tree = ensure_tree(args.work_dir, args.num_images, args.photos)
     work = tempfile.mkdtemp(prefix="bench_duplicates_")
-    samples: dict[str, list[dict]] = {mode: [] for mode in modes}
-    attempts: dict[str, list[list[float]]] = {mode: [] for mode in modes}
-    for round_index, mode in interleaved(modes, args.rounds):
+    samples: dict[str, list[dict]] = {label: [] for label in labels}
+    attempts: dict[str, list[list[float]]] = {label: [] for label in labels}
+    if args.side_by_side:
+        rounds = [(r, labels) for r in range(args.rounds)]
+    else:
+        rounds = [(r, [label]) for r, label in interleaved(labels, args.rounds)]
+    for round_index, together in rounds:
         sample, tries = quiet_sample(
-            lambda mode=mode: run_variant(tree, work, mode, args.job_flags),
+            lambda together=together, r=round_index: run_round(
+                tree, work, together, args.job_flags, r if args.side_by_side else None),
             args.max_foreign, args.retries, max_wait_s=120)
-        samples[mode].append({**sample.extra, "wall_s": round(sample.wall, 2),
-                              "foreign_cores": round(sample.foreign_cores, 3)})
-        attempts[mode].append(tries)
-        print(f"round {round_index} {mode}: {args.num_images / sample.extra['job_s']:.1f} "
-              f"images/s, peak RSS {sample.extra['peak_rss_mib']:.0f} MiB", flush=True)
+        for label in together:
+            run = sample.extra[label]
+            samples[label].append({**run, "wall_s": round(sample.wall, 2),
+                                   "foreign_cores": round(sample.foreign_cores, 3)})
+            attempts[label].append(tries)
+            print(f"round {round_index} {label}: {args.num_images / run['job_s']:.1f} "
+                  f"images/s, peak RSS {run['peak_rss_mib']:.0f} MiB", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     result = {
         "what": "image job with --cross_split_duplicates=off / report / drop, same photos",
@@ -170,6 +226,7 @@ def main() -> None:
         "machine": machine(), "code": code_version(),
         "input": describe(tree), "num_images": args.num_images,
         "job_flags": args.job_flags, "rounds": args.rounds,
+        "side_by_side": args.side_by_side,
         "summary": summarise(samples, args.num_images),
         "samples": samples, "foreign_cores_per_try": attempts,
     }
