@@ -92,16 +92,22 @@ def start_variant(tree: str, work: str, label: str, flags: list[str],
     command = [sys.executable, "-c", _PEAK_RSS, json.dumps(timed_job_command(
         "pipelines.images", argv, os.path.join(work, f"timings_{label}.json")))]
     pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
-    return subprocess.Popen(command, env=job_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=pin)
+    # Output to files, not pipes: a run waited for second must never block on a full
+    # pipe while the first is read.
+    with (open(os.path.join(work, f"{label}.out"), "w") as stdout,
+          open(os.path.join(work, f"{label}.err"), "w") as stderr):
+        return subprocess.Popen(command, env=job_env(), stdout=stdout, stderr=stderr,
+                                preexec_fn=pin)
 
 
 def finish_variant(work: str, label: str, proc: subprocess.Popen) -> dict:
     """Waits for a run of :func:`start_variant`: job seconds, peak RSS, what it found."""
-    stdout, stderr = proc.communicate()
-    status = json.loads(stdout.strip().splitlines()[-1])
+    proc.wait()
+    with open(os.path.join(work, f"{label}.out")) as f:
+        status = json.loads(f.read().strip().splitlines()[-1])
     if status["rc"] != 0:
-        raise RuntimeError(f"{label} failed:\n{stderr[-4000:]}")
+        with open(os.path.join(work, f"{label}.err")) as f:
+            raise RuntimeError(f"{label} failed:\n{f.read()[-4000:]}")
     manifest = read_manifest(os.path.join(work, f"out_{label}"))
     found = manifest.get("duplicates") or {}
     timed = read_json(os.path.join(work, f"timings_{label}.json"))
