@@ -2,14 +2,15 @@
 JPEG's decode, as the image job takes it, against after the whole batch's decode,
 as it did before.
 
-Photos are decoded as the job decodes them (``etl.images.batches.decode_batch``'s
-calls: the plan for ``--image_size`` and libjpeg-turbo's DCT-scaled decode into one
-buffer per batch of 32). In each batch, the XXH3-128 of every image's pixels
-(``image_hashes.pixels_xxh128``) is timed either right after that image's decode
-(while its megabyte of pixels is in cache) or once all 32 are decoded (read back
-from memory); the two alternate batch by batch and round by round, and only the
-hash calls are timed. Reported per photo: the mean and median over batches, and
-each round's mean, for both, with the decoded size.
+Photos are read and planned as the job does (``etl.images.batches.load_record`` for
+``--image_size``), in batches of 32. Each batch is decoded by the job's own
+``batches.decode_batch``, either with ``hash_pixels`` (each image hashed right
+after its decode, while its megabyte of pixels is in cache) or without it and then
+every image's ``image_hashes.pixels_xxh128`` once all 32 are decoded (read back
+from memory). The two alternate batch by batch and round by round; what is timed is
+the decode and the hashes together, so any effect of the hash on the decode counts
+too. Reported per photo: the mean and median over batches and each round's mean,
+for both, with the decoded size.
 
 Usage:
     python scripts/measure_pixel_hash.py --input /work/bench_data/photos_20000 \\
@@ -27,62 +28,49 @@ import numpy as np
 from bench_common import add_photo_folder_flags, code_commit, machine, photo_files, write_json
 
 from etl.images import batches, image_hashes, loading
+from etl.images.sources import ImageRecord
 
 WHEN = ("right_after_decode", "after_batch")
 BATCH = 32
 
 
-def hash_batch(datas: list[bytes], plans: list[loading.JpegDecode], when: str) -> float:
-    """Decodes one batch as the job does; returns the seconds spent hashing it."""
-    buffer = loading.aligned_buffer(sum(batches.slot_bytes(p.nbytes) for p in plans))
-    offset, decoded, spent = 0, [], 0.0
-    for data, plan in zip(datas, plans, strict=True):
-        pixels = loading.decode_jpeg_into(data, plan, buffer[offset:offset + plan.nbytes],
-                                          strict=True)
-        offset += batches.slot_bytes(plan.nbytes)
-        if when == "right_after_decode":
-            start = time.perf_counter()
-            image_hashes.pixels_xxh128(pixels)
-            spent += time.perf_counter() - start
-        decoded.append(pixels)
+def hash_batch(batch: list[batches.Loaded], when: str) -> float:
+    """The seconds the job's decode of ``batch`` and its pixel hashes take."""
+    start = time.perf_counter()
+    decoded = batches.decode_batch(batch, True, hash_pixels=when == "right_after_decode",
+                                   apply_exif_orientation=False)
     if when == "after_batch":
-        for pixels in decoded:
-            start = time.perf_counter()
-            image_hashes.pixels_xxh128(pixels)
-            spent += time.perf_counter() - start
-    return spent
+        for item in decoded:
+            image_hashes.pixels_xxh128(item.pixels.array())
+    return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_photo_folder_flags(parser, max_photos=1600, rounds=3)
     args = parser.parse_args()
-    datas, plans = [], []
-    for path in photo_files(parser, args):
-        with open(path, "rb") as f:
-            data = f.read()
-        plan = loading.plan_jpeg_decode(data, args.image_size)
-        if plan is not None:
-            datas.append(data)
-            plans.append(plan)
+    limits = loading.InputLimits()
+    loaded = [batches.load_record(ImageRecord(key=path, uri=path, label=""), limits,
+                                  args.image_size) for path in photo_files(parser, args)]
+    photos = [item for item in loaded if isinstance(item, batches.Loaded) and item.jpeg]
     per_batch: dict[str, list[float]] = {when: [] for when in WHEN}
     rounds: dict[str, list[float]] = {when: [] for when in WHEN}
     for r in range(args.rounds):
         spent = dict.fromkeys(WHEN, 0.0)
-        for b, start in enumerate(range(0, len(datas), BATCH)):
-            chunk = slice(start, start + BATCH)
+        for b, start in enumerate(range(0, len(photos), BATCH)):
+            batch = photos[start:start + BATCH]
             first = (b + r) % 2
             for when in WHEN[first:] + WHEN[:first]:
-                seconds = hash_batch(datas[chunk], plans[chunk], when)
-                per_batch[when].append(1000 * seconds / len(datas[chunk]))
+                seconds = hash_batch(batch, when)
+                per_batch[when].append(1000 * seconds / len(batch))
                 spent[when] += seconds
         for when in WHEN:
-            rounds[when].append(1000 * spent[when] / len(datas))
+            rounds[when].append(1000 * spent[when] / len(photos))
     result = {when: {"mean_ms": statistics.fmean(per_batch[when]),
                      "median_ms": statistics.median(per_batch[when]),
                      "rounds_mean_ms": rounds[when]} for when in WHEN}
-    result["photos"] = len(datas)
-    result["mean_decoded_mb"] = float(np.mean([p.nbytes for p in plans]) / 1e6)
+    result["photos"] = len(photos)
+    result["mean_decoded_mb"] = float(np.mean([item.jpeg.nbytes for item in photos]) / 1e6)
     print({when: round(result[when]["mean_ms"], 4) for when in WHEN},
           f"{result['mean_decoded_mb']:.2f} MB decoded per photo")
     if args.out:

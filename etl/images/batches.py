@@ -185,20 +185,20 @@ class FinishImages:
             stored.numpy(), thumbnails.numpy(), orientations.numpy(), strict=True)]
 
 
-def slot_bytes(nbytes: int) -> int:
+def _slot_bytes(nbytes: int) -> int:
     """``nbytes`` rounded up so that the next image in a shared buffer stays aligned."""
     return -(-nbytes // loading.TENSOR_ALIGNMENT) * loading.TENSOR_ALIGNMENT
 
 
 def _into_one_buffer(pixels: Sequence[DecodedPixels]) -> list[DecodedPixels]:
-    buffer = loading.aligned_buffer(sum(slot_bytes(p.height * p.width * 3)
+    buffer = loading.aligned_buffer(sum(_slot_bytes(p.height * p.width * 3)
                                               for p in pixels))
     placed, offset = [], 0
     for p in pixels:
         size = p.height * p.width * 3
         buffer[offset:offset + size] = p.array().reshape(-1)
         placed.append(dataclasses.replace(p, buffer=buffer, offset=offset))
-        offset += slot_bytes(size)
+        offset += _slot_bytes(size)
     return placed
 
 
@@ -233,7 +233,7 @@ def decode_batch(batch: Sequence[Loaded], strict: bool, hash_pixels: bool = Fals
     planned = [item.jpeg.nbytes for item in batch if item.jpeg is not None]
     if not planned:
         return list(batch)
-    buffer = loading.aligned_buffer(sum(slot_bytes(n) for n in planned))
+    buffer = loading.aligned_buffer(sum(_slot_bytes(n) for n in planned))
     decoded: list[Loaded | Rejection] = []
     offset = 0
     for item in batch:
@@ -254,7 +254,7 @@ def decode_batch(batch: Sequence[Loaded], strict: bool, hash_pixels: bool = Fals
             decoded.append(dataclasses.replace(item, pixels=DecodedPixels(
                 buffer, offset, plan.height, plan.width,
                 (plan.source_height, plan.source_width), plan.ratio, taken)))
-        offset += slot_bytes(plan.nbytes)
+        offset += _slot_bytes(plan.nbytes)
     return decoded
 
 
