@@ -10,15 +10,18 @@ exception not rethrown", status 134) after printing its summary.
 the exit status of a real command shows that nothing else aborts the exit.
 
 Detection argument for the command tests: the abort needs a harness thread still
-tearing down when the main thread finalizes, which load makes likely (without the
-join, about one run in two aborted with one spinning process per core beside it).
-The LOOPBACK round runs the image and the time-series command at the same time *and*
-a spinning process, beside the suite's other test processes (three on two cores in
-CI), so every exit happens with more runnable processes than cores, and each command
-reaches the teardown: both write shards through the exported
-``transform_fn``. One LOOPBACK round gives two exits, so a reintroduced race may
-pass one run of the suite unnoticed (about 1/4 at the load measured above); the
-cause itself is checked on every run by
+tearing down when the main thread finalizes, which load makes likely (on 2026-11-24,
+without the join, about one run in two aborted with one spinning process per core
+beside it; on the 2-core Intel VM of 2026-11-28 none of ten exits did, with the
+spinner for the whole round or only at the exits, nor did the harness thread outlive
+a job under two spinners: Beam's teardown finished in time there).
+The LOOPBACK round runs the image and the time-series command at the same time *and*,
+from the first of them to publish its manifest until both have exited, a spinning
+process, beside the suite's other test processes (three on two cores in CI), so every
+exit happens with more runnable processes than cores, and each command reaches the
+teardown: both write shards through the exported ``transform_fn``. One LOOPBACK
+round gives two exits, so a reintroduced race may pass one run of the suite unnoticed
+(about 1/4 at the load measured above); the cause itself is checked on every run by
 ``test_loopback_run_leaves_no_sdk_harness_thread``. The
 subprocess-worker harness lives in its own process (no in-process teardown to race,
 so no load is added): its round checks that its commands exit 0 and write the same
@@ -54,7 +57,7 @@ SUBPROCESS_WORKER = (
     "--environment_type=beam:env:harness_subprocess_python:v1",
     f"--environment_config={sys.executable} -m apache_beam.runners.worker.sdk_worker_main",
 )
-# (environment flags, whether the commands run beside a spinning process).
+# (environment flags, whether the commands exit beside a spinning process).
 ENVIRONMENTS = {"loopback": (LOOPBACK, True), "subprocess_worker": (SUBPROCESS_WORKER, False)}
 JOBS = ("images", "timeseries")
 
@@ -83,19 +86,36 @@ class CommandRun:
 
 
 @contextlib.contextmanager
-def busy_cores() -> Iterator[None]:
-    """A spinning process for the duration of the block.
+def busy_core_at_exits(outputs: list[str]) -> Iterator[None]:
+    """A spinning process from when the first of the jobs writing ``outputs`` has
+    published its manifest until the block ends.
 
-    One, not one per core: the suite's other test processes load the cores too, and
-    each spinner costs the whole suite a core for the round (~50 s, measured).
+    The manifest is a job's last step: what follows it is the runner's teardown and
+    the process's exit, where the race lives (1.65 s from the manifest to the exit of
+    a LOOPBACK image command on an idle machine; the spinner spins within a poll of
+    the manifest). Not for the whole round: a spinner costs the suite a core for as
+    long as it spins (~50 s for the round). One, not one per core: the suite's other
+    test processes load the cores too.
     """
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
+    manifests = [os.path.join(out, contract.MANIFEST_FILENAME) for out in outputs]
+    done = threading.Event()
+    spinners: list[subprocess.Popen] = []
+
+    def spin_from_the_first_manifest() -> None:
+        while not done.wait(0.02):
+            if any(map(os.path.exists, manifests)):
+                spinners.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+                return
+
+    watcher = threading.Thread(target=spin_from_the_first_manifest, daemon=True)
+    watcher.start()
     try:
         yield
     finally:
+        done.set()
+        watcher.join()
         for spinner in spinners:
             spinner.kill()
-        for spinner in spinners:
             spinner.wait()
 
 
@@ -124,22 +144,25 @@ def job_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobInput]:
     }
 
 
-def _run_both(job_inputs: dict[str, JobInput], out_root, environment: tuple[str, ...]
-               ) -> dict[str, CommandRun]:
-    """Both jobs' commands at once; waits for both."""
-    started = {}
-    for job in JOBS:
-        out = str(out_root / job)
-        started[job] = out, start_job(job, f"--input={job_inputs[job].path}",
-                                      f"--output_dir={out}", *job_inputs[job].flags,
-                                      *PORTABLE, *environment)
+def _run_both(job_inputs: dict[str, JobInput], out_root, environment: tuple[str, ...],
+              under_load: bool) -> dict[str, CommandRun]:
+    """Both jobs' commands at once, their exits under load if ``under_load``; waits
+    for both."""
+    outputs = {job: str(out_root / job) for job in JOBS}
     runs = {}
-    for job, (out, process) in started.items():
-        stdout, stderr = process.communicate(timeout=600)
-        published = os.path.exists(os.path.join(out, contract.MANIFEST_FILENAME))
-        runs[job] = CommandRun(process.returncode, stdout, stderr,
-                               output_digests(out) if published else None)
-    return runs
+    with busy_core_at_exits(list(outputs.values())) if under_load else (
+            contextlib.nullcontext()):
+        started = {job: start_job(job, f"--input={job_inputs[job].path}",
+                                  f"--output_dir={out}", *job_inputs[job].flags,
+                                  *PORTABLE, *environment)
+                   for job, out in outputs.items()}
+        for job, process in started.items():
+            stdout, stderr = process.communicate(timeout=600)
+            runs[job] = (process.returncode, stdout, stderr)
+    published = {job: os.path.exists(os.path.join(out, contract.MANIFEST_FILENAME))
+                 for job, out in outputs.items()}
+    return {job: CommandRun(*runs[job], output_digests(out) if published[job] else None)
+            for job, out in outputs.items()}
 
 
 @pytest.fixture(scope="module", params=sorted(ENVIRONMENTS))
@@ -148,8 +171,7 @@ def portable_runs(request, job_inputs, tmp_path_factory: pytest.TempPathFactory
     """Per job, its portable-runner command's run in one environment."""
     environment, under_load = ENVIRONMENTS[request.param]
     root = tmp_path_factory.mktemp(f"exit_{request.param}")
-    with busy_cores() if under_load else contextlib.nullcontext():
-        return _run_both(job_inputs, root, environment)
+    return _run_both(job_inputs, root, environment, under_load)
 
 
 def _failure(run: CommandRun) -> str | None:
