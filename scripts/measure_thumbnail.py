@@ -95,7 +95,7 @@ def outside_methods() -> dict[str, Callable[[np.ndarray], np.ndarray]]:
     return methods
 
 
-def map_returning_pixels() -> Callable[[np.ndarray, bool], None]:
+def map_returning_pixels() -> Callable[[np.ndarray, bool], np.ndarray]:
     """A ``tf.map_fn`` over a batch that returns each image, or a zero thumbnail."""
     import tensorflow as tf
 
