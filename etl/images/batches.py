@@ -17,7 +17,7 @@ import numpy as np
 
 from etl.core import dead_letters, storage
 from etl.core.dead_letters import Rejection
-from etl.images import codec, exif, image_hashes, loading
+from etl.images import codec, exif, loading
 from etl.images.preprocessing import ImagePreprocessing
 from etl.images.sources import ImageRecord
 
@@ -27,9 +27,7 @@ class DecodedPixels:
     """A decoded image's ``uint8 [height, width, 3]`` pixels, row-major at ``offset``
     in ``buffer`` (1-D, ``loading.TENSOR_ALIGNMENT``-aligned), which a batch's
     images share so that TensorFlow takes them in one piece, without a copy; decoded
-    at DCT scale ``1 / ratio`` from a ``source`` (height, width) image. ``xxh128``:
-    their ``image_hashes.pixels_xxh128`` as stored, where :func:`decode_batch` took
-    it (else None)."""
+    at DCT scale ``1 / ratio`` from a ``source`` (height, width) image."""
 
     buffer: np.ndarray
     offset: int
@@ -37,7 +35,6 @@ class DecodedPixels:
     width: int
     source: tuple[int, int]
     ratio: int
-    xxh128: str | None = None
 
     @classmethod
     def of(cls, pixels: np.ndarray, plan: loading.JpegDecode) -> DecodedPixels:
@@ -220,16 +217,10 @@ def load_record(record: ImageRecord, limits: loading.InputLimits,
     return Loaded(record, data, jpeg=checked.jpeg)
 
 
-def decode_batch(batch: Sequence[Loaded], strict: bool, hash_pixels: bool = False,
-                 apply_exif_orientation: bool = True) -> list[Loaded | Rejection]:
+def decode_batch(batch: Sequence[Loaded], strict: bool) -> list[Loaded | Rejection]:
     """Decodes the planned JPEGs of ``batch`` (``Loaded.jpeg``) into one shared buffer:
     each such image comes back with its ``pixels``, as a rejection (strict decoding:
-    libjpeg-turbo reports damage) or unplanned, for the transform to decode.
-
-    With ``hash_pixels``, each image's pixel hash is taken right after its decode,
-    while its pixels are still in cache, unless its file carries an EXIF signature
-    (with ``apply_exif_orientation``): its orientation, read later in the finish
-    graph, may turn it, and the hash is of the upright pixels."""
+    libjpeg-turbo reports damage) or unplanned, for the transform to decode."""
     planned = [item.jpeg.nbytes for item in batch if item.jpeg is not None]
     if not planned:
         return list(batch)
@@ -249,11 +240,9 @@ def decode_batch(batch: Sequence[Loaded], strict: bool, hash_pixels: bool = Fals
         elif result is None:
             decoded.append(dataclasses.replace(item, jpeg=None))
         else:
-            taken = (image_hashes.pixels_xxh128(result) if hash_pixels and not (
-                apply_exif_orientation and exif.has_exif_signature(item.data)) else None)
             decoded.append(dataclasses.replace(item, pixels=DecodedPixels(
                 buffer, offset, plan.height, plan.width,
-                (plan.source_height, plan.source_width), plan.ratio, taken)))
+                (plan.source_height, plan.source_width), plan.ratio)))
         offset += _slot_bytes(plan.nbytes)
     return decoded
 

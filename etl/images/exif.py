@@ -21,12 +21,6 @@ _ORIENTATION_TAG = 0x0112
 _TIFF_SHORT, _TIFF_LONG = 3, 4
 
 
-def has_exif_signature(data: bytes) -> bool:
-    """Whether ``Exif\\0\\0`` occurs in the first ``EXIF_SCAN_BYTES`` of ``data``:
-    without it :func:`read_orientation` gives 1 (a byte search, not a parse)."""
-    return data.find(_EXIF_SIGNATURE, 0, EXIF_SCAN_BYTES) >= 0
-
-
 def read_orientation(image_bytes: tf.Tensor) -> tf.Tensor:
     """The EXIF orientation (``int32`` 1..8) of a JPEG file's bytes, else 1.
 

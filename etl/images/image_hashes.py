@@ -21,12 +21,7 @@
 
 "Upright" is the EXIF orientation the job applies (none with
 ``--ignore_exif_orientation``). TensorFlow-free: the shard step calls these on
-NumPy arrays, on its transform threads (hashlib and xxhash release the GIL). The
-pixel hash of a JPEG the job decodes itself is taken right after its decode, while
-its megabyte of pixels is still in cache (``etl.images.batches.decode_batch``; the
-hash alone 0.075 against 0.104 ms, with the decode no measurable difference:
-``scripts/measure_pixel_hash.py``), unless its file may carry an EXIF orientation
-that would turn it.
+NumPy arrays, on its transform threads (hashlib and xxhash release the GIL).
 """
 
 from __future__ import annotations
@@ -128,21 +123,16 @@ def perceptual_hash(thumbnail: np.ndarray) -> tuple[int, bool]:
 
 
 def batch_hashes(data: Sequence[bytes], decoded: Sequence[np.ndarray],
-                 orientations: Sequence[int], thumbnails: np.ndarray,
-                 taken: Sequence[str | None] | None = None) -> list[ImageHashes]:
+                 orientations: Sequence[int], thumbnails: np.ndarray) -> list[ImageHashes]:
     """The signatures of each file of ``data``, decoded to ``uint8 [h, w, 3]`` pixels
     as stored (``decoded``, turned upright by its EXIF orientation for their hash),
     with the thumbnails ``[n, 32, 32]`` of their stored images
-    (``codec.hash_thumbnail``). ``taken``: the :func:`pixels_xxh128` of an image's
-    pixels as stored, where the decode took it (None where it did not); it is its
-    pixel hash when its orientation leaves it as stored."""
+    (``codec.hash_thumbnail``)."""
     phashes = perceptual_hashes(thumbnails)
     return [ImageHashes(hashlib.sha256(file).hexdigest(),
-                        known if known is not None and orientation not in range(2, 9)
-                        else pixels_xxh128(upright(pixels, orientation)), phash, blank)
-            for file, pixels, orientation, known, (phash, blank) in zip(
-                data, decoded, orientations, taken or [None] * len(data), phashes,
-                strict=True)]
+                        pixels_xxh128(upright(pixels, orientation)), phash, blank)
+            for file, pixels, orientation, (phash, blank) in zip(
+                data, decoded, orientations, phashes, strict=True)]
 
 
 def hamming(a: int, b: int) -> int:

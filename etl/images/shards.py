@@ -151,8 +151,7 @@ class ImageTransform:
         return values, image_hashes.batch_hashes(
             [item.data for item in batch], [pixels.array() for pixels in decoded],
             [done.orientation for done in finished],
-            np.stack([done.thumbnail for done in finished]),
-            [pixels.xxh128 for pixels in decoded])
+            np.stack([done.thumbnail for done in finished]))
 
 
 # What a batch becomes: per image, in order, its serialized example (and signatures)
@@ -160,19 +159,17 @@ class ImageTransform:
 Outcome = tuple[ImageRecord, bytes, ImageHashes | None] | Rejection
 
 
-def transform_batch(transform: ImageTransform, batch: Sequence[Loaded], strict: bool = True,
-                    *, hash_pixels: bool = False, apply_exif_orientation: bool = True
-                    ) -> list[Outcome]:
-    """Decodes the JPEGs of ``batch`` planned for it (:func:`decode_batch`, which takes
-    their pixel hashes with ``hash_pixels``), then transforms and serializes the
-    batch; isolates images the graph cannot process.
+def transform_batch(transform: ImageTransform,
+                    batch: Sequence[Loaded], strict: bool = True) -> list[Outcome]:
+    """Decodes the JPEGs of ``batch`` planned for it (:func:`decode_batch`), then
+    transforms and serializes the batch; isolates images the graph cannot process.
 
     A failing batch is retried one image at a time: an image that fails alone is a
     ``undecodable_image`` rejection carrying the decoder's message (a JPEG decoded
     here is first retried through the transform's own decode), the others are
     serialized exactly as they would have been in a clean batch.
     """
-    decoded = decode_batch(batch, strict, hash_pixels, apply_exif_orientation)
+    decoded = decode_batch(batch, strict)
     loaded = [item for item in decoded if isinstance(item, Loaded)]
     results = iter(_transform_loaded(transform, loaded) if loaded else [])
     return [next(results) if isinstance(item, Loaded) else item for item in decoded]
@@ -224,10 +221,8 @@ def process_shard(records: Iterable[ImageRecord], transform: ImageTransform,
                   transform_pool: concurrent.futures.Executor, *,
                   transform_threads: int, image_size: int | None = None,
                   batch_rows: int = BATCH_ROWS,
-                  batch_bytes: int = BATCH_BYTES, hash_pixels: bool = False,
-                  apply_exif_orientation: bool = True) -> Iterator[Outcome]:
-    """Every record of one shard, in the order given, as an ``Outcome``
-    (``hash_pixels`` and ``apply_exif_orientation``: see :func:`transform_batch`).
+                  batch_bytes: int = BATCH_BYTES) -> Iterator[Outcome]:
+    """Every record of one shard, in the order given, as an ``Outcome``.
 
     Reads and checks (:func:`load_record`; with ``image_size``, JPEGs are planned for
     the job's own decode) run ahead on ``read_pool`` (at most two batches' worth in
@@ -250,10 +245,8 @@ def process_shard(records: Iterable[ImageRecord], transform: ImageTransform,
                                      concurrent.futures.Future | None]] = collections.deque()
     for run in batches(loaded(), batch_rows, batch_bytes):
         batch = [item for item in run if isinstance(item, Loaded)]
-        future = (transform_pool.submit(
-            transform_batch, transform, batch, limits.strict_decoding,
-            hash_pixels=hash_pixels, apply_exif_orientation=apply_exif_orientation)
-            if batch else None)
+        future = (transform_pool.submit(transform_batch, transform, batch,
+                                        limits.strict_decoding) if batch else None)
         pending.append((run, future))
         while len(pending) > transform_threads:
             yield from _drain(*pending.popleft())
@@ -340,10 +333,7 @@ class TransformAndWriteImageShard(ShardStep):
         for outcome in process_shard(ordered, transform, self._limits, self._read_pool,
                                      self._transform_pool,
                                      transform_threads=self._transform_threads,
-                                     image_size=self._preprocessing.image_size,
-                                     hash_pixels=self._hash_images,
-                                     apply_exif_orientation=(
-                                         self._preprocessing.apply_exif_orientation)):
+                                     image_size=self._preprocessing.image_size):
             if isinstance(outcome, Rejection):
                 rejections.append(outcome)
                 continue

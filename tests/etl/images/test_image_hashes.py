@@ -113,19 +113,6 @@ def test_batch_hashes_take_each_signature_from_its_own_input():
     assert image_hashes.ImageHashes.from_dict(found.to_dict()) == found
 
 
-def test_batch_hashes_use_a_pixel_hash_taken_at_decode_only_for_unturned_images():
-    decoded = random_pixels(5, 8, 10)
-    small = np.stack([thumbnail(_photos()[1])] * 3)
-    found = image_hashes.batch_hashes([b"a", b"b", b"c"], [decoded] * 3, [1, 6, 1], small,
-                                      ["taken at decode", "taken at decode", None])
-    as_stored = xxhash.xxh3_128(b"8 10 3\n" + decoded.tobytes()).hexdigest()
-    assert [f.pixels_xxh128 for f in found] == [
-        "taken at decode",
-        xxhash.xxh3_128(b"10 8 3\n" + np.ascontiguousarray(
-            pillow_exif_transpose(decoded, 6)).tobytes()).hexdigest(),
-        as_stored]
-
-
 def test_flat_images_are_blank_and_textured_ones_are_not():
     assert image_hashes.perceptual_hash(thumbnail(np.full((40, 50, 3), 200, np.uint8)))[1]
     assert image_hashes.perceptual_hash(thumbnail(random_pixels(1, 40, 50)))[1] is False

@@ -7,16 +7,15 @@ import concurrent.futures
 import numpy as np
 import pytest
 import tensorflow as tf
-import xxhash
 
 from etl.core import dead_letters
 from etl.core.dead_letters import Rejection
 from etl.images import codec
 from etl.images import loading as image_loading
-from etl.images.batches import Loaded, decode_batch, load_record
+from etl.images.batches import Loaded, load_record
 from etl.images.shards import default_gzip_level, process_shard, transform_batch
 from etl.images.sources import ImageRecord
-from tests.image_fixtures import _encode, exif_jpeg, random_pixels, textured_jpeg
+from tests.image_fixtures import _encode
 
 LIMITS = image_loading.InputLimits()
 
@@ -82,28 +81,6 @@ def test_load_record_reads_and_checks(tmp_path):
                            "Premature end of JPEG file")
     lenient = image_loading.InputLimits(strict_decoding=False)
     assert isinstance(load_record(_record("cut", str(tmp_path / "cut.jpg")), lenient), Loaded)
-
-
-def test_decode_batch_takes_the_pixel_hash_unless_an_exif_orientation_may_turn_them(
-        tmp_path):
-    (tmp_path / "plain.jpg").write_bytes(textured_jpeg(96, 128))
-    (tmp_path / "tagged.jpg").write_bytes(exif_jpeg(random_pixels(3, 96, 128), 1))
-    batch = [load_record(_record(name, str(tmp_path / f"{name}.jpg")), LIMITS, 32)
-             for name in ("plain", "tagged")]
-    assert all(item.jpeg is not None for item in batch)
-
-    def taken(**flags):
-        return [item.pixels.xxh128 for item in decode_batch(batch, True, **flags)]
-
-    plain, tagged = decode_batch(batch, True)
-    expected = [xxhash.xxh3_128(
-        f"{p.height} {p.width} 3\n".encode() + p.array().tobytes()).hexdigest()
-        for p in (plain.pixels, tagged.pixels)]
-    assert taken() == [None, None]
-    # A file with an EXIF block is left to be hashed once its orientation is read,
-    # whatever the orientation says (here 1); without EXIF turns, every file's is taken.
-    assert taken(hash_pixels=True) == [expected[0], None]
-    assert taken(hash_pixels=True, apply_exif_orientation=False) == expected
 
 
 def test_transform_batch_isolates_undecodable_images():
