@@ -212,7 +212,10 @@ class FindDuplicates(beam.PTransform):
             searched.parts,
             compared,
             # An empty bucket, so that a search of no image still writes its report.
-            pipeline | "NoImages" >> beam.Create([buckets.EMPTY_PART])]
+            # Typed like the other parts: Flink's and Spark's runners union a
+            # Flatten's inputs only when their coders match (apache/beam#19365).
+            pipeline | "NoImages" >> beam.Create([buckets.EMPTY_PART]).with_output_types(
+                Any)]
         removals = rejections = None
         if settings.mode == DROP:
             removals, rejections, removed = self._removals(searched, compared)

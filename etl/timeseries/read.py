@@ -175,6 +175,10 @@ class ReadSeriesChunks(beam.PTransform):
         return tasks | "ParseRanges" >> beam.ParDo(
             ParseRange(self._plan.fmt, self._columns, self._plan.headers,
                        self._plan.buckets, self._spill_dir),
-            line_breaks_before=line_breaks).with_outputs(
+            line_breaks_before=line_breaks
+        # The row counts typed as the count of parse rejections they are flattened
+        # with: Flink's and Spark's runners union a Flatten's inputs only when their
+        # coders match (apache/beam#19365).
+        ).with_output_types(Any, **{dead_letters.REJECTED: Any, ROW_COUNTS: int}).with_outputs(
                 dead_letters.REJECTED, ROW_COUNTS, main="chunks")
 
