@@ -17,14 +17,7 @@
 #      and checks their shards are byte-identical to the same jobs' on local disk,
 #      run from the checkout.
 #
-# Dependencies: the fresh venv does not reinstall TensorFlow/Beam/tf.Transform (~3 GB):
-# a .pth file appends .venv's site-packages to its sys.path. A plain path line in a
-# .pth does not process .venv's own .pth files, so .venv's editable install of this
-# project (a meta-path finder that maps `etl` to the checkout) is never activated,
-# and the fresh venv's site-packages comes first on sys.path. (`--system-site-packages`
-# would not help: it exposes the base interpreter's site-packages, not .venv's.)
-#
-# Offline: nothing is downloaded (pip runs with --no-index --no-build-isolation).
+# Steps 1 and 3 are scripts/sdist_venv.sh (also what the clusters' workers run).
 # Usage: bash scripts/check_sdist_install.sh   (PYTHON=/path/to/python to override)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,34 +33,11 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/check_sdist.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# 1. A clean copy of the sources, then the sdist.
-mkdir -p "$work/src" "$work/dist"
-if git -C "$repo" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  git -C "$repo" ls-files -z --cached --others --exclude-standard \
-    | while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\0' "$f"; done \
-    | xargs -0 cp --parents -t "$work/src"
-else
-  cp -r setup.py README.md "${packages[@]}" "$work/src/"
-  find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
-fi
-(
-  cd "$work/src"
-  if "$python_bin" -c "import build" 2>/dev/null; then
-    echo "Building the sdist with python -m build --sdist --no-isolation"
-    "$python_bin" -m build --sdist --no-isolation --outdir "$work/dist" . >"$work/build.log" 2>&1
-  else
-    echo "Building the sdist with python setup.py sdist ('build' is not installed)"
-    "$python_bin" setup.py sdist --dist-dir "$work/dist" >"$work/build.log" 2>&1
-  fi
-) || { cat "$work/build.log" >&2; fail "building the sdist failed"; }
+# 1. A clean copy of the sources, the sdist, and (3.) a fresh venv with it installed.
+bash "$repo/scripts/sdist_venv.sh" "$work"
 shopt -s nullglob
 sdists=("$work"/dist/*.tar.gz)
-[ "${#sdists[@]}" -eq 1 ] || fail "expected one sdist in dist/, found ${#sdists[@]}"
 sdist="${sdists[0]}"
-echo "sdist: $(basename "$sdist") ($(stat -c %s "$sdist") bytes)"
-if grep -i "warning" "$work/build.log" >&2; then
-  echo "(warnings from the sdist build above)" >&2
-fi
 
 # 2. Every file of the packages is in the sdist (paths without the top-level folder).
 tar -tzf "$sdist" | sed -n 's#^[^/]*/##p' | grep -v '/$' | sort >"$work/in_sdist.txt"
@@ -80,16 +50,8 @@ if [ -n "$missing" ]; then
 fi
 echo "sdist holds all $(wc -l <"$work/expected.txt") files of ${packages[*]}"
 
-# 3. A fresh venv, the sdist installed without dependencies, .venv's libraries reused.
-"$python_bin" -m venv "$work/venv"
 venv_python="$work/venv/bin/python"
 fresh_site="$("$venv_python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
-reused_site="$("$python_bin" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
-[ "$fresh_site" != "$reused_site" ] || fail "the fresh venv shares .venv's site-packages"
-echo "$reused_site" >"$fresh_site/zz_reuse_dependencies.pth"
-"$venv_python" -m pip install --quiet --no-deps --no-index --no-build-isolation \
-  --disable-pip-version-check "$sdist" >"$work/install.log" 2>&1 \
-  || { cat "$work/install.log" >&2; fail "pip install of the sdist failed"; }
 
 mkdir "$work/elsewhere"
 cd "$work/elsewhere"  # Not the checkout: `import etl` must not find ./etl.
