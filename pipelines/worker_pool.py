@@ -36,7 +36,7 @@ import logging
 import multiprocessing
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 
 import grpc
@@ -61,7 +61,10 @@ def run_harness(control_url: str, worker_id: str) -> None:
 class WorkerPool(beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolServicer):
     """Starts and stops SDK harness processes, one per (caller, worker id)."""
 
-    def __init__(self, preload: tuple[str, ...] = PRELOAD) -> None:
+    def __init__(self, preload: Sequence[str] = PRELOAD,
+                 harness: Callable[[str, str], None] = run_harness) -> None:
+        """``harness(control_url, worker_id)`` runs in each forked process."""
+        self._harness = harness
         self._lock = threading.Lock()
         self._workers: dict[tuple[str, str], multiprocessing.process.BaseProcess] = {}
         self._context = multiprocessing.get_context("forkserver")
@@ -79,7 +82,7 @@ class WorkerPool(beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolServicer):
         key = (context.peer(), request.worker_id)
         try:
             process = self._context.Process(
-                target=run_harness, args=(request.control_endpoint.url, request.worker_id),
+                target=self._harness, args=(request.control_endpoint.url, request.worker_id),
                 name=f"harness-{request.worker_id}", daemon=False)
             process.start()
         except OSError as e:
@@ -124,11 +127,11 @@ def _stop(process: multiprocessing.process.BaseProcess) -> None:
         process.join()
 
 
-def serve(port: int) -> tuple[grpc.Server, WorkerPool, int]:
+def serve(port: int, pool: WorkerPool | None = None) -> tuple[grpc.Server, WorkerPool, int]:
     """Starts the pool's gRPC server on 127.0.0.1; returns it, the pool and the port."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[
         ("grpc.http2.max_pings_without_data", 0), ("grpc.http2.max_ping_strikes", 0)])
-    pool = WorkerPool()
+    pool = pool or WorkerPool()
     beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(pool, server)
     bound = server.add_insecure_port(f"127.0.0.1:{port}")
     if bound == 0:

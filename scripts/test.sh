@@ -18,7 +18,12 @@ export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 # Skipped when pytest was given arguments (a partial run).
 # And what a training install without TensorFlow gets: docs/READER.md's TF-free
 # install command in a fresh venv, reading the three kinds of dataset.
+# And both jobs on a local Flink cluster and on a local Spark cluster (scripts/flink.sh,
+# scripts/spark.sh; Java and Maven, and the first time the package index and Maven
+# Central): every job on disk and on gs://, byte-identical to the default runner.
 if [ "$#" -eq 0 ]; then
   bash scripts/check_sdist_install.sh
   .venv/bin/python scripts/check_tf_free_reader.py
+  .venv/bin/python scripts/clusters/check_cluster.py flink
+  .venv/bin/python scripts/clusters/check_cluster.py spark
 fi

@@ -129,6 +129,10 @@ start_worker_pool() {
     cd "$run/workdir"
     unset PYTHONPATH
     export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+    # One thread per TensorFlow op, as the image job sets for its own workers
+    # (pipelines/images.py, run_ops_on_one_thread_each): harnesses get the pool's
+    # environment, not the launcher's.
+    export TF_NUM_INTRAOP_THREADS="${TF_NUM_INTRAOP_THREADS:-1}"
     start_process "$run/pids/worker_pool-1" "$run/logs/worker_pool.log" \
       "$run/sdist/venv/bin/python" -m pipelines.worker_pool --port="$port"
   )
