@@ -154,18 +154,8 @@ up() {
       echo "started taskmanager $(pid_of "$run/pids/taskmanager-$n")" >&2
     fi
   done
-  if [ ! -f "$run/pids/worker_pool-1" ]; then
-    start_worker_pool "$run" "$pool_port"
-    echo "started worker_pool $(pid_of "$run/pids/worker_pool-1")" >&2
-  fi
-  wait_for_port "$pool_port" 60 "the worker pool"
-  local i
-  for i in $(seq 1 120); do
-    [ "$(registered_taskmanagers)" -ge "$taskmanagers" ] && break
-    sleep 0.5
-  done
-  [ "$(registered_taskmanagers)" -ge "$taskmanagers" ] \
-    || die "$taskmanagers TaskManagers did not register with the JobManager within 60s (logs: $run/logs)"
+  finish_up "$run" "$pool_port" "$taskmanagers" registered_taskmanagers \
+    "TaskManagers (with the JobManager)"
   echo "--runner=FlinkRunner --flink_master=127.0.0.1:$rest_port --flink_version=$FLINK_MINOR --flink_job_server_jar=$job_server/job-server.jar --environment_type=EXTERNAL --environment_config=127.0.0.1:$pool_port --parallelism=$taskmanagers"
 }
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import hashlib
 import importlib
 import io
@@ -38,6 +37,7 @@ sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from tests import image_fixtures  # noqa: E402
 from tests.gcs_server import GcsServer, download_tree, upload_tree  # noqa: E402
+from tests.series_fixtures import write_small_series_csv  # noqa: E402
 
 BUCKET = "sdist"
 IMAGE_FLAGS = ("--image_size=16", "--num_shards=2", "--max_error_fraction=0.5")
@@ -59,15 +59,6 @@ def _outputs(folder: str) -> tuple[list[str], dict[str, str]]:
                 with open(os.path.join(folder, relative), "rb") as f:
                     digests[relative] = hashlib.sha256(f.read()).hexdigest()
     return sorted(files), digests
-
-
-def _write_series(path: str) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["series_id", "timestamp", "value"])
-        for series, length in (("a", 60), ("b", 45), ("c", 33)):
-            writer.writerows((series, t, round((t * 7919 % 101) / 10.0, 1))
-                             for t in range(length))
 
 
 def _run_in_venv(venv_python: str, module: str, args: list[str], env: dict[str, str],
@@ -94,7 +85,7 @@ def main() -> None:
     image_fixtures.write_bad_files(photos)
     series = os.path.join(work, "series", "rows.csv")
     os.makedirs(os.path.dirname(series))
-    _write_series(series)
+    write_small_series_csv(series)
     with GcsServer(os.path.join(work, "gcs")) as server:
         os.makedirs(os.path.join(work, "gcloud_config"))
         hermetic = server.hermetic_environment(os.path.join(work, "gcloud_config"))

@@ -189,18 +189,7 @@ up() {
       echo "started worker $(pid_of "$run/pids/worker-$n")" >&2
     fi
   done
-  if [ ! -f "$run/pids/worker_pool-1" ]; then
-    start_worker_pool "$run" "$pool_port"
-    echo "started worker_pool $(pid_of "$run/pids/worker_pool-1")" >&2
-  fi
-  wait_for_port "$pool_port" 60 "the worker pool"
-  local i
-  for i in $(seq 1 120); do
-    [ "$(registered_workers)" -ge "$workers" ] && break
-    sleep 0.5
-  done
-  [ "$(registered_workers)" -ge "$workers" ] \
-    || die "$workers workers did not register with the master within 60s (logs: $run/logs)"
+  finish_up "$run" "$pool_port" "$workers" registered_workers "workers (with the master)"
   # The job server (started by the job) holds Spark's driver: it binds 127.0.0.1 too,
   # and keeps its scratch files under .clusters/spark/.
   # --files_to_stage: the jars Beam's Spark runner sends each executor (Java's

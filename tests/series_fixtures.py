@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 
 GEOMETRY = ("--window_size=6", "--shift=2", "--stride=2", "--horizon=3")
 
@@ -12,6 +14,19 @@ def write_jsonl(path, rows) -> str:
     with open(path, "w") as f:
         f.writelines(json.dumps(row) + "\n" for row in rows)
     return str(path)
+
+
+def write_small_series_csv(path: str) -> str:
+    """A long-format CSV (series_id,timestamp,value) of three series of 60, 45 and 33
+    rows: the small series input of the sdist check and the cluster rounds."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["series_id", "timestamp", "value"])
+        for series, length in (("a", 60), ("b", 45), ("c", 33)):
+            writer.writerows((series, t, round((t * 7919 % 101) / 10.0, 1))
+                             for t in range(length))
+    return path
 
 
 def series_rows(series_id: str, values, start: int = 0, step: int = 1,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import glob
 import importlib
 import io
@@ -46,6 +45,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from tests import image_fixtures  # noqa: E402
 from tests.gcs_server import GcsServer, download_tree, upload_tree  # noqa: E402
 from tests.job_runs import output_digests  # noqa: E402
+from tests.series_fixtures import write_small_series_csv  # noqa: E402
 
 BUCKET = "cluster"
 JOBS = {
@@ -56,16 +56,6 @@ JOBS = {
 }
 ALL_RUNS = ("images:disk", "images:gs", "timeseries:disk", "timeseries:gs")
 JOB_TIMEOUT_S = 900
-
-
-def write_series(path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["series_id", "timestamp", "value"])
-        for series, length in (("a", 60), ("b", 45), ("c", 33)):
-            writer.writerows((series, t, round((t * 7919 % 101) / 10.0, 1))
-                             for t in range(length))
 
 
 def cluster(name: str, command: str, env: dict[str, str]) -> str:
@@ -245,7 +235,7 @@ def main() -> None:
     local = os.path.join(work, "local")
     image_fixtures.write_image_folder(os.path.join(local, "photos"), copies=1)
     image_fixtures.write_bad_files(os.path.join(local, "photos"))
-    write_series(os.path.join(local, "series", "rows.csv"))
+    write_small_series_csv(os.path.join(local, "series", "rows.csv"))
     try:
         with GcsServer(os.path.join(work, "gcs")) as server:
             os.makedirs(os.path.join(work, "gcloud_config"))

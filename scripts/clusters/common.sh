@@ -147,3 +147,20 @@ wait_for_port() {
   done
   die "$what did not listen on 127.0.0.1:$port within ${seconds}s"
 }
+
+# The end of a cluster's `up`: the worker pool if it is not running, then waits for
+# it and for COUNT engine workers to register (`registered` prints how many have).
+#   finish_up RUN POOL_PORT COUNT REGISTERED_FUNCTION WHAT
+finish_up() {
+  local run="$1" pool_port="$2" count="$3" registered="$4" what="$5" i
+  if [ ! -f "$run/pids/worker_pool-1" ]; then
+    start_worker_pool "$run" "$pool_port"
+    echo "started worker_pool $(pid_of "$run/pids/worker_pool-1")" >&2
+  fi
+  wait_for_port "$pool_port" 60 "the worker pool"
+  for i in $(seq 1 120); do
+    [ "$("$registered")" -ge "$count" ] && return 0
+    sleep 0.5
+  done
+  die "$count $what did not register within 60s (logs: $run/logs)"
+}
