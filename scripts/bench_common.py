@@ -85,7 +85,7 @@ def busy_cpu_seconds() -> float:
     return t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
 
 
-def _own_cpu_seconds() -> float:
+def own_cpu_seconds() -> float:
     """CPU seconds of this process and of its children that have been waited for."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -100,13 +100,21 @@ class Sample:
     """
 
     def __init__(self, fn: Callable[[], dict]) -> None:
-        busy0, own0 = busy_cpu_seconds(), _own_cpu_seconds()
+        busy0, own0 = busy_cpu_seconds(), own_cpu_seconds()
         start = time.perf_counter()
         self.extra = fn()
         self.wall = time.perf_counter() - start
-        self.own_cpu = _own_cpu_seconds() - own0
+        self.own_cpu = own_cpu_seconds() - own0
         busy = busy_cpu_seconds() - busy0
         self.foreign_cores = max(0.0, busy - self.own_cpu) / self.wall
+
+
+def warm_page_cache(paths: Sequence[str]) -> None:
+    """Reads each file once (1 MiB at a time), so a timed run finds it in the page cache."""
+    for path in paths:
+        with open(path, "rb") as f:
+            while f.read(1 << 20):
+                pass
 
 
 def wait_for_quiet(max_foreign: float, max_wait_s: float) -> float:

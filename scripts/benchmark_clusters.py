@@ -97,8 +97,10 @@ from bench_common import (
     job_env,
     machine,
     output_summary,
+    own_cpu_seconds,
     read_manifest,
     wait_for_quiet,
+    warm_page_cache,
     write_json,
 )
 from benchmark_timeseries import ensure_input
@@ -274,14 +276,6 @@ def trees_cpu_seconds(roots: list[int]) -> float:
     return total
 
 
-def _own_cpu_seconds() -> float:
-    import resource
-
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
 def rss_by_role(roots: dict[str, list[int]]) -> tuple[dict[str, int], int]:
     """The summed RSS of each role's process trees, and how many processes."""
     trees = process_trees(roots)
@@ -423,13 +417,6 @@ def _mib(value: int | None) -> float | None:
     return None if value is None else round(value / MIB, 1)
 
 
-def warm_page_cache(paths: list[str]) -> None:
-    for path in paths:
-        with open(path, "rb") as f:
-            while f.read(1 << 20):
-                pass
-
-
 def measured_run(command: list[str], output_dir: str, tft_dir: str, log_prefix: str,
                  inputs: list[str], cluster: FlinkCluster | None,
                  args: argparse.Namespace) -> dict[str, Any]:
@@ -447,13 +434,13 @@ def measured_run(command: list[str], output_dir: str, tft_dir: str, log_prefix: 
             cluster.check_alive()
             other_jobs = cluster.running_jobs()
         cluster_roots = cluster.pids if cluster is not None else []
-        busy0, own0 = busy_cpu_seconds(), _own_cpu_seconds()
+        busy0, own0 = busy_cpu_seconds(), own_cpu_seconds()
         cluster0 = trees_cpu_seconds(cluster_roots) if cluster_roots else 0.0
         record = run_job(command, output_dir, f"{log_prefix}_try{attempt}",
                          cluster.roles if cluster is not None else {},
                          args.job_timeout)
         cluster_cpu = (trees_cpu_seconds(cluster_roots) - cluster0) if cluster_roots else 0.0
-        own = _own_cpu_seconds() - own0
+        own = own_cpu_seconds() - own0
         foreign = max(0.0, busy_cpu_seconds() - busy0 - own - cluster_cpu) / record["wall_s"]
         record.update(cpu_s=round(own + cluster_cpu, 2), cluster_cpu_s=round(cluster_cpu, 2),
                       foreign_cores=round(foreign, 3))

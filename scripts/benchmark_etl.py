@@ -126,6 +126,7 @@ from bench_common import (
     read_json,
     read_manifest,
     timed_job_command,
+    warm_page_cache,
     write_json,
 )
 from PIL import Image, ImageOps
@@ -169,12 +170,6 @@ DEFAULT_COUNTS = {"web": (2000, 20), "camera": (120, 6)}
 
 def input_files(root: str) -> list[str]:
     return sorted(glob.glob(os.path.join(root, "*", "*.jpg")))
-
-
-def warm_page_cache(files: list[str]) -> None:
-    for path in files:
-        with open(path, "rb") as f:
-            f.read()
 
 
 def ceiling_pass(data: tf.Tensor, image_size: int, quality: int,
