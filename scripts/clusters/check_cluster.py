@@ -139,9 +139,10 @@ def check_runs(cluster_name: str, runs: list[str], flags: list[str], server: Gcs
               f"byte-identical to the default runner's; {reconcile(ours, job)}", flush=True)
 
 
-def newest_shard(output_dir: str) -> str | None:
-    finished = glob.glob(os.path.join(output_dir, "*", "*-pending-*.tfrecord.gz"))
-    return min(finished) if finished else None
+def finished_shards(output_dir: str) -> list[str]:
+    """The shard files written so far (a pending name appears once its shard is
+    complete), sorted."""
+    return sorted(glob.glob(os.path.join(output_dir, "*", "*-pending-*.tfrecord.gz")))
 
 
 def wait_until_gone(pid: int, timeout_s: float = 30) -> None:
@@ -169,16 +170,26 @@ def check_kill(flags: list[str], env: dict[str, str], work: str) -> None:
     command = [sys.executable, "-m", "pipelines.images", *args, f"--output_dir={out}",
                *flags]
     started = time.monotonic()
-    job = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    while newest_shard(out) is None:
+    # Its output to files, which (unlike a pipe read only at the end) never fill up
+    # and stall the job while this script waits for a shard.
+    stdout_path, stderr_path = (os.path.join(work, f"kill-job.{name}")
+                                for name in ("stdout", "stderr"))
+    with open(stdout_path, "w") as stdout_file, open(stderr_path, "w") as stderr_file:
+        job = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=stdout_file,
+                               stderr=stderr_file, text=True)
+
+    def job_output() -> tuple[str, str]:
+        with open(stdout_path) as f, open(stderr_path) as g:
+            return f.read(), g.read()
+
+    while not finished_shards(out):
         if job.poll() is not None:
-            sys.exit(f"the job ended before writing a shard:\n{job.stdout.read()[-3000:]}")
+            sys.exit(f"the job ended before writing a shard:\n{job_output()[1][-3000:]}")
         if time.monotonic() - started > JOB_TIMEOUT_S:
             job.kill()
             sys.exit("no shard was finished in time")
         time.sleep(0.2)
-    finished_before = sorted(glob.glob(os.path.join(out, "*", "*-pending-*.tfrecord.gz")))
+    finished_before = finished_shards(out)
     taskmanagers = [line.split()[1] for line in cluster("flink", "status", env).splitlines()
                     if line.startswith("taskmanager ")]
     victim = taskmanagers[-1]
@@ -190,7 +201,8 @@ def check_kill(flags: list[str], env: dict[str, str], work: str) -> None:
     cluster("flink", "up", env)
     print("scripts/flink.sh up started a replacement TaskManager:\n"
           + cluster("flink", "status", env).rstrip(), flush=True)
-    stdout, stderr = job.communicate(timeout=JOB_TIMEOUT_S)
+    job.wait(timeout=JOB_TIMEOUT_S)
+    stdout, stderr = job_output()
     if job.returncode == 0 and "Wrote dataset" in stdout:
         print(f"the job finished through Flink's restart strategy "
               f"({time.monotonic() - started:.0f} s in all)", flush=True)
