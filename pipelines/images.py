@@ -25,7 +25,7 @@ from apache_beam.utils import shared
 from etl.core import analysis, dead_letters, splits, storage, versions
 from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import REJECTED, Rejection
-from etl.core.inputs import InputsEntry
+from etl.core.inputs import InputsEntry, count_one
 from etl.core.publish import ManifestSpec, PublishDataset
 from etl.images import accounting, codec, duplicate_groups, loading
 from etl.images import labels as image_labels
@@ -402,7 +402,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     inputs = (
         (records, listing_rejected)
         | "FlattenListed" >> beam.Flatten()
-        | "CountInputs" >> beam.combiners.Count.Globally()
+        | "CountInputs" >> beam.Map(count_one)
         | "InputsEntry" >> InputsEntry()
     )
     # ImageRecord with its split set, from here to its shard.

@@ -23,10 +23,10 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import dead_letters
+from etl.core import dead_letters, singletons
 from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import Rejection
-from etl.core.inputs import InputsEntry
+from etl.core.inputs import InputsEntry, count_one
 from etl.core.publish import ManifestSpec, PublishDataset
 from etl.timeseries import accounting, calendar, categories, summary
 from etl.timeseries import preprocessing as ts_preprocessing
@@ -344,10 +344,12 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
                                         main="runs")
     )
     transform_dir = processed[ANALYSIS] | "AnalyzeTrainSeries" >> _analyze(job)
-    parse_rejected = read[dead_letters.REJECTED] | "CountParseRejections" >> (
-        beam.combiners.Count.Globally())
+    parse_rejected = singletons.combined(read[dead_letters.REJECTED], "CountParseRejections",
+                                         beam.combiners.CountCombineFn())
     # Input rows: every parsed row plus every line rejected while parsing.
-    inputs = ((read[ROW_COUNTS], parse_rejected) | "FlattenInputCounts" >> beam.Flatten()
+    inputs = ((read[ROW_COUNTS],
+               read[dead_letters.REJECTED] | "CountRejectedLines" >> beam.Map(count_one))
+              | "FlattenInputCounts" >> beam.Flatten()
               | "InputsEntry" >> InputsEntry())
     timeseries_entry = (processed[STATS], processed[LONGEST]) | "SummariseWindows" >> (
         summary.SummariseWindows(job.summary, parse_rejected))

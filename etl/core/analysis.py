@@ -33,7 +33,7 @@ import tensorflow_transform.beam as tft_beam
 from apache_beam.transforms import window
 from tensorflow_transform.tf_metadata import dataset_metadata
 
-from etl.core import storage
+from etl.core import singletons, storage
 from reader import contract
 
 # The transform output's folders, as the output directory and its staging copy hold them.
@@ -176,10 +176,10 @@ def _copy_transform_output(source: str, destination: str) -> None:
             raise FileNotFoundError(f"No {name}/ under {source!r} to copy.")
 
 
-def publish_transform_output(unused: Any, staged: str, output_dir: str) -> str:
+def publish_transform_output(staged: str, output_dir: str, written: Any) -> str:
     """Copies the transform output written under ``staged`` into ``output_dir``;
     returns ``staged``, where TensorFlow loads it from."""
-    del unused  # Only ordering: the staged output is complete.
+    del written  # Only ordering: the staged output is complete.
     _copy_transform_output(staged, output_dir)
     return staged
 
@@ -210,13 +210,10 @@ def write_transform_output(transform_fn: Any, serving_feature_spec: Mapping[str,
         dataset_metadata.DatasetMetadata.from_feature_spec(dict(serving_feature_spec))
         | "WriteRawMetadata" >> tft_beam.WriteMetadata(
             storage.join(staged, contract.RAW_METADATA_DIRNAME), pipeline))
-    return (
-        (written, raw_written)
-        | "TransformOutputWritten" >> beam.Flatten()
-        | "GatherTransformOutput" >> beam.combiners.ToList()
-        | "PublishTransformOutput" >> beam.Map(publish_transform_output, staged=staged,
-                                               output_dir=output_dir)
-    )
+    done = (written, raw_written) | "TransformOutputWritten" >> beam.Flatten()
+    return pipeline | "PublishTransformOutput" >> singletons.Once(
+        publish_transform_output, staged=staged, output_dir=output_dir,
+        written=beam.pvalue.AsList(done))
 
 
 class AnalyzeAndWriteTransformFn(beam.PTransform):

@@ -10,7 +10,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import hashing, storage
+from etl.core import hashing, singletons, storage
 from reader import contract
 
 METRICS_NAMESPACE = "etl"
@@ -185,6 +185,11 @@ def _write_part(element: tuple[int, Iterable[Rejection]], parts_dir: str) -> tup
     return index, path
 
 
+def _with_part(rejection: Rejection, summary: dict[str, Any], per_part: int
+               ) -> tuple[int, Rejection]:
+    return part_of(rejection, num_parts(summary["count"], per_part)), rejection
+
+
 def _concatenate_parts(parts: list[tuple[int, str]], path: str, parts_dir: str,
                        summary: dict[str, Any], write_empty: bool = True
                        ) -> dict[str, Any]:
@@ -230,24 +235,19 @@ class WriteRejections(beam.PTransform):
 
     def expand(self, rejections: beam.PCollection) -> beam.PCollection:
         # {"count", "by_reason", "examples"}
-        summary = rejections | "SummarizeRejections" >> beam.CombineGlobally(
-            SummarizeRejections())
-        # the number of parts
-        parts = summary | "PlanRejectionParts" >> beam.Map(
-            lambda s, per_part: num_parts(s["count"], per_part), per_part=self._per_part)
+        summary = singletons.combined(rejections, "SummarizeRejections",
+                                      SummarizeRejections())
         written = (
             rejections
             # (part, Rejection)
             | "AssignRejectionParts" >> beam.Map(
-                lambda r, n: (part_of(r, n), r), n=beam.pvalue.AsSingleton(parts))
+                _with_part, summary=summary, per_part=self._per_part)
             # (part, [Rejection])
             | "GroupRejectionParts" >> beam.GroupByKey()
             # (part, path of the part's file)
             | "WriteRejectionParts" >> beam.Map(_write_part, parts_dir=self._parts_dir)
-            # [(part, path)]
-            | "GatherPartPaths" >> beam.combiners.ToList()
         )
         # the summary, once errors/rejected.jsonl is written
-        return written | "ConcatenateRejectionParts" >> beam.Map(
-            _concatenate_parts, path=self._path, parts_dir=self._parts_dir,
-            summary=beam.pvalue.AsSingleton(summary), write_empty=self._write_empty)
+        return rejections.pipeline | "ConcatenateRejectionParts" >> singletons.Once(
+            _concatenate_parts, parts=beam.pvalue.AsList(written), path=self._path,
+            parts_dir=self._parts_dir, summary=summary, write_empty=self._write_empty)

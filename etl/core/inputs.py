@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import apache_beam as beam
+
+from etl.core import singletons
+
+
+def count_one(unused: Any) -> int:
+    """An input's count: 1 (typed, so that Flink's and Spark's runners can flatten it
+    with other ``int`` counts)."""
+    del unused
+    return 1
 
 
 def inputs_entry(count: int) -> dict[str, int]:
@@ -11,7 +22,8 @@ def inputs_entry(count: int) -> dict[str, int]:
 
 
 class InputsEntry(beam.PTransform):
-    """Partial input counts (ints) → a single-element PCollection ``{"inputs": total}``.
+    """Partial input counts (ints) → a single-element PCollection ``{"inputs": total}``
+    (``{"inputs": 0}`` for no count).
 
     A job counts its inputs where it sees them (images listed, rows parsed, lines
     rejected while parsing); the accounting check reconciles the total with the
@@ -19,8 +31,5 @@ class InputsEntry(beam.PTransform):
     """
 
     def expand(self, counts: beam.PCollection) -> beam.PCollection:
-        return (
-            counts
-            | "Sum" >> beam.CombineGlobally(sum)
-            | "ToEntry" >> beam.Map(inputs_entry)
-        )
+        total = singletons.combined(counts, "Sum", beam.CombineFn.from_callable(sum))
+        return counts.pipeline | "ToEntry" >> singletons.Once(inputs_entry, count=total)

@@ -16,7 +16,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import accounting, fault_injection, storage, versions
+from etl.core import accounting, fault_injection, singletons, storage, versions
 from etl.core.sharding import ShardEntry
 from reader import contract
 from reader.contract import CLASSIFICATION, MULTI_LABEL
@@ -158,7 +158,7 @@ def _merge_extras(extras: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def _write_manifest(unused: None, *, output_dir: str, name: str, spec: ManifestSpec,
+def _write_manifest(*, output_dir: str, name: str, spec: ManifestSpec,
                     version: versions.DatasetVersion, shards: list[ShardEntry],
                     label_counts: list[tuple[tuple[str, str], int]],
                     rejected: dict[str, Any], transform_dir: str,
@@ -166,7 +166,6 @@ def _write_manifest(unused: None, *, output_dir: str, name: str, spec: ManifestS
                     extras: list[Mapping[str, Any]]) -> str | None:
     """Writes the manifest; returns its path, or None for an append that added
     nothing (the published manifest is left as it was)."""
-    del unused
     features, vocab = _read_transform_output(transform_dir, spec.task)
     extra = _merge_extras(extras)
     manifest = ManifestContent(
@@ -224,19 +223,12 @@ class WriteManifest(beam.PTransform):
         shards, label_counts, rejected = measured
         extras: Any = []
         if self._extras:
-            extras = beam.pvalue.AsSingleton(
-                self._extras
-                | "FlattenExtras" >> beam.Flatten()
-                | "GatherExtras" >> beam.combiners.ToList())
-        return (
-            shards.pipeline
-            | "StartManifest" >> beam.Create([None])
-            | "WriteManifestFile" >> beam.Map(
-                self._write, shards=beam.pvalue.AsList(shards),
-                label_counts=beam.pvalue.AsList(label_counts),
-                rejected=beam.pvalue.AsSingleton(rejected),
-                transform_dir=beam.pvalue.AsSingleton(self._transform_dir),
-                keys_written=(beam.pvalue.AsList(self._keys_written)
-                              if self._keys_written is not None else []),
-                extras=extras)
-        )
+            extras = beam.pvalue.AsList(self._extras | "FlattenExtras" >> beam.Flatten())
+        return shards.pipeline | "WriteManifestFile" >> singletons.Once(
+            self._write, shards=beam.pvalue.AsList(shards),
+            label_counts=beam.pvalue.AsList(label_counts),
+            rejected=beam.pvalue.AsSingleton(rejected),
+            transform_dir=beam.pvalue.AsSingleton(self._transform_dir),
+            keys_written=(beam.pvalue.AsList(self._keys_written)
+                          if self._keys_written is not None else []),
+            extras=extras)

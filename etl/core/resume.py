@@ -32,7 +32,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import fingerprint, storage
+from etl.core import fingerprint, singletons, storage
 from etl.core.dead_letters import Rejection
 from etl.core.shard_files import FileFacts
 from reader import contract
@@ -219,7 +219,7 @@ def _clear(output_dir: str, protected: frozenset[str]) -> None:
     storage.delete(storage.join(progress_dir(output_dir), FINALIZED_FILENAME))
 
 
-def start_or_resume(unused: None, *, output_dir: str, identity: Mapping[str, Any],
+def start_or_resume(*, output_dir: str, identity: Mapping[str, Any],
                     units: Mapping[str, Any], num_shards: list[tuple[str, int]],
                     protected: frozenset[str] = frozenset()) -> bool:
     """Decides, before any shard is written, whether this run resumes the one that
@@ -266,15 +266,10 @@ class StartOrResume(beam.PTransform):
     def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]
                ) -> beam.PCollection:
         units, num_shards = inputs
-        digest = units | "DigestUnits" >> beam.CombineGlobally(fingerprint.DigestUnits())
-        return (
-            units.pipeline
-            | "StartDecision" >> beam.Create([None])
-            | "CompareFingerprints" >> beam.Map(
-                start_or_resume, output_dir=self._output_dir, identity=self._identity,
-                units=beam.pvalue.AsSingleton(digest),
-                num_shards=beam.pvalue.AsList(num_shards), protected=self._protected)
-        )
+        return units.pipeline | "CompareFingerprints" >> singletons.Once(
+            start_or_resume, output_dir=self._output_dir, identity=self._identity,
+            units=singletons.combined(units, "DigestUnits", fingerprint.DigestUnits()),
+            num_shards=beam.pvalue.AsList(num_shards), protected=self._protected)
 
 
 def remove_progress(output_dir: str) -> None:

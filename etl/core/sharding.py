@@ -31,7 +31,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import dead_letters, hashing, resume, storage
+from etl.core import dead_letters, hashing, resume, singletons, storage
 from etl.core.shard_files import FileFacts, ShardWriter
 from reader import contract
 
@@ -193,15 +193,10 @@ class FinalizeShards(beam.PTransform):
         self._compression = compression
 
     def expand(self, results: beam.PCollection) -> beam.PCollection:
-        return (
-            results
-            # [ShardResult]
-            | "GatherShardResults" >> beam.combiners.ToList()
-            # ShardEntry, one per non-empty shard
-            | "RenameShards" >> beam.FlatMap(finalize_shards, output_dir=self._output_dir,
-                                             name=self._name,
-                                             compression=self._compression)
-        )
+        # ShardEntry, one per non-empty shard
+        return results.pipeline | "RenameShards" >> singletons.Once(
+            finalize_shards, flat=True, results=beam.pvalue.AsList(results),
+            output_dir=self._output_dir, name=self._name, compression=self._compression)
 
 
 def _shard_key(unit: Any, num_shards: dict[str, int]) -> tuple[tuple[str, int], Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import storage
+from etl.core import singletons, storage
 from etl.core.dead_letters import EXAMPLES_PER_REASON, METRICS_NAMESPACE
 from reader import contract
 
@@ -237,11 +237,8 @@ class WriteKeyIndex(beam.PTransform):
         self._path = posixpath.join(output_dir, key_index_relpath(version))
 
     def expand(self, keys: beam.PCollection) -> beam.PCollection:
-        return (
-            keys
-            | "GatherKeys" >> beam.combiners.ToList()
-            | "WriteKeys" >> beam.Map(_write_key_index, path=self._path)
-        )
+        return keys.pipeline | "WriteKeys" >> singletons.Once(
+            _write_key_index, keys=beam.pvalue.AsList(keys), path=self._path)
 
 
 class DropHeldInputs(beam.DoFn):

@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from etl.core import exact_stats
+from etl.core import exact_stats, singletons
 
 
 def _merge_batch(batch: list[np.ndarray], num_columns: int) -> exact_stats.Moments:
@@ -112,7 +112,6 @@ class SummariseMoments(beam.PTransform):
         self._num_columns = num_columns
 
     def expand(self, moments: beam.PCollection) -> beam.PCollection:
-        return (moments
-                | "SumMoments" >> beam.CombineGlobally(
-                    exact_stats.MomentsCombineFn(self._num_columns))
-                | "MeanAndStd" >> beam.Map(_summary))
+        return moments.pipeline | "MeanAndStd" >> singletons.Once(
+            _summary, moments=singletons.combined(
+                moments, "SumMoments", exact_stats.MomentsCombineFn(self._num_columns)))

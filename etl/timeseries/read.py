@@ -19,7 +19,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.transforms import window
 
-from etl.core import dead_letters, text_rows
+from etl.core import dead_letters, singletons, text_rows
 from etl.core.dead_letters import Rejection
 from etl.timeseries.chunks import ChunkRef, num_buckets, spill_chunks, to_chunks
 from etl.timeseries.parsing import parse_range_rows
@@ -167,11 +167,10 @@ class ReadSeriesChunks(beam.PTransform):
         if self._plan.fmt == "parquet":
             line_breaks: Any = {}
         else:
+            counts = tasks | "CountLineBreaks" >> beam.Map(count_line_breaks)
             line_breaks = beam.pvalue.AsSingleton(
-                tasks
-                | "CountLineBreaks" >> beam.Map(count_line_breaks)
-                | "GatherLineBreaks" >> beam.combiners.ToList()
-                | "LineBreaksBefore" >> beam.Map(first_line_numbers))
+                pbegin | "LineBreaksBefore" >> singletons.Once(
+                    first_line_numbers, counts=beam.pvalue.AsList(counts)))
         return tasks | "ParseRanges" >> beam.ParDo(
             ParseRange(self._plan.fmt, self._columns, self._plan.headers,
                        self._plan.buckets, self._spill_dir),

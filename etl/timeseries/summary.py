@@ -12,6 +12,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from etl.core import singletons
 from etl.timeseries.series import Cleaning, TimeSplit, Windowing
 from etl.timeseries.sources import Columns
 from reader import contract
@@ -98,14 +99,16 @@ class SummariseWindows(beam.PTransform):
 
     Args:
         summary: the settings the entry reports.
-        parse_rejected: single-element PCollection, the lines rejected while parsing.
+        parse_rejected: the side-input view (``AsSingleton``) of how many lines were
+            rejected while parsing.
 
     The input is a pair of PCollections: ``(statistic, count)`` pairs, summed per
     statistic, and ``(split, rows)`` pieces of series, of which the longest per split
     explains a split without windows.
     """
 
-    def __init__(self, summary: WindowSummary, parse_rejected: beam.PCollection) -> None:
+    def __init__(self, summary: WindowSummary, parse_rejected: beam.pvalue.AsSingleton
+                 ) -> None:
         super().__init__()
         self._summary = summary
         self._parse_rejected = parse_rejected
@@ -113,17 +116,8 @@ class SummariseWindows(beam.PTransform):
     def expand(self, stats_and_longest: tuple[beam.PCollection, beam.PCollection]
                ) -> beam.PCollection:
         stats, pieces = stats_and_longest
-        longest = (
-            pieces
-            | "LongestPiece" >> beam.CombinePerKey(max)
-            | "LongestToDict" >> beam.combiners.ToDict()
-        )
-        return (
-            stats
-            | "SumStats" >> beam.CombinePerKey(sum)
-            | "StatsToDict" >> beam.combiners.ToDict()
-            | "TimeSeriesEntry" >> beam.Map(
-                self._summary.entry,
-                parse_rejected=beam.pvalue.AsSingleton(self._parse_rejected),
-                longest=beam.pvalue.AsSingleton(longest))
-        )
+        longest = pieces | "LongestPiece" >> beam.CombinePerKey(max)
+        counts = stats | "SumStats" >> beam.CombinePerKey(sum)
+        return stats.pipeline | "TimeSeriesEntry" >> singletons.Once(
+            self._summary.entry, counts=beam.pvalue.AsDict(counts),
+            parse_rejected=self._parse_rejected, longest=beam.pvalue.AsDict(longest))

@@ -34,7 +34,7 @@ UNITS = _digest([Unit("train", "a"), Unit("train", "b"), Unit("test", "c")])
 
 
 def _decide(out, units=UNITS, identity=IDENTITY, protected=frozenset()) -> bool:
-    return resume.start_or_resume(None, output_dir=str(out), identity=identity,
+    return resume.start_or_resume(output_dir=str(out), identity=identity,
                                   units=units, num_shards=PLAN, protected=protected)
 
 
