@@ -11,7 +11,10 @@ those pixels, one graph call per batch.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import threading
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -138,8 +141,20 @@ class FinishImages:
         self._finish = tf.function(finish, autograph=False).get_concrete_function(
             tf.TensorSpec([None], tf.uint8), tf.TensorSpec([None], tf.int64),
             tf.TensorSpec([None, 5], tf.int64), tf.TensorSpec([None], tf.string))
-        self._decode = tf.function(decode, autograph=False).get_concrete_function(
-            tf.TensorSpec([None], tf.string))
+        # Traced at its first use: a job of JPEGs alone never calls it (the shard
+        # step decodes them itself), and its trace is a third of the two.
+        self._decode_fn = tf.function(decode, autograph=False)
+        self._decode_lock = threading.Lock()
+        self._decode: Any = None
+
+    def _traced_decode(self) -> Any:
+        import tensorflow as tf
+
+        with self._decode_lock:
+            if self._decode is None:
+                self._decode = self._decode_fn.get_concrete_function(
+                    tf.TensorSpec([None], tf.string))
+            return self._decode
 
     def decode(self, data: Sequence[bytes]) -> list[DecodedPixels]:
         """The pixels ``transform_fn`` decodes each file of ``data`` to
@@ -151,7 +166,7 @@ class FinishImages:
         """
         import tensorflow as tf
 
-        pixels, geometry = self._decode(tf.constant(list(data), tf.string))
+        pixels, geometry = self._traced_decode()(tf.constant(list(data), tf.string))
         values, splits = pixels.flat_values.numpy(), pixels.row_splits.numpy().tolist()
         return _into_one_buffer([
             DecodedPixels(values, start, height, width, tuple(source), ratio)
@@ -180,6 +195,14 @@ class FinishImages:
             tf.constant([d[:exif.EXIF_SCAN_BYTES] for d in data], tf.string))
         return [Finished(s, t, int(o)) for s, t, o in zip(
             stored.numpy(), thumbnails.numpy(), orientations.numpy(), strict=True)]
+
+
+@functools.cache
+def finish_images(config: ImagePreprocessing, thumbnails: bool = True) -> FinishImages:
+    """The process's one ``FinishImages`` per configuration: its graphs are traced
+    once per process, not once per job (a test session, a notebook, a worker that
+    runs several jobs' shard steps)."""
+    return FinishImages(config, thumbnails=thumbnails)
 
 
 def _slot_bytes(nbytes: int) -> int:

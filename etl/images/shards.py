@@ -44,7 +44,7 @@ from etl.core.shard_files import ShardFormat
 from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
 from etl.images import codec, image_hashes, loading, progress
 from etl.images import labels as image_labels
-from etl.images.batches import FinishImages, Loaded, batches, decode_batch, load_record
+from etl.images.batches import Loaded, batches, decode_batch, finish_images, load_record
 from etl.images.image_hashes import ImageHashes
 from etl.images.labels import ONE_CLASS, LabelColumns
 from etl.images.preprocessing import ImagePreprocessing, serving_feature_spec
@@ -126,7 +126,7 @@ class ImageTransform:
             leave_out=[contract.IMAGE_KEY])
         self.output_keys = sorted([*self._apply_without_image.output_keys,
                                    contract.IMAGE_KEY])
-        self._finish = FinishImages(preprocessing, thumbnails=hash_images)
+        self._finish = finish_images(preprocessing, thumbnails=hash_images)
         self._columns = columns
         self._hash_images = hash_images
 
