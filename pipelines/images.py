@@ -45,9 +45,9 @@ if __name__ == "__main__":
     # from the installed package, and nothing is pickled by value from ``__main__``
     # (nor is any options class defined twice).
     from pipelines import images as _job
+    from pipelines.command import run_command
 
-    common.main(_job.run)
-    raise SystemExit(0)
+    run_command(_job.run)
 
 # TensorFlow reads it when it starts (its first op), in this process and in the worker
 # processes the local runner starts, which inherit the environment.

@@ -54,9 +54,9 @@ if __name__ == "__main__":
     # from the installed package, and nothing is pickled by value from ``__main__``
     # (nor is any options class defined twice).
     from pipelines import timeseries as _job
+    from pipelines.command import run_command
 
-    common.main(_job.run)
-    raise SystemExit(0)
+    run_command(_job.run)
 
 _LABEL_FILE_SUFFIXES = (".csv", ".jsonl", ".json")
 
