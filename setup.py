@@ -65,6 +65,10 @@ EXTRAS_REQUIRE = {
     # digits and two photos, statsmodels' Mauna Loa CO2 series; matplotlib draws the
     # benchmark charts.
     "demo": ["scikit-learn>=1.4", "statsmodels>=0.14", "matplotlib>=3.8"],
+    # etl.testing, for users' tests of their own data (docs/TESTING_YOUR_DATA.md): its
+    # photos are crops of scikit-learn's two sample photos; pytest runs the tests.
+    # `.[test,demo]` (what scripts/setup_env.sh installs) holds both.
+    "testing": ["scikit-learn>=1.4", "pytest>=8"],
 }
 
 setup(

@@ -1,4 +1,5 @@
-"""Running the image job in-process and reading back what a job wrote."""
+"""Running the image job in-process and reading back what a job wrote, through
+``etl.testing`` (what users' tests use too) with this suite's defaults."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ import glob
 import hashlib
 import os
 from typing import Any
-
-import numpy as np
 
 from reader import contract
 
@@ -26,14 +25,15 @@ REPORT_DUPLICATES = f"{DUPLICATES_FLAG}=report"
 
 
 def run_images_job(input_path: str, output_dir: str, *flags: str) -> dict:
-    """Runs ``python -m pipelines.images`` in-process; returns the manifest.
-    Without a ``--cross_split_duplicates`` flag, with the report off."""
-    from pipelines import images
+    """Runs ``python -m pipelines.images`` in-process (``etl.testing.run_images_job``,
+    printing what the job prints); returns the manifest. ``--image_size=16``, and
+    without a ``--cross_split_duplicates`` flag, with the report off."""
+    from etl import testing
 
     report = [] if any(f.startswith(DUPLICATES_FLAG) for f in flags) else [
         f"{DUPLICATES_FLAG}=off"]
-    return images.run([f"--input={input_path}", f"--output_dir={output_dir}",
-                       f"--image_size={TEST_IMAGE_SIZE}", *report, *flags])
+    return testing.run_images_job(input_path, output_dir, f"--image_size={TEST_IMAGE_SIZE}",
+                                  *report, *flags, quiet=False).manifest
 
 
 def printing(run, *args: str) -> tuple[Any, str, str]:
@@ -85,27 +85,13 @@ def shard_digests(out: str) -> dict[str, str]:
 
 
 def read_split(out: str, manifest: dict, split: str) -> dict[str, dict]:
-    """Reads a split back with plain tf.data + parse_example; returns key → features."""
-    import tensorflow as tf
+    """Reads a split back (``etl.testing.read_records``: tf.data, each Example parsed
+    as ``tf.io.parse_single_example`` gives it: NumPy values, ``bytes``); returns
+    key → features."""
+    from etl import testing
 
-    spec = contract.feature_spec_from_json(manifest["features"])
-    files = [os.path.join(out, shard["path"]) for shard in manifest["splits"][split]["shards"]]
-    if not files:
-        return {}
-    dataset = (tf.data.TFRecordDataset(files,
-                                       compression_type=contract.tf_compression_type(manifest))
-               .batch(64).map(lambda records: tf.io.parse_example(records, spec)))
-    rows: dict[str, dict] = {}
-    for batch in dataset:
-        # A var_len feature (a set of label ids) becomes one array per example.
-        arrays = {name: (np.array(tf.RaggedTensor.from_sparse(values).to_list(),
-                                  dtype=object)
-                         if isinstance(values, tf.SparseTensor) else values.numpy())
-                  for name, values in batch.items()}
-        for i in range(len(arrays["key"])):
-            row = {name: values[i] for name, values in arrays.items()}
-            rows[row["key"].decode()] = row
-    return rows
+    return {row["key"].decode(): row
+            for row in testing.read_records(out, split, manifest=manifest, as_numpy=True)}
 
 
 def all_records(out: str, manifest: dict) -> dict[str, tuple[str, dict]]:
@@ -115,12 +101,11 @@ def all_records(out: str, manifest: dict) -> dict[str, tuple[str, dict]]:
 
 
 def rejected_records(out: str) -> list[dict]:
-    """The job's dead letters (``errors/rejected.jsonl``), one dict per line."""
-    import json
+    """The job's dead letters (``errors/rejected.jsonl``, and an appended version's
+    file), one dict per line (``etl.testing.read_rejected``)."""
+    from etl import testing
 
-    path = os.path.join(out, contract.ERRORS_DIRNAME, contract.REJECTED_FILENAME)
-    with open(path) as f:
-        return [json.loads(line) for line in f]
+    return testing.read_rejected(out)
 
 
 def run_main(monkeypatch, run, argv: list[str]) -> SystemExit:

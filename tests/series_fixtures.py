@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import json
-import os
 
 GEOMETRY = ("--window_size=6", "--shift=2", "--stride=2", "--horizon=3")
 
@@ -18,14 +16,11 @@ def write_jsonl(path, rows) -> str:
 
 def write_small_series_csv(path: str) -> str:
     """A long-format CSV (series_id,timestamp,value) of three series of 60, 45 and 33
-    rows: the small series input of the sdist check and the cluster rounds."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["series_id", "timestamp", "value"])
-        for series, length in (("a", 60), ("b", 45), ("c", 33)):
-            writer.writerows((series, t, round((t * 7919 % 101) / 10.0, 1))
-                             for t in range(length))
+    rows (``etl.testing.write_series``' default): the small series input of the sdist
+    check and the cluster rounds."""
+    from etl import testing
+
+    testing.write_series(path, (60, 45, 33))
     return path
 
 
@@ -37,7 +32,9 @@ def series_rows(series_id: str, values, start: int = 0, step: int = 1,
 
 
 def run_timeseries_job(input_path: str, out: str, *flags: str) -> dict:
-    """Runs ``python -m pipelines.timeseries`` in-process; returns the manifest."""
-    from pipelines import timeseries
+    """Runs ``python -m pipelines.timeseries`` in-process
+    (``etl.testing.run_timeseries_job``, printing what the job prints); returns the
+    manifest."""
+    from etl import testing
 
-    return timeseries.run([f"--input={input_path}", f"--output_dir={out}", *flags])
+    return testing.run_timeseries_job(input_path, out, *flags, quiet=False).manifest
