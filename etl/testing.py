@@ -5,12 +5,12 @@ bad files on request) or a long-format series file, run a job on it in the test'
 process, and check what it wrote as plain Python values::
 
     def test_my_folders(tmp_path):
-        photos = testing.write_images(tmp_path / "in", bad=["truncated"])
+        photos = testing.write_images(tmp_path / "in", per_label=5, bad=["truncated"])
         result = testing.run_images_job(photos.input, tmp_path / "out", "--image_size=32")
         assert result.rejected_reasons == photos.bad
 
-Photos need scikit-learn (``pip install 'tfrecord-etl[testing]'``); ``--image_size=32``
-or less keeps an image job fast. More: docs/TESTING_YOUR_DATA.md.
+Photos need scikit-learn (``pip install 'tfrecord-etl[testing]'``). More, and why
+``--image_size=32`` or less: docs/TESTING_YOUR_DATA.md.
 """
 
 from __future__ import annotations
@@ -92,31 +92,39 @@ def encode_image(pixels: np.ndarray, image_format: str) -> bytes:
     return buf.getvalue()
 
 
-def _corrupt_jpeg() -> bytes:
-    """A textured JPEG with 64 random bytes over the middle of its entropy-coded data:
-    damage TensorFlow decodes without an error and the job's strict decode rejects."""
-    rng = np.random.default_rng(0)
-    y, x = np.mgrid[0:96, 0:128]
-    base = np.stack([x * 255 / 128, y * 255 / 96, (x + y) * 127 / 224], -1)
-    pixels = np.clip(base + rng.normal(0, 24, (96, 128, 3)), 0, 255).astype(np.uint8)
+def textured_jpeg(height: int = 96, width: int = 128, seed: int = 0, **save: Any) -> bytes:
+    """A JPEG of smooth gradients plus noise (Pillow, quality 90 unless ``save`` says):
+    enough coded data (about 10 KB at 96 x 128) for damage in its middle to be damage
+    to the pixels."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([x * 255 / width, y * 255 / height, (x + y) * 127 / (width + height)], -1)
+    pixels = np.clip(base + rng.normal(0, 24, (height, width, 3)), 0, 255).astype(np.uint8)
     buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "JPEG", quality=90)
-    jpeg = bytearray(buf.getvalue())
+    Image.fromarray(pixels).save(buf, "JPEG", **{"quality": 90, **save})
+    return buf.getvalue()
+
+
+def corrupt_mid_stream(jpeg: bytes, seed: int, nbytes: int = 64) -> bytes:
+    """``jpeg`` with ``nbytes`` random bytes over the middle of its coded data: damage
+    TensorFlow decodes without an error (libjpeg only warns) and the job's strict
+    decode rejects (``corrupt_image_data``)."""
     sos = jpeg.index(b"\xff\xda")  # Start of scan: its length, then the coded data.
     start = sos + 2 + int.from_bytes(jpeg[sos + 2:sos + 4], "big")
-    at = start + (len(jpeg) - start) // 2 - 32
-    jpeg[at:at + 64] = np.random.default_rng(0).integers(0, 256, 64, np.uint8).tobytes()
-    return bytes(jpeg)
+    at = start + (len(jpeg) - start) // 2 - nbytes // 2
+    damaged = bytearray(jpeg)
+    damaged[at:at + nbytes] = np.random.default_rng(seed).integers(
+        0, 256, nbytes, dtype=np.uint8).tobytes()
+    return bytes(damaged)
 
 
 def _bad_bytes(kind: str, seed: int) -> bytes:
     if kind == "truncated":  # Ends inside the coded data: "Premature end of JPEG file".
-        jpeg = encode_image(sample_photo(1_000_000, 64, seed), "jpeg")
-        return jpeg[:len(jpeg) // 2]
+        return (jpeg := encode_image(sample_photo(1_000_000, 64, seed), "jpeg"))[:len(jpeg) // 2]
     if kind == "stray":
         return encode_image(sample_photo(1_000_001, 24, seed), "png")
     return {"not_an_image": b"this is not an image", "empty": b"",
-            "corrupt": _corrupt_jpeg()}[kind]
+            "corrupt": corrupt_mid_stream(textured_jpeg(), seed=0)}[kind]
 
 
 @dataclasses.dataclass(frozen=True)

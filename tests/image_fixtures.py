@@ -13,6 +13,9 @@ import os
 import numpy as np
 from PIL import Image
 
+# Textured and damaged JPEGs: the ones users' tests get (etl.testing).
+from etl.testing import corrupt_mid_stream, textured_jpeg
+
 
 @dataclasses.dataclass(frozen=True)
 class FixtureImage:
@@ -148,37 +151,6 @@ def pillow_exif_transpose(pixels: np.ndarray, orientation: int) -> np.ndarray:
     image = Image.fromarray(pixels)
     image.getexif()[0x0112] = orientation
     return np.asarray(ImageOps.exif_transpose(image))
-
-
-def textured_jpeg(height: int = 96, width: int = 128, seed: int = 0, **save: object) -> bytes:
-    """A JPEG of smooth gradients plus noise: enough entropy-coded data (about 10 KB
-    at 96 x 128) for damage in the middle of it to be damage to the pixels."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width]
-    base = np.stack([x * 255 / width, y * 255 / height, (x + y) * 127 / (width + height)], -1)
-    pixels = np.clip(base + rng.normal(0, 24, (height, width, 3)), 0, 255).astype(np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "JPEG", **{"quality": 90, **save})
-    return buf.getvalue()
-
-
-def scan_data_start(jpeg: bytes) -> int:
-    """Offset of the first byte after the first SOS segment: where entropy-coded
-    data begins (test data layout, from the JPEG marker syntax)."""
-    sos = jpeg.index(b"\xff\xda")
-    return sos + 2 + int.from_bytes(jpeg[sos + 2:sos + 4], "big")
-
-
-def corrupt_mid_stream(jpeg: bytes, seed: int, nbytes: int = 64) -> bytes:
-    """``jpeg`` with ``nbytes`` random bytes written over the middle of its
-    entropy-coded data: the damage of issue #14, which TensorFlow decodes without
-    an error (libjpeg only warns)."""
-    rng = np.random.default_rng(seed)
-    start = scan_data_start(jpeg)
-    at = start + (len(jpeg) - start) // 2 - nbytes // 2
-    damaged = bytearray(jpeg)
-    damaged[at:at + nbytes] = rng.integers(0, 256, nbytes, dtype=np.uint8).tobytes()
-    return bytes(damaged)
 
 
 def write_bad_files(root: str) -> dict[str, str]:
