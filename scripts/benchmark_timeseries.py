@@ -12,7 +12,10 @@ and write GZIP TFRecords.
   reference  this file run with --reference: pandas.read_csv, one numpy pass per
              series (np.interp, sliding_window_view), tf.train.Example protos, one
              tf.io.TFRecordWriter (GZIP) per split; one process, one thread of work;
-  job        python -m pipelines.timeseries with the same flags, default runner.
+  job        python -m pipelines.timeseries with the same flags, default runner;
+  job_baseline  with --baseline_dir DIR (another checkout of this project, the
+             "before" of a change): the same job command run in DIR with DIR's
+             packages first on the path, so DIR's code is what runs.
 
 Times exclude interpreter start and imports: the reference times itself after its
 imports, the job's time is the wall time of ``pipelines.timeseries.run()`` (options,
@@ -20,22 +23,31 @@ graph construction, tf.Transform, every stage, the manifest), each written to a 
 file by the process measured. Rows/s is input rows over that time. Each command runs
 as the only child of a fresh wrapper process (scripts/measure_memory.py's), whose
 resource.getrusage(RUSAGE_CHILDREN).ru_maxrss after the child exits is the child's
-exact peak RSS. --rounds rounds alternate the
-two; a sample taken while other processes used more than --max_foreign cores is
-retried (up to --retries times), each sample waiting first (up to --max_wait s) for
-other processes to fall below that. Then the job runs once on --scale_factor times
-the hours (same series), for the memory growth target.
+exact peak RSS. --rounds rounds alternate the runners; a sample taken while other
+processes used more than --max_foreign cores is retried (up to --retries times), each
+sample waiting first (up to --max_wait s) for other processes to fall below that.
+Then, unless --skip_scaled, the job runs once on --scale_factor times the hours (same
+series), for the memory growth target (with --skip_scaled that target is recorded as
+not run).
 
 Targets (PASS/FAIL): job rows/s >= --min_ratio (0.5) x the reference's (the goal is
 1.0: the job may use both cores, the reference uses one); job peak RSS <= --max_peak_gb
-(2 GB) at the base size and <= --max_growth (1.3) x that at the scaled size. Both
-outputs are checked to hold the same number of windows per split and the same train
-statistics.
+(2 GB) at the base size and <= --max_growth (1.3) x that at the scaled size. Every
+output (the baseline's too) is checked to hold the reference's number of windows per
+split and train statistics. With --baseline_dir the JSON's ``baseline`` also records
+DIR, --baseline_label, DIR's commit, the baseline's median and best rows/s, its median
+peak RSS and ``current_over_baseline``: job / job_baseline of the median rows/s.
 
 Usage:
 
     nice -n 19 python scripts/benchmark_timeseries.py --work_dir /work/bench_data \\
         --rounds 3 --out docs/benchmarks/timeseries.json
+
+A before/after comparison (DIR: e.g. ``git worktree add /tmp/base <commit>``):
+
+    nice -n 19 python scripts/benchmark_timeseries.py --work_dir /work/bench_data \\
+        --rounds 3 --skip_scaled --baseline_dir DIR --baseline_label <commit> \\
+        --out /tmp/timeseries_vs_base.json
 """
 
 from __future__ import annotations
@@ -45,12 +57,15 @@ import itertools
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 from bench_common import (
     MIB,
+    REPO_ROOT,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -197,11 +212,13 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
 
 # --- measuring -------------------------------------------------------------------------
 
-def _measured(command: list[str], log: str, result_path: str, what: str) -> dict:
-    """measure_memory.measure(command) and the JSON the command wrote to ``result_path``."""
+def _measured(command: list[str], log: str, result_path: str, what: str,
+              code_dir: str = REPO_ROOT) -> dict:
+    """measure_memory.measure(command) and the JSON the command wrote to ``result_path``;
+    the command runs in ``code_dir`` with that checkout's packages."""
     if os.path.exists(result_path):
         os.remove(result_path)
-    result = measure(command, log)
+    result = measure(command, log, code_dir)
     if result["rc"] != 0 or not os.path.exists(result_path):
         with open(log, errors="replace") as f:
             raise RuntimeError(f"{what} failed (rc {result['rc']}):\n{f.read()[-3000:]}")
@@ -235,12 +252,14 @@ def ran_reference(args: argparse.Namespace, reference_fn) -> bool:
     return True
 
 
-def run_job(input_path: str, out: str, log: str, flags: dict) -> dict:
+def run_job(input_path: str, out: str, log: str, flags: dict,
+            code_dir: str = REPO_ROOT) -> dict:
+    """``python -m pipelines.timeseries`` of the checkout in ``code_dir``, measured."""
     timings_path = out + ".timings.json"
     argv = [f"--input={input_path}", f"--output_dir={out}", "--overwrite",
             *(f"--{k}={v}" for k, v in flags.items())]
     result = _measured(timed_job_command("pipelines.timeseries", argv, timings_path), log,
-                       timings_path, "job")
+                       timings_path, "job", code_dir)
     del result["import_s"]
     seconds = result.pop("job_s")
     manifest = read_manifest(out)
@@ -252,20 +271,25 @@ def run_job(input_path: str, out: str, log: str, flags: dict) -> dict:
             "shards": summary["shards"], "output_mib": summary["output_mib"]}
 
 
-def sample(fn, args) -> dict:
+def sample(fn: Callable[[], dict], args: argparse.Namespace) -> dict:
     """``fn()`` on a quiet machine (see bench_common.quiet_sample)."""
     measured, attempts = quiet_sample(fn, args.max_foreign, args.retries,
                                       max_wait_s=args.max_wait)
     return {**measured.extra, "foreign_cores": attempts[-1], "attempts_foreign": attempts}
 
 
-def main() -> None:
+# --- the run ---------------------------------------------------------------------------
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_reference_flag(parser)
     parser.add_argument("--series", type=int, default=370)
     parser.add_argument("--hours", type=int, default=8760)
     parser.add_argument("--scale_factor", type=int, default=3,
                         help="The memory growth run uses this many times --hours.")
+    parser.add_argument("--skip_scaled", action="store_true",
+                        help="Skip the memory growth run (its target: not run), e.g. "
+                             "for a before/after comparison.")
     parser.add_argument("--window_size", type=int, default=168)
     parser.add_argument("--shift", type=int, default=24)
     parser.add_argument("--horizon", type=int, default=24)
@@ -275,81 +299,176 @@ def main() -> None:
     parser.add_argument("--min_ratio", type=float, default=0.5)
     parser.add_argument("--max_peak_gb", type=float, default=2.0)
     parser.add_argument("--max_growth", type=float, default=1.3)
+    parser.add_argument("--baseline_dir", default=None,
+                        help="Another checkout of this project (the 'before' of a "
+                             "change): its job runs too, as job_baseline, in the same "
+                             "rounds.")
+    parser.add_argument("--baseline_label", default="",
+                        help="What --baseline_dir is, recorded in the JSON.")
     parser.add_argument("--work_dir", default="/tmp/bench_series")
     parser.add_argument("--out", default="docs/benchmarks/timeseries.json")
     args = parser.parse_args()
+    if args.baseline_dir and not os.path.isfile(
+            os.path.join(args.baseline_dir, "pipelines", "timeseries.py")):
+        parser.error(f"--baseline_dir {args.baseline_dir!r} is no checkout of this "
+                     "project (no pipelines/timeseries.py)")
+    return args
 
-    if ran_reference(args, reference):
-        return
 
-    os.makedirs(args.work_dir, exist_ok=True)
-    flags = {"window_size": args.window_size, "shift": args.shift,
-             "horizon": args.horizon, "missing": "interpolate"}
-    base = ensure_input(args.work_dir, args.series, args.hours)
-    scaled = ensure_input(args.work_dir, args.series, args.hours * args.scale_factor)
-    out_root = os.path.join(args.work_dir, "out")
-    logs = os.path.join(args.work_dir, "logs")
+def baseline_commit(code_dir: str) -> str:
+    """The HEAD commit of the checkout in ``code_dir`` (empty if git cannot tell)."""
+    return subprocess.run(["git", "-C", code_dir, "rev-parse", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def make_runners(args: argparse.Namespace, input_path: str, work_dir: str, flags: dict
+                 ) -> dict[str, Callable[[int], dict]]:
+    """reference, job and, with --baseline_dir, job_baseline: each a function of the
+    round that runs and measures one sample."""
+    out_root = os.path.join(work_dir, "out")
+    logs = os.path.join(work_dir, "logs")
     os.makedirs(logs, exist_ok=True)
+
+    def job(name: str, code_dir: str) -> Callable[[int], dict]:
+        return lambda r: run_job(input_path, os.path.join(out_root, name),
+                                 os.path.join(logs, f"{name}_{r}.log"), flags, code_dir)
+
     runners = {
-        "reference": lambda r: run_reference(base, os.path.join(out_root, "reference"),
+        "reference": lambda r: run_reference(input_path, os.path.join(out_root, "reference"),
                                              os.path.join(logs, f"reference_{r}.log"), flags),
-        "job": lambda r: run_job(base, os.path.join(out_root, "job"),
-                                 os.path.join(logs, f"job_{r}.log"), flags),
+        "job": job("job", REPO_ROOT),
     }
+    if args.baseline_dir:
+        runners["job_baseline"] = job("job_baseline", os.path.abspath(args.baseline_dir))
+    return runners
+
+
+def print_sample(label: str, record: dict) -> None:
+    print(f"{label} {record['seconds']:7.2f} s  "
+          f"{record['rows'] / record['seconds']:>10,.0f} rows/s  peak RSS "
+          f"{record['peak_rss_mib']:7.1f} MiB  (other processes: "
+          f"{record['foreign_cores']:.2f} cores)", flush=True)
+
+
+def run_rounds(runners: dict[str, Callable[[int], dict]], args: argparse.Namespace
+               ) -> dict[str, list[dict]]:
+    """--rounds interleaved rounds of every runner; the samples by runner."""
     samples: dict[str, list[dict]] = {name: [] for name in runners}
-    names = list(runners)
-    for r, name in interleaved(names, args.rounds):
+    width = max(9, *(len(name) for name in runners))
+    for r, name in interleaved(list(runners), args.rounds):
         record = sample(lambda name=name, r=r: runners[name](r), args)
         samples[name].append(record)
-        print(f"round {r + 1}/{args.rounds} {name:<9} {record['seconds']:7.2f} s  "
-              f"{record['rows'] / record['seconds']:>10,.0f} rows/s  peak RSS "
-              f"{record['peak_rss_mib']:7.1f} MiB  (other processes: "
-              f"{record['foreign_cores']:.2f} cores)", flush=True)
-    big = sample(lambda: run_job(scaled, os.path.join(out_root, "job_scaled"),
-                                 os.path.join(logs, "job_scaled.log"), flags), args)
-    print(f"scaled    job {big['seconds']:7.2f} s  {big['rows'] / big['seconds']:>10,.0f} "
-          f"rows/s  peak RSS {big['peak_rss_mib']:7.1f} MiB  (other processes: "
-          f"{big['foreign_cores']:.2f} cores)", flush=True)
-    shutil.rmtree(out_root, ignore_errors=True)
+        print_sample(f"round {r + 1}/{args.rounds} {name:<{width}}", record)
+    return samples
 
-    def median(name: str, key: str) -> float:
-        return statistics.median(s[key] for s in samples[name])
 
-    rate = {name: statistics.median(s["rows"] / s["seconds"] for s in samples[name])
-            for name in names}
-    best = {name: max(s["rows"] / s["seconds"] for s in samples[name]) for name in names}
-    ratio = rate["job"] / rate["reference"]
-    peak = median("job", "peak_rss_mib")
-    growth = big["peak_rss_mib"] / peak
-    same_windows = all(s["windows"] == samples["reference"][0]["windows"]
-                       for name in names for s in samples[name])
-    same_stats = all(abs(s["mean"] - samples["reference"][0]["mean"]) <= 1e-4 * abs(
-        samples["reference"][0]["mean"]) and abs(s["std"] - samples["reference"][0]["std"])
-        <= 1e-4 * samples["reference"][0]["std"] for s in samples["job"])
-    targets = {
+def same_output(samples: dict[str, list[dict]]) -> dict:
+    """Whether every sample has the reference's windows per split, and every job's
+    (current and baseline) its train statistics."""
+    ref = samples["reference"][0]
+    same_windows = all(s["windows"] == ref["windows"]
+                       for records in samples.values() for s in records)
+    same_stats = all(abs(s["mean"] - ref["mean"]) <= 1e-4 * abs(ref["mean"])
+                     and abs(s["std"] - ref["std"]) <= 1e-4 * ref["std"]
+                     for name, records in samples.items() if name != "reference"
+                     for s in records)
+    return {"windows_per_split": same_windows, "train_statistics": same_stats,
+            "pass": same_windows and same_stats}
+
+
+def median_of(records: list[dict], key: str) -> float:
+    return statistics.median(s[key] for s in records)
+
+
+def evaluate(args: argparse.Namespace, samples: dict[str, list[dict]],
+             big: dict | None) -> dict:
+    """The targets; the growth target is marked not run without the scaled run."""
+    rate = statistics.median(s["rows"] / s["seconds"] for s in samples["job"])
+    ratio = rate / statistics.median(s["rows"] / s["seconds"]
+                                     for s in samples["reference"])
+    peak = median_of(samples["job"], "peak_rss_mib")
+    growth: dict = {"run": False, "max": args.max_growth, "pass": None}
+    if big is not None:
+        value = big["peak_rss_mib"] / peak
+        growth = {"value": round(value, 3), "max": args.max_growth,
+                  "pass": value <= args.max_growth}
+    return {
         "ratio": {"value": round(ratio, 3), "min": args.min_ratio,
                   "pass": ratio >= args.min_ratio, "goal_1x": ratio >= 1.0},
         "peak": {"value_mib": peak, "max_bytes": args.max_peak_gb * 1e9,
                  "pass": peak * MIB <= args.max_peak_gb * 1e9},
-        "growth": {"value": round(growth, 3), "max": args.max_growth,
-                   "pass": growth <= args.max_growth},
-        "same_output": {"windows_per_split": same_windows, "train_statistics": same_stats,
-                        "pass": same_windows and same_stats},
+        "growth": growth,
+        "same_output": same_output(samples),
     }
-    for name in names:
-        print(f"{name:<9} median {rate[name]:>10,.0f} rows/s (best {best[name]:,.0f}), "
-              f"{median(name, 'seconds'):.2f} s, peak RSS {median(name, 'peak_rss_mib'):.0f} "
-              f"MiB")
+
+
+def baseline_summary(args: argparse.Namespace, commit: str, samples: dict[str, list[dict]],
+                     rate: dict[str, float], best: dict[str, float]) -> dict:
+    """What the JSON records of the baseline: which code, its figures, current / it."""
+    return {"dir": os.path.abspath(args.baseline_dir), "label": args.baseline_label,
+            "commit": commit,
+            "rows_per_s": {"median": rate["job_baseline"], "best": best["job_baseline"]},
+            "peak_rss_mib_median": median_of(samples["job_baseline"], "peak_rss_mib"),
+            "current_over_baseline": round(rate["job"] / rate["job_baseline"], 3)}
+
+
+def print_summary(args: argparse.Namespace, samples: dict[str, list[dict]],
+                  rate: dict[str, float], best: dict[str, float], targets: dict,
+                  big: dict | None, baseline: dict | None) -> None:
+    width = max(9, *(len(name) for name in samples))
+    for name, records in samples.items():
+        print(f"{name:<{width}} median {rate[name]:>10,.0f} rows/s (best {best[name]:,.0f}), "
+              f"{median_of(records, 'seconds'):.2f} s, peak RSS "
+              f"{median_of(records, 'peak_rss_mib'):.0f} MiB")
+    if baseline is not None:
+        print(f"current / baseline ({baseline['label'] or baseline['dir']}, "
+              f"{baseline['commit'][:10] or 'commit unknown'}): "
+              f"{baseline['current_over_baseline']:.3f} x (median rows/s)")
+    ratio, peak = targets["ratio"]["value"], targets["peak"]["value_mib"]
     print(f"target: job >= {args.min_ratio} x reference: {ratio:.2f} x -> "
           f"{'PASS' if targets['ratio']['pass'] else 'FAIL'} (goal 1 x: "
           f"{'met' if ratio >= 1 else 'not met'})")
     print(f"target: job peak RSS <= {args.max_peak_gb} GB: {peak:.0f} MiB -> "
           f"{'PASS' if targets['peak']['pass'] else 'FAIL'}")
-    print(f"target: peak at {args.scale_factor}x rows <= {args.max_growth} x: "
-          f"{big['peak_rss_mib']:.0f} MiB = {growth:.2f} x -> "
-          f"{'PASS' if targets['growth']['pass'] else 'FAIL'}")
+    growth = targets["growth"]
+    verdict = ("not run (--skip_scaled)" if big is None else
+               f"{big['peak_rss_mib']:.0f} MiB = {growth['value']:.2f} x -> "
+               f"{'PASS' if growth['pass'] else 'FAIL'}")
+    print(f"target: peak at {args.scale_factor}x rows <= {args.max_growth} x: {verdict}")
     print(f"check: same windows per split and train statistics -> "
           f"{'PASS' if targets['same_output']['pass'] else 'FAIL'}")
+
+
+def main() -> None:
+    args = parse_args()
+    if ran_reference(args, reference):
+        return
+
+    work_dir = os.path.abspath(args.work_dir)  # The baseline's job runs in its own cwd.
+    os.makedirs(work_dir, exist_ok=True)
+    flags = {"window_size": args.window_size, "shift": args.shift,
+             "horizon": args.horizon, "missing": "interpolate"}
+    commit = baseline_commit(args.baseline_dir) if args.baseline_dir else ""
+    base = ensure_input(work_dir, args.series, args.hours)
+    scaled = (None if args.skip_scaled else
+              ensure_input(work_dir, args.series, args.hours * args.scale_factor))
+    samples = run_rounds(make_runners(args, base, work_dir, flags), args)
+    big = None
+    if scaled is not None:
+        big = sample(lambda: run_job(scaled, os.path.join(work_dir, "out", "job_scaled"),
+                                     os.path.join(work_dir, "logs", "job_scaled.log"),
+                                     flags), args)
+        print_sample("scaled    job", big)
+    shutil.rmtree(os.path.join(work_dir, "out"), ignore_errors=True)
+
+    rate = {name: statistics.median(s["rows"] / s["seconds"] for s in records)
+            for name, records in samples.items()}
+    best = {name: max(s["rows"] / s["seconds"] for s in records)
+            for name, records in samples.items()}
+    targets = evaluate(args, samples, big)
+    baseline = (baseline_summary(args, commit, samples, rate, best)
+                if args.baseline_dir else None)
+    print_summary(args, samples, rate, best, targets, big, baseline)
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine(),
@@ -357,13 +476,16 @@ def main() -> None:
         "input": {"series": args.series, "hours": args.hours,
                   "rows": samples["job"][0]["rows"],
                   "bytes": os.path.getsize(base),
-                  "scaled_rows": big["rows"], "scaled_bytes": os.path.getsize(scaled)},
+                  "scaled_rows": big["rows"] if big else None,
+                  "scaled_bytes": os.path.getsize(scaled) if scaled else None},
         "flags": flags,
         "samples": samples,
         "scaled_job": big,
         "rows_per_s": {"median": rate, "best": best},
         "targets": targets,
     }
+    if baseline is not None:
+        result["baseline"] = baseline
     write_json(args.out, result)
     print(f"wrote {args.out}")
 

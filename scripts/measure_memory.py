@@ -139,14 +139,19 @@ CONFIGS: dict[str, list[str]] = {
 DEFAULT_SIZES = {"web": "2000,20000,200000", "camera": "60,240"}
 
 
-def measure(command: list[str], log_path: str) -> dict:
-    """Runs ``command`` under a fresh wrapper; its exact peak RSS, wall and CPU time."""
+def measure(command: list[str], log_path: str, code_dir: str = REPO_ROOT) -> dict:
+    """Runs ``command`` under a fresh wrapper; its exact peak RSS, wall and CPU time.
+
+    The wrapper (and so ``command``) runs in ``code_dir`` with ``job_env(code_dir)``:
+    another checkout of this project there (a before/after comparison's baseline) is
+    what the command imports.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         result_path = os.path.join(tmp, "memory.json")
         proc = subprocess.run(
             [sys.executable, "-c", _WRAPPER,
              json.dumps({"command": command, "log": log_path, "result": result_path})],
-            cwd=REPO_ROOT, env=job_env(), capture_output=True, text=True)
+            cwd=code_dir, env=job_env(code_dir), capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"the measuring wrapper failed:\n{proc.stderr[-3000:]}")
         result = read_json(result_path)
