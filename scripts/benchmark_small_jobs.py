@@ -20,8 +20,8 @@ one alternating by round):
 as above), one job command in a fresh scripts/small_job_profile.py child, timed by phase
 (defined there); reported: each phase's median, the 3 stages of the longest median, the rounds.
 The photos are scripts/sample_photos.py's web-size JPEGs (10 class folders); the CSV
-(``series_id,timestamp,value``, 4 series x 500 rows, timestamps 0..499, deterministic
-values) is written into --work_dir, the series job run with --window_size=24
+(``series_id,timestamp,value``, 4 series x 500 rows: etl.testing.write_series) is
+written into --work_dir, the series job run with --window_size=24
 --horizon=4. Each child's peak RSS (``*_rss_mib``) comes from os.wait4, and the CPU
 other processes used meanwhile (``*_foreign_cores``) is recorded beside it.
 
@@ -63,6 +63,8 @@ from bench_common import (
 )
 from sample_photos import describe, ensure_photos
 
+from etl import testing
+
 PHOTOS = 12
 SERIES, ROWS_PER_SERIES = 4, 500
 SERIES_FLAGS = ("--window_size=24", "--horizon=4")
@@ -96,16 +98,6 @@ times["self_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 102
 with open(sys.argv[2], "w") as f:
     json.dump(times, f)
 """
-
-
-def write_series_csv(path: str) -> str:
-    """The 2,000-row long-format CSV of the series job (deterministic)."""
-    with open(path, "w") as f:
-        f.write("series_id,timestamp,value\n")
-        for s in range(SERIES):
-            for t in range(ROWS_PER_SERIES):
-                f.write(f"s{s},{t},{round(((t * 7919 + s * 31) % 101) / 10, 1)}\n")
-    return path
 
 
 def measured(command: list[str], code_dir: str, log_path: str) -> dict[str, float]:
@@ -365,8 +357,8 @@ def main() -> None:
         versions["baseline"] = os.path.abspath(args.baseline_dir)
     os.makedirs(args.work_dir, exist_ok=True)
     photos = ensure_photos(args.work_dir, PHOTOS)
-    csv_path = write_series_csv(os.path.join(
-        args.work_dir, f"series_{SERIES}x{ROWS_PER_SERIES}_numeric.csv"))
+    csv_path = testing.write_series(os.path.join(
+        args.work_dir, f"series_{SERIES}x{ROWS_PER_SERIES}.csv"), [ROWS_PER_SERIES] * SERIES).input
     code = {"current": {"dir": REPO_ROOT, **code_version()}}
     if args.baseline_dir:
         code["baseline"] = baseline_version(versions["baseline"])

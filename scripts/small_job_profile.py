@@ -12,8 +12,8 @@ module's import, its ``run`` and ``build_pipeline``, tf.Transform's
 ``run_stages`` and each ``_execute_bundle`` (by stage name). When ``common.main``
 returns, TIMINGS_JSON is written (flushed, fsynced) before the process ends as the
 version's command ends it: marks and totals in seconds since this file's first line,
-whose ``time.time()`` is ``first_line_epoch``. Only the standard library is imported
-here, after the first line's clock reads.
+whose ``time.time()`` is ``first_line_epoch``; the stages' windows are
+bench_common.TIME_STAGES's. Everything is imported after the first line's clock reads.
 
 The phases benchmark_small_jobs.py derives (s; the parent takes time.time() just before
 Popen and the child's wall time, perf_counter around Popen..os.wait4):
@@ -52,8 +52,8 @@ from typing import Any
 
 marks: dict[str, float] = {}
 totals = {"graph_s": 0.0, "tft_expand_s": 0.0, "to_runner_api_s": 0.0, "stages_s": 0.0}
-stages: dict[str, float] = {}
-bundles = [0]
+# bench_common.TIME_STAGES's namespace: its ``stage_windows`` (name, start, end).
+stage_timing: dict[str, Any] = {}
 
 
 def now() -> float:
@@ -87,28 +87,16 @@ def timed(owner: Any, name: str, total: str | None = None, first: str | None = N
     setattr(owner, name, wrapper)
 
 
-def time_bundles(runner_class: Any) -> None:
-    """Records each ``_execute_bundle``'s seconds by stage name (as bench_common.TIME_STAGES)."""
-    execute = runner_class._execute_bundle
-
-    def wrapper(self: Any, context: Any, bundle: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return execute(self, context, bundle, *args, **kwargs)
-        finally:
-            name = bundle.stage.name
-            stages[name] = stages.get(name, 0.0) + time.perf_counter() - start
-            bundles[0] += 1
-
-    runner_class._execute_bundle = wrapper
-
-
 def report(path: str) -> None:
     """Writes the timings to ``path`` (flushed, fsynced)."""
     marks["reported"] = now()
+    stages: dict[str, float] = {}
+    windows = stage_timing.get("stage_windows", [])
+    for name, start, end in windows:
+        stages[name] = stages.get(name, 0.0) + end - start
     with open(path, "w") as f:
         json.dump({"first_line_epoch": FIRST_LINE_EPOCH, "marks": marks, "totals": totals,
-                   "stages": stages, "num_stages": bundles[0]}, f)
+                   "stages": stages, "num_stages": len(windows)}, f)
         f.flush()
         os.fsync(f.fileno())
 
@@ -143,7 +131,9 @@ def profile() -> None:
     timed(apache_beam.Pipeline, "to_runner_api", "to_runner_api_s")
     timed(fn_runner.FnApiRunner, "run_stages", "stages_s", first="stages_start",
           last="stages_end")
-    time_bundles(fn_runner.FnApiRunner)
+    from bench_common import TIME_STAGES
+
+    exec(TIME_STAGES, stage_timing)  # Each _execute_bundle's stage name and window.
     common.main = reporting_main(common.main, timings_path)
     sys.argv = [job.__file__, *job_argv]
     if os.path.exists(os.path.join(os.path.dirname(common.__file__), "command.py")):
