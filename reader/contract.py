@@ -41,6 +41,23 @@ REJECTED_FILENAME = "rejected.jsonl"
 DUPLICATES_SUMMARY_RELPATH = "duplicates/summary.json"
 DUPLICATE_PAIRS_RELPATH = "duplicates/pairs.jsonl"
 TRANSFORM_FN_DIRNAME = "transform_fn"
+# What the jobs know about the data they wrote (docs/KNOW_YOUR_DATA.md, docs/FORMAT.md
+# "Statistics"): per split, TFDV's DatasetFeatureStatisticsList in a one-record
+# TFRecord file (what tfdv.load_statistics reads), the schema inferred from train as
+# a text proto, drift between splits, and the image-quality flags; the report
+# renders them. Version N >= 2 of an appended dataset keeps its own under
+# ``statistics/vNNNNN/`` (statistics_dir).
+STATISTICS_DIRNAME = "statistics"
+STATISTICS_SUFFIX = ".tfrecord"
+SERIES_STATISTICS_SUFFIX = "-series.tfrecord"
+SCHEMA_FILENAME = "schema.pbtxt"
+DRIFT_FILENAME = "drift.json"
+FLAGS_FILENAME = "flags.jsonl"
+REPORT_RELPATH = "report/index.html"
+# The image-quality flags of statistics/flags.jsonl, named and ordered as cleanvision
+# names its issue types (etl/images/quality.py holds their rules).
+QUALITY_FLAGS: tuple[str, ...] = ("dark", "light", "blurry", "low_information", "odd_size",
+                                  "odd_aspect_ratio", "grayscale")
 TRANSFORMED_METADATA_DIRNAME = "transformed_metadata"
 # tft.TFTransformOutput.RAW_METADATA_DIR: what its raw_feature_spec() reads.
 RAW_METADATA_DIRNAME = "metadata"
@@ -332,3 +349,15 @@ def sha256_of_file(path: str, chunk_bytes: int = 1 << 20) -> str:
 def dumps_manifest(manifest: Mapping[str, Any]) -> str:
     """Canonical JSON text of a manifest: sorted keys, so reruns are byte-identical."""
     return json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def statistics_dir(version: int = 1) -> str:
+    """The folder, relative to the dataset, of a version's statistics files."""
+    return STATISTICS_DIRNAME if version == 1 else f"{STATISTICS_DIRNAME}/v{version:05d}"
+
+
+def statistics_relpath(split: str, version: int = 1, series: bool = False) -> str:
+    """A split's statistics file: the rows (or examples) of ``split``; with ``series``,
+    one example per series (time series: length, missing values, gaps)."""
+    suffix = SERIES_STATISTICS_SUFFIX if series else STATISTICS_SUFFIX
+    return f"{statistics_dir(version)}/{split}{suffix}"
