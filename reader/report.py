@@ -1,0 +1,201 @@
+"""A dataset's report: one self-contained HTML page a person opens in a browser.
+
+    python -m reader.report DATA_DIR [--compare OTHER_DIR] [--out PATH]
+
+    from reader.report import write_report
+    write_report("out/images")            # -> "out/images/report/index.html"
+
+The page shows the records and labels per split, each feature's statistics and
+histogram per split (``statistics/``), the drift table (``statistics/drift.json``,
+what is over its threshold first), the duplicate report's summary, the dead letters
+by reason, a few images per class (time series: a few series with their split
+boundaries and windows) and every flagged image (``statistics/flags.jsonl``), read
+from the stored shards. With ``--compare`` it adds the other dataset's counts and
+labels side by side and the drift between the same splits of the two, the other
+dataset the baseline (both sides' first-version statistics).
+
+The page loads nothing: styles inline, charts SVG, images ``data:`` URIs; it renders
+offline. What a dataset lacks (statistics, a duplicate report, flags) is one line
+saying so. The same dataset gives the same bytes. Paths may be URIs (``gs://``):
+files are read, and the page written, through fsspec. Nothing here imports
+TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import posixpath
+import sys
+from typing import Any
+
+from reader import (
+    contract,
+    drift,
+    records,
+    report_gallery,
+    report_samples,
+    report_series,
+    stats_files,
+)
+from reader.contract import DatasetError
+from reader.report_html import Comparison, ReportData, render
+
+
+def _read_optional(path: str) -> bytes | None:
+    try:
+        return records.read_file(path)
+    except FileNotFoundError:
+        return None
+
+
+def _versions(manifest: dict[str, Any]) -> range:
+    return range(1, int(manifest.get("dataset_version", 1)) + 1)
+
+
+def read_statistics(data_dir: str, version: int = 1, series: bool = False
+                    ) -> dict[str, Any] | None:
+    """A version's statistics per split, or None when it has no statistics folder
+    (a damaged file still raises)."""
+    try:
+        if not stats_files.split_names(data_dir, version, series):
+            return None
+    except DatasetError:
+        return None
+    return stats_files.read_split_statistics(data_dir, version, series)
+
+
+def _all_statistics(data_dir: str, manifest: dict[str, Any], series: bool
+                    ) -> dict[str, Any] | None:
+    """Every version's statistics, by column: the split, or ``vNNNNN/split`` when
+    another version than the first has statistics."""
+    found = {v: s for v in _versions(manifest)
+             if (s := read_statistics(data_dir, v, series))}
+    if not found:
+        return None
+    plain = list(found) == [1]
+    return {(split if plain else f"v{version:05d}/{split}"): stats
+            for version, per_split in found.items() for split, stats in per_split.items()}
+
+
+def _statistics_file_lines(data_dir: str, manifest: dict[str, Any], name: str
+                           ) -> list[bytes] | None:
+    """The contents of ``statistics[/vNNNNN]/<name>`` of every version that has it."""
+    found = [text for v in _versions(manifest) if (text := _read_optional(posixpath.join(
+        data_dir, contract.statistics_dir(v), name))) is not None]
+    return found or None
+
+
+def read_drift(data_dir: str, manifest: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Every version's ``drift.json`` entries (None: no such file)."""
+    texts = _statistics_file_lines(data_dir, manifest, contract.DRIFT_FILENAME)
+    return None if texts is None else drift.sort_entries(
+        entry for text in texts for entry in json.loads(text))
+
+
+def read_flags(data_dir: str, manifest: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Every version's ``flags.jsonl`` entries, by key (None: no such file)."""
+    texts = _statistics_file_lines(data_dir, manifest, contract.FLAGS_FILENAME)
+    if texts is None:
+        return None
+    entries = [json.loads(line) for text in texts for line in text.splitlines()
+               if line.strip()]
+    return sorted(entries, key=lambda e: (e["key"], e.get("split", "")))
+
+
+def read_duplicates(data_dir: str, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """``duplicates/summary.json``, else the manifest's copy (None: no report)."""
+    text = _read_optional(posixpath.join(data_dir, contract.DUPLICATES_SUMMARY_RELPATH))
+    return json.loads(text) if text is not None else manifest.get("duplicates")
+
+
+def _comparison(data_dir: str, other_dir: str) -> Comparison:
+    other = records.load_manifest(other_dir)
+    mine, theirs = read_statistics(data_dir), read_statistics(other_dir)
+    entries = None
+    if mine and theirs:
+        name = other.get("name", "compared")
+        entries = drift.sort_entries(
+            entry for split in mine if split in theirs
+            for entry in drift.compare(theirs[split], mine[split], split=split,
+                                       baseline=f"{name}/{split}"))
+    return Comparison(other_dir, other, entries)
+
+
+def gather(data_dir: str, compare: str | None = None) -> ReportData:
+    """Reads what the page shows (see the module docstring)."""
+    data_dir = data_dir.rstrip("/")
+    manifest = records.load_manifest(data_dir)
+    images = manifest.get("kind", contract.IMAGES) == contract.IMAGES
+    flags = read_flags(data_dir, manifest) if images else None
+    wanted: dict[str, list[str]] = {}
+    for entry in (flags or [])[:report_gallery.MAX_FLAGGED_SHOWN]:
+        wanted.setdefault(entry.get("split", ""), []).append(entry["key"])
+    return ReportData(
+        data_dir=data_dir, manifest=manifest,
+        statistics=_all_statistics(data_dir, manifest, series=False),
+        series_statistics=None if images else _all_statistics(data_dir, manifest, True),
+        drift=read_drift(data_dir, manifest),
+        duplicates=read_duplicates(data_dir, manifest) if images else None,
+        flags=flags,
+        images=report_samples.scan_images(data_dir, manifest, wanted) if images else None,
+        series=None if images else report_series.series_views(data_dir, manifest),
+        comparison=_comparison(data_dir, compare.rstrip("/")) if compare else None)
+
+
+def _write_text(path: str, text: str) -> None:
+    data = text.encode("utf-8")
+    if "://" in path:
+        import fsspec
+
+        with fsspec.open(path, "wb") as f:
+            f.write(data)
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def write_report(data_dir: str, out: str | None = None, compare: str | None = None) -> str:
+    """Writes the report of ``data_dir`` (default ``DATA_DIR/report/index.html``).
+
+    Args:
+        data_dir: a finished dataset (local or a URI).
+        out: where to write the page (local or a URI).
+        compare: another dataset to set beside it (the drift baseline).
+
+    Returns:
+        The path written.
+
+    Raises:
+        FileNotFoundError: no manifest (the job did not finish).
+        DatasetError: a statistics file or shard is damaged.
+    """
+    out = out or posixpath.join(data_dir.rstrip("/"), contract.REPORT_RELPATH)
+    _write_text(out, render(gather(data_dir, compare)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m reader.report",
+        description="Writes a dataset's self-contained HTML report.")
+    parser.add_argument("data_dir")
+    parser.add_argument("--compare", metavar="OTHER_DIR",
+                        help="Another dataset (e.g. an earlier version) to set beside it; "
+                             "the baseline of the drift between the two.")
+    parser.add_argument("--out", help=f"Where to write (default DATA_DIR/"
+                                      f"{contract.REPORT_RELPATH}).")
+    args = parser.parse_args(argv)
+    try:
+        path = write_report(args.data_dir, args.out, args.compare)
+    except (FileNotFoundError, DatasetError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
