@@ -99,6 +99,14 @@ class DatasetOptions(PipelineOptions):
             help="Fail (and publish no manifest) if more than this fraction of the inputs "
                  "is rejected. Default %(default)s.")
         parser.add_argument(
+            "--statistics", default="on", choices=("on", "off"),
+            help="on: describe what was written, per split, from facts taken in the "
+                 "one pass over the data: statistics in TFDV's format and the inferred "
+                 "schema under statistics/, drift between splits (statistics/drift.json), "
+                 "the images' quality flags (statistics/flags.jsonl) and a report a "
+                 "browser opens offline, report/index.html (docs/KNOW_YOUR_DATA.md); "
+                 "off: none of these.")
+        parser.add_argument(
             "--overwrite", action="store_true",
             help="Replace a finished dataset already in --output_dir (refused otherwise).")
         parser.add_argument(
@@ -164,6 +172,7 @@ class OutputSettings:
     max_error_fraction: float
     resume: bool = True
     compression: str = contract.GZIP
+    statistics: bool = True
 
     @property
     def shard_format(self) -> ShardFormat:
@@ -198,6 +207,7 @@ class OutputSettings:
             overwrite=options.overwrite,
             max_error_fraction=options.max_error_fraction,
             resume=not options.no_resume,
+            statistics=options.statistics == "on",
         )
 
     def describe(self) -> dict[str, Any]:
@@ -207,6 +217,7 @@ class OutputSettings:
             "target_shard_bytes": self.target_shard_bytes,
             "compression": self.compression,
             "gzip_level": self.gzip_level if self.compression == contract.GZIP else None,
+            "statistics": "on" if self.statistics else "off",
             "sharding": "shard = sha256-based hash of key % num_shards; in-shard order "
                         "by a second hash; empty shard ids dropped",
         }

@@ -30,6 +30,7 @@ from etl.core.publish import ManifestSpec, PublishDataset
 from etl.images import accounting, codec, duplicate_groups, loading
 from etl.images import labels as image_labels
 from etl.images import preprocessing as image_preprocessing
+from etl.images.describe import DescribeImages
 from etl.images.duplicates import REPORT_DUPLICATES, DuplicateSettings, FindDuplicates
 from etl.images.label_entries import DescribeTargetsAndCarried
 from etl.images.shard_plan import PlanImageShards
@@ -428,7 +429,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
             output_dir, versions.shard_prefix(job.output.name, job.version.number),
             job.output.shard_format,
             job.limits, shared.Shared(), job.preprocessing, columns=job.columns,
-            hash_images=job.duplicates.enabled),
+            hash_images=job.duplicates.enabled, describe=job.output.statistics),
         write_label="TransformAndWrite",
         rejected=[listing_rejected, decided[REJECTED]],
         transform_dir=transform_dir, extras=extras,
@@ -440,7 +441,9 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         version=job.version, key_index=True,
         screen=FindDuplicates(output_dir, job.duplicates, job.version,
                               multi_label=job.columns.multi_label)
-        if job.duplicates.enabled else None)
+        if job.duplicates.enabled else None,
+        describe=DescribeImages(output_dir, job.version, job.columns)
+        if job.output.statistics else None, report=job.output.statistics)
 
 
 def run_ops_on_one_thread_each() -> None:

@@ -94,6 +94,29 @@ def _duplicate_lines(report: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def _statistics_lines(entry: Mapping[str, Any] | None) -> list[str]:
+    """Where the statistics are, the quality flags' counts, drift over its threshold,
+    and (an appended version) what breaks the dataset's schema."""
+    if not entry:
+        return []
+    lines = [(f"  statistics: {contract.statistics_dir(entry['version'])}/ (TFDV format), "
+             f"report: {contract.REPORT_RELPATH}")]
+    flags = entry.get("flags")
+    if flags is not None:
+        counts = ", ".join(f"{name} {n}" for name, n in flags["counts"].items() if n)
+        lines.append(f"  quality flags: {flags['images']} image(s)"
+                     + (f" ({counts})" if counts else "") + f"; details in {flags['file']}")
+    if entry["drift_over"]:
+        shown = "; ".join(entry["drift_over"][:5])
+        more = len(entry["drift_over"]) - 5
+        lines.append(f"WARNING: drift over threshold in {len(entry['drift_over'])} "
+                     f"comparison(s): {shown}" + (f"; and {more} more" if more > 0 else "")
+                     + f" (details in {entry['drift']})")
+    for anomaly in entry.get("anomalies", ()):
+        lines.append(f"WARNING: {anomaly['split']}: {anomaly['description']}")
+    return lines
+
+
 def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: float,
                    counts: RunCounts | None = None) -> str:
     """Records, shards and bytes per split, rejections, what a resumed run kept, and
@@ -111,6 +134,7 @@ def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: floa
     lines.append(f"  rejected: {rejected['count']} ({reasons}); details in "
                  f"{contract.ERRORS_DIRNAME}/{files}")
     lines.extend(_duplicate_lines(manifest.get("duplicates")))
+    lines.extend(_statistics_lines(manifest.get("statistics")))
     for split, why in manifest.get("timeseries", {}).get("empty_splits", {}).items():
         lines.append(f"  {split}: no windows: {why}")
     task = manifest.get("task", contract.CLASSIFICATION)

@@ -21,7 +21,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import dead_letters, fingerprint, record_removal, resume, sharding, versions
+from etl.core import dead_letters, describe, fingerprint, record_removal, resume, sharding, versions
 from etl.core.manifest import ManifestSpec, WriteManifest
 from reader import contract
 
@@ -71,6 +71,12 @@ class PublishDataset(beam.PTransform):
             ``Rejection``s (both None when it takes nothing out), and a
             single-element extra manifest entry (the image job's
             ``etl.images.duplicates.FindDuplicates``).
+        describe: optional PTransform from ``{"facts": ..., "removals": ...}`` (the
+            writers' ``ShardFacts``; the screen's removals, where it removes) to a single-element
+            extra manifest entry: the statistics of what was written (the image
+            job's ``etl.images.describe.DescribeImages``).
+        report: write ``report/index.html`` once the manifest is published
+            (``reader.report``).
 
     Returns:
         A single-element PCollection holding the manifest's path.
@@ -82,7 +88,8 @@ class PublishDataset(beam.PTransform):
                  extras: Sequence[beam.PCollection], manifest: ManifestSpec,
                  inputs: Mapping[str, Any] | None = None,
                  version: versions.DatasetVersion = versions.FIRST_VERSION,
-                 key_index: bool = False, screen: beam.PTransform | None = None) -> None:
+                 key_index: bool = False, screen: beam.PTransform | None = None,
+                 describe: beam.PTransform | None = None, report: bool = False) -> None:
         super().__init__()
         self._plan = plan
         self._output_dir = output_dir
@@ -103,6 +110,29 @@ class PublishDataset(beam.PTransform):
         self._manifest = manifest
         self._extras = extras
         self._screen = screen
+        self._describe = describe
+        self._report = report
+
+    def _screen_and_describe(self, results: beam.PCollection, facts: beam.PCollection
+                             ) -> tuple[beam.PCollection, list[beam.PCollection],
+                                        list[beam.PCollection]]:
+        """The shard results after the screen's removals, its rejections, and the
+        manifest's extras with the screen's and the description's entries."""
+        extras = list(self._extras)
+        screened: list[beam.PCollection] = []
+        removals = None
+        if self._screen is not None:
+            removals, removed, entry = facts | "Screen" >> self._screen
+            if removals is not None:
+                results = results | "RemoveRecords" >> record_removal.RemoveRecords(
+                    self._output_dir, self._write_shard.shard_format, removals)
+                screened.append(removed)
+            extras.append(entry)
+        if self._describe is not None:
+            described = {"facts": facts} if removals is None else {
+                "facts": facts, "removals": removals}
+            extras.append(described | "Describe" >> self._describe)
+        return results, screened, extras
 
     def expand(self, units: beam.PCollection) -> beam.PCollection:
         # (split, num_shards), for every split with units
@@ -119,15 +149,7 @@ class PublishDataset(beam.PTransform):
         # ShardResult; Rejection; ShardFacts
         results, write_rejected, facts = (
             (units, num_shards) | "WriteShards" >> write_shards)
-        extras = list(self._extras)
-        screened: list[beam.PCollection] = []
-        if self._screen is not None:
-            removals, removed, entry = facts | "Screen" >> self._screen
-            if removals is not None:
-                results = results | "RemoveRecords" >> record_removal.RemoveRecords(
-                    self._output_dir, self._write_shard.shard_format, removals)
-                screened.append(removed)
-            extras.append(entry)
+        results, screened, extras = self._screen_and_describe(results, facts)
         # ShardEntry
         shards = results | "FinalizeShards" >> sharding.FinalizeShards(
             self._output_dir, versions.shard_prefix(self._name, self._version.number),
@@ -157,5 +179,9 @@ class PublishDataset(beam.PTransform):
             transform_dir=self._transform_dir, keys_written=keys_written,
             extras=extras, version=self._version)
         # the manifest's path (None: an append that added nothing)
-        return ((shards, label_counts, rejected_summary)
-                | "WriteManifest" >> write_manifest)
+        manifest_path = ((shards, label_counts, rejected_summary)
+                         | "WriteManifest" >> write_manifest)
+        if self._report:
+            _ = manifest_path | "WriteReport" >> beam.Map(
+                describe.write_report, output_dir=self._output_dir)
+        return manifest_path

@@ -34,10 +34,11 @@ HELD_COUNTER = "inputs_already_held"
 # they are published, not what an example holds.
 FREE_WHEN_APPENDING = frozenset(
     {"num_shards", "target_shard_bytes", "gzip_level", "max_error_fraction",
-     "cross_split_duplicates", "near_duplicate_distance"})
-# Manifest entries an appended version computes for the whole dataset: they replace
-# the previous version's (the image job's duplicate report).
-RECOMPUTED_WHEN_APPENDING = ("duplicates",)
+     "cross_split_duplicates", "near_duplicate_distance", "statistics"})
+# Manifest entries an appended version computes again: they replace the previous
+# version's (the image job's duplicate report, over the whole dataset; the
+# statistics of the version's own data, which say where its files are).
+RECOMPUTED_WHEN_APPENDING = ("duplicates", "statistics")
 
 
 def key_index_relpath(version: int) -> str:

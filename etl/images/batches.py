@@ -62,6 +62,7 @@ class Loaded:
     data: bytes
     jpeg: loading.JpegDecode | None = None
     pixels: DecodedPixels | None = None
+    header: loading.ImageHeader | None = None
 
     @property
     def weight(self) -> int:
@@ -73,11 +74,14 @@ class Loaded:
 class Finished:
     """One image after :class:`FinishImages`: its stored bytes, the ``uint8 [32, 32]``
     thumbnail of the pixels they encode (``codec.hash_thumbnail``, before a lossy
-    encode) and the EXIF orientation that turned it (1: as stored)."""
+    encode), the EXIF orientation that turned it (1: as stored) and the ``uint8
+    [64, 64, 3]`` thumbnail of the whole upright image the quality measures read
+    (``codec.quality_thumbnail``)."""
 
     stored: bytes
     thumbnail: np.ndarray
     orientation: int
+    quality: np.ndarray
 
 
 class FinishImages:
@@ -90,35 +94,41 @@ class FinishImages:
     the image's own resize (or a small PNG's decode). :meth:`decode` is
     ``transform_fn``'s own decode, for the images the job does not decode itself, a
     batch of them a call too. Without ``thumbnails`` (no duplicate report), the
-    thumbnails are zeros. Thread-safe.
+    hash thumbnails are zeros; without ``quality`` (no statistics), the quality
+    thumbnails are. Thread-safe.
     """
 
-    def __init__(self, config: ImagePreprocessing, thumbnails: bool = True) -> None:
+    def __init__(self, config: ImagePreprocessing, thumbnails: bool = True,
+                 quality: bool = False) -> None:
         import tensorflow as tf
 
         size = config.image_size
         thumbnail = [codec.HASH_THUMBNAIL_SIZE] * 2
+        quality_shape = [codec.QUALITY_THUMBNAIL_SIZE] * 2 + [3]
 
         def finish(buffer: tf.Tensor, offsets: tf.Tensor, shapes: tf.Tensor,
-                   heads: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+                   heads: tf.Tensor) -> tuple[tf.Tensor, ...]:
             # shapes: [n, (height, width, source height, source width, ratio)]
-            def one(i: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            def one(i: tf.Tensor) -> tuple[tf.Tensor, ...]:
                 height, width = shapes[i, 0], shapes[i, 1]
                 image = tf.reshape(buffer[offsets[i]:offsets[i] + height * width * 3],
                                    tf.stack([height, width, 3]))
                 image.set_shape([None, None, 3])
-                pixels, orientation = codec.finish_pixels(
+                resized, orientation = codec.upright_resized(
                     image, heads[i], size,
                     apply_exif_orientation=config.apply_exif_orientation,
                     source_shape=tf.cast(shapes[i, 2:4], tf.int32),
                     ratio=tf.cast(shapes[i, 4], tf.int32))
+                pixels = codec.center_crop(resized, size)
                 return (codec.encode(pixels, config.image_format, config.jpeg_quality),
                         codec.hash_thumbnail(pixels) if thumbnails
-                        else tf.zeros(thumbnail, tf.uint8), orientation)
+                        else tf.zeros(thumbnail, tf.uint8), orientation,
+                        codec.quality_thumbnail(resized) if quality
+                        else tf.zeros(quality_shape, tf.uint8))
 
             return tf.map_fn(one, tf.range(tf.shape(offsets)[0]), fn_output_signature=(
                 tf.TensorSpec([], tf.string), tf.TensorSpec(thumbnail, tf.uint8),
-                tf.TensorSpec([], tf.int32)))
+                tf.TensorSpec([], tf.int32), tf.TensorSpec(quality_shape, tf.uint8)))
 
         def decode(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             # data: [n] files → each image's pixels, flattened (a ragged row), and
@@ -188,21 +198,23 @@ class FinishImages:
             buffer = pixels[0].buffer
         # DLPack hands the pixels to TensorFlow without a copy; the EXIF orientation is
         # read from each file's head only.
-        stored, thumbnails, orientations = self._finish(
+        stored, thumbnails, orientations, quality = self._finish(
             tf.experimental.dlpack.from_dlpack(buffer.__dlpack__()),
             tf.constant([p.offset for p in pixels], tf.int64),
             tf.constant([(p.height, p.width, *p.source, p.ratio) for p in pixels], tf.int64),
             tf.constant([d[:exif.EXIF_SCAN_BYTES] for d in data], tf.string))
-        return [Finished(s, t, int(o)) for s, t, o in zip(
-            stored.numpy(), thumbnails.numpy(), orientations.numpy(), strict=True)]
+        return [Finished(s, t, int(o), q) for s, t, o, q in zip(
+            stored.numpy(), thumbnails.numpy(), orientations.numpy(), quality.numpy(),
+            strict=True)]
 
 
 @functools.cache
-def finish_images(config: ImagePreprocessing, thumbnails: bool = True) -> FinishImages:
+def finish_images(config: ImagePreprocessing, thumbnails: bool = True,
+                  quality: bool = False) -> FinishImages:
     """The process's one ``FinishImages`` per configuration: its graphs are traced
     once per process, not once per job (a test session, a notebook, a worker that
     runs several jobs' shard steps)."""
-    return FinishImages(config, thumbnails=thumbnails)
+    return FinishImages(config, thumbnails=thumbnails, quality=quality)
 
 
 def _slot_bytes(nbytes: int) -> int:
@@ -237,7 +249,7 @@ def load_record(record: ImageRecord, limits: loading.InputLimits,
     checked = loading.check_image(data, limits, image_size)
     if not isinstance(checked, loading.Checked):
         return rejection(*checked)
-    return Loaded(record, data, jpeg=checked.jpeg)
+    return Loaded(record, data, jpeg=checked.jpeg, header=checked.header)
 
 
 def decode_batch(batch: Sequence[Loaded], strict: bool) -> list[Loaded | Rejection]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from etl.images import exif
+from etl.images.quality import QUALITY_THUMBNAIL_SIZE
 from reader.contract import IMAGE_FORMATS, JPEG, PNG, RAW
 
 # Leading bytes of the containers tf.io.decode_image understands.
@@ -168,12 +169,21 @@ def resize_and_center_crop(image: tf.Tensor, size: int,
                            orientation: tf.Tensor | None = None, *,
                            source_shape: tf.Tensor | None = None,
                            ratio: tf.Tensor | int = 1) -> tf.Tensor:
-    """Resizes the shorter side to ``size`` and crops the centre ``size × size``.
+    """Resizes the shorter side to ``size`` and crops the centre ``size × size``:
+    :func:`center_crop` of :func:`resize_upright`."""
+    return center_crop(resize_upright(image, size, orientation, source_shape=source_shape,
+                                      ratio=ratio), size)
+
+
+def resize_upright(image: tf.Tensor, size: int, orientation: tf.Tensor | None = None, *,
+                   source_shape: tf.Tensor | None = None,
+                   ratio: tf.Tensor | int = 1) -> tf.Tensor:
+    """Resizes the shorter side to ``size``, turned upright: ``float32 [h', w', 3]``,
+    not yet rounded.
 
     The scaled longer side is ``round(long * size / short)`` in integer arithmetic;
     resampling is bilinear with antialiasing (``tf.image.resize(..., antialias=True)``'s
-    kernel, which behaves like area averaging when shrinking); values are rounded half
-    to even and clipped to ``uint8``. Crop offsets are ``(scaled - size) // 2``.
+    kernel, which behaves like area averaging when shrinking).
 
     ``source_shape`` and ``ratio`` describe a reduced-scale decode (``image`` is
     ``ceil(source / ratio)`` per side, :func:`source_geometry`): the scaled sizes
@@ -182,7 +192,7 @@ def resize_and_center_crop(image: tf.Tensor, size: int,
     1) this is exactly ``tf.image.resize``.
 
     With an EXIF ``orientation``, the resized image is turned upright
-    (``etl.images.exif.apply_orientation``) before the crop. The resize is separable and
+    (``etl.images.exif.apply_orientation``). The resize is separable and
     symmetric, so this equals turning the decoded image first up to float rounding
     (at most 1 level, on about 0.01 % of the values of photos), and it moves
     ``size``-sized pixels instead of a photo's.
@@ -206,7 +216,13 @@ def resize_and_center_crop(image: tf.Tensor, size: int,
         kernel_type="triangle", antialias=True)[0]
     if orientation is not None:
         resized = exif.apply_orientation(resized, orientation)
-        new_height, new_width = tf.shape(resized)[0], tf.shape(resized)[1]
+    return resized
+
+
+def center_crop(resized: tf.Tensor, size: int) -> tf.Tensor:
+    """The centre ``size × size`` of :func:`resize_upright`'s image, as ``uint8``:
+    offsets ``(scaled - size) // 2``, values rounded half to even and clipped."""
+    new_height, new_width = tf.shape(resized)[0], tf.shape(resized)[1]
     top = (new_height - size) // 2
     left = (new_width - size) // 2
     cropped = resized[top:top + size, left:left + size, :]
@@ -242,12 +258,35 @@ def finish_pixels(image: tf.Tensor, image_bytes: tf.Tensor, size: int, *,
     The orientation (1..8) is read from ``image_bytes`` (the file's bytes, or at least
     its first ``exif.EXIF_SCAN_BYTES``), 1 when ``apply_exif_orientation`` is False.
     """
+    resized, orientation = upright_resized(image, image_bytes, size,
+                                           apply_exif_orientation=apply_exif_orientation,
+                                           source_shape=source_shape, ratio=ratio)
+    return center_crop(resized, size), orientation
+
+
+def upright_resized(image: tf.Tensor, image_bytes: tf.Tensor, size: int, *,
+                    apply_exif_orientation: bool = True,
+                    source_shape: tf.Tensor | None = None, ratio: tf.Tensor | int = 1
+                    ) -> tuple[tf.Tensor, tf.Tensor]:
+    """:func:`finish_pixels` before its crop: the whole image resized and upright
+    (:func:`resize_upright`) and its EXIF orientation."""
     orientation = (exif.read_orientation(image_bytes) if apply_exif_orientation
                    else tf.constant(1, tf.int32))
-    resized = resize_and_center_crop(
-        image, size, orientation if apply_exif_orientation else None,
-        source_shape=source_shape, ratio=ratio)
+    resized = resize_upright(image, size, orientation if apply_exif_orientation else None,
+                             source_shape=source_shape, ratio=ratio)
     return resized, orientation
+
+
+
+
+def quality_thumbnail(resized: tf.Tensor) -> tf.Tensor:
+    """:func:`resize_upright`'s whole, upright image → ``uint8 [64, 64, 3]``
+    (``QUALITY_THUMBNAIL_SIZE``, what ``etl.images.quality`` measures), area
+    averaged (``ResizeArea``; the aspect is not kept): what the image-quality
+    measures read. The whole image, not the stored crop, as a person judging the
+    photo sees it; cleanvision measures sharpness at this size too."""
+    small = tf.image.resize(resized, [QUALITY_THUMBNAIL_SIZE] * 2, method="area")
+    return tf.cast(tf.clip_by_value(tf.round(small), 0.0, 255.0), tf.uint8)
 
 
 # The perceptual hash's thumbnail (etl.images.image_hashes): 32 x 32 gray levels.

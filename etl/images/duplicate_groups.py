@@ -77,7 +77,7 @@ class Member:
 def row_of(fields: dict[str, Any], split: str, published: bool = False,
            shard: int | None = None, position: int | None = None) -> tuple[Any, ...]:
     """A member as a tuple of plain values, from the JSON fields of
-    ``etl.images.shards.image_facts`` (or a hashes file's line): what crosses Beam's
+    ``etl.images.facts.image_facts`` (or a hashes file's line): what crosses Beam's
     stage boundaries (its coder writes those natively; a dataclass is pickled)."""
     return (fields["key"], split, tuple(fields["labels"]), fields.get("source", ""),
             fields["bytes_sha256"], fields["pixels_xxh128"], fields["phash"],

@@ -35,10 +35,20 @@ class InputLimits:
             raise ValueError("--max_file_mb and --max_image_pixels must be positive.")
 
 
-def declared_pixels(data: bytes) -> int | None:
-    """Width × height from the image header, without decoding pixels (Pillow reads
-    only the header on open); None if Pillow cannot read the header (TensorFlow's
-    full decode then decides)."""
+@dataclasses.dataclass(frozen=True)
+class ImageHeader:
+    """What an image's header declares: width × height, and Pillow's name for how
+    its pixels are stored (``RGB``, ``L``, ``RGBA``, ``P``, ``CMYK``, ...; empty for
+    a header Pillow refused as a decompression bomb)."""
+
+    pixels: int
+    mode: str
+
+
+def read_header(data: bytes) -> ImageHeader | None:
+    """The image header, without decoding pixels (Pillow reads only the header on
+    open); None if Pillow cannot read the header (TensorFlow's full decode then
+    decides)."""
     from PIL import Image
 
     with warnings.catch_warnings():
@@ -46,11 +56,18 @@ def declared_pixels(data: bytes) -> int | None:
         try:
             with Image.open(io.BytesIO(data)) as image:
                 width, height = image.size
+                mode = image.mode
         except Image.DecompressionBombError as e:
-            return _refused_pixels(e)
+            return ImageHeader(_refused_pixels(e), "")
         except (OSError, SyntaxError, ValueError, EOFError, struct.error):
             return None  # A header Pillow cannot parse: TensorFlow's decode decides.
-    return width * height
+    return ImageHeader(width * height, mode)
+
+
+def declared_pixels(data: bytes) -> int | None:
+    """Width × height from the image header (:func:`read_header`), or None."""
+    header = read_header(data)
+    return None if header is None else header.pixels
 
 
 # The two decoders below report some problems only in words: these two functions
@@ -190,9 +207,11 @@ class JpegDecode:
 class Checked:
     """An image that passed the checks made before decoding. ``jpeg`` is set for a
     JPEG the job decodes itself (:func:`decode_jpeg_into`, whose strict decode is
-    also its damage check); None when the transform decodes the image."""
+    also its damage check); None when the transform decodes the image. ``header``
+    is what its header declares (None where Pillow cannot read it)."""
 
     jpeg: JpegDecode | None = None
+    header: ImageHeader | None = None
 
 
 # Decoded pixels are handed to TensorFlow through DLPack, buffer and all
@@ -287,20 +306,20 @@ def check_image(data: bytes, limits: InputLimits = InputLimits(),
         # the file may be anything the job was pointed at.
         return (dead_letters.UNSUPPORTED_FORMAT,
                 "No known image signature: not a JPEG, PNG, GIF, BMP or WebP file.")
-    pixels = declared_pixels(data)
-    if pixels is not None and pixels > limits.max_image_pixels:
-        message = (f"Header declares {pixels} pixels, above --max_image_pixels "
+    header = read_header(data)
+    if header is not None and header.pixels > limits.max_image_pixels:
+        message = (f"Header declares {header.pixels} pixels, above --max_image_pixels "
                    f"({limits.max_image_pixels}); not decoded.")
         return dead_letters.IMAGE_TOO_LARGE, message
     if image_format == "jpeg" and image_size is not None:
         plan = plan_jpeg_decode(data, image_size)
         if plan is not None:
-            return Checked(jpeg=plan)
+            return Checked(jpeg=plan, header=header)
     if limits.strict_decoding:
         problem = corrupt_data_problem(data, image_format)
         if problem is not None:
             return problem
-    return Checked()
+    return Checked(header=header)
 
 
 def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()

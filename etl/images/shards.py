@@ -42,10 +42,16 @@ from etl.core.dead_letters import Rejection
 from etl.core.examples import serialize_example
 from etl.core.shard_files import ShardFormat
 from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
-from etl.images import codec, image_hashes, loading, progress
+from etl.images import codec, loading, progress
+from etl.images import facts as image_facts
 from etl.images import labels as image_labels
-from etl.images.batches import Loaded, batches, decode_batch, finish_images, load_record
-from etl.images.image_hashes import ImageHashes
+from etl.images.batches import (
+    Loaded,
+    batches,
+    decode_batch,
+    finish_images,
+    load_record,
+)
 from etl.images.labels import ONE_CLASS, LabelColumns
 from etl.images.preprocessing import ImagePreprocessing, serving_feature_spec
 from etl.images.sources import ImageRecord
@@ -113,27 +119,32 @@ class ImageTransform:
     its decode, for ``preprocessing``, the configuration ``transform_fn`` was built
     with), and the ``transform_fn`` loaded from ``transform_fn_dir`` without its image
     input maps the labels and keys. With ``hash_images``, each image's duplicate
-    signatures are taken from those same pixels (``etl.images.image_hashes``).
+    signatures are taken from those same pixels (``etl.images.image_hashes``); with
+    ``describe``, its facts and quality measures (``etl.images.facts``).
     Thread-safe, so one instance per process serves every thread (see
     :class:`TransformAndWriteImageShard`).
     """
 
     def __init__(self, transform_fn_dir: str, preprocessing: ImagePreprocessing,
-                 columns: LabelColumns = ONE_CLASS, hash_images: bool = False) -> None:
+                 columns: LabelColumns = ONE_CLASS, hash_images: bool = False,
+                 describe: bool = False) -> None:
         inputs = sorted(serving_feature_spec(columns))
         self._apply_without_image = load_transform_fn(
             transform_fn_dir, [key for key in inputs if key != contract.RAW_IMAGE_KEY],
             leave_out=[contract.IMAGE_KEY])
         self.output_keys = sorted([*self._apply_without_image.output_keys,
                                    contract.IMAGE_KEY])
-        self._finish = finish_images(preprocessing, thumbnails=hash_images)
+        self._finish = finish_images(preprocessing, thumbnails=hash_images,
+                                     quality=describe)
         self._columns = columns
         self._hash_images = hash_images
+        self._describe = describe
 
     def __call__(self, batch: Sequence[Loaded]
-                 ) -> tuple[dict[str, np.ndarray], list[ImageHashes | None]]:
+                 ) -> tuple[dict[str, np.ndarray], list[dict[str, Any] | None]]:
         """Transformed features of ``batch`` (feature name → ``[len(batch)]`` array)
-        and each image's signatures (None without ``hash_images``).
+        and each image's facts (``etl.images.facts``; None without ``hash_images``
+        and ``describe``).
 
         Raises:
             tf.errors.OpError: if any image of the batch cannot be preprocessed.
@@ -146,17 +157,15 @@ class ImageTransform:
         values = self._apply_without_image(
             raw_inputs([item.record for item in batch], self._columns))
         values[contract.IMAGE_KEY] = np.array([f.stored for f in finished], dtype=object)
-        if not self._hash_images:
+        if not (self._hash_images or self._describe):
             return values, [None] * len(batch)
-        return values, image_hashes.batch_hashes(
-            [item.data for item in batch], [pixels.array() for pixels in decoded],
-            [done.orientation for done in finished],
-            np.stack([done.thumbnail for done in finished]))
+        return values, image_facts.batch_facts(batch, decoded, finished, self._columns,
+                                               self._hash_images, self._describe)
 
 
-# What a batch becomes: per image, in order, its serialized example (and signatures)
-# or a rejection.
-Outcome = tuple[ImageRecord, bytes, ImageHashes | None] | Rejection
+# What a batch becomes: per image, in order, its serialized example (and facts) or a
+# rejection.
+Outcome = tuple[ImageRecord, bytes, dict[str, Any] | None] | Rejection
 
 
 def transform_batch(transform: ImageTransform,
@@ -180,7 +189,7 @@ def _transform_loaded(transform: ImageTransform, batch: Sequence[Loaded]
     import tensorflow as tf
 
     try:
-        outputs, hashes = transform(batch)
+        outputs, facts = transform(batch)
     except tf.errors.OpError as e:
         if len(batch) > 1:
             return [outcome for item in batch
@@ -195,12 +204,12 @@ def _transform_loaded(transform: ImageTransform, batch: Sequence[Loaded]
                           message=f"TensorFlow cannot decode this {image_format} file: "
                                   f"{loading.tf_error_detail(e.message)}")]
     return [_outcome(item.record, {name: values[i] for name, values in outputs.items()},
-                     hashes[i])
+                     facts[i])
             for i, item in enumerate(batch)]
 
 
 def _outcome(record: ImageRecord, features: dict[str, Any],
-             hashes: ImageHashes | None) -> Outcome:
+             facts: dict[str, Any] | None) -> Outcome:
     """The serialized example, or a ``non_finite_target`` rejection where a finite
     target left float32's range when normalised (a value far from a tiny train
     spread): an infinite target would silently break training."""
@@ -211,7 +220,7 @@ def _outcome(record: ImageRecord, features: dict[str, Any],
                          message=f"Targets {list(record.targets)} normalise to "
                                  f"{target.tolist()} with the train mean and std (beyond "
                                  f"float32); use --normalize_targets=none or rescale them.")
-    return record, serialize_example(features), hashes
+    return record, serialize_example(features), facts
 
 
 
@@ -263,13 +272,6 @@ def _drain(run: list[Loaded | Rejection], future: concurrent.futures.Future | No
         yield next(results) if isinstance(item, Loaded) else item
 
 
-def image_facts(record: ImageRecord, hashes: ImageHashes) -> dict[str, Any]:
-    """What the duplicate search needs of a written image (``etl.images.duplicates``):
-    its key, file, class names and signatures, as JSON fields."""
-    return {"key": record.key, "source": record.uri,
-            "labels": list(image_labels.label_names(record.label)), **hashes.to_dict()}
-
-
 def default_read_threads() -> int:
     """Reader threads per process: they read and check files, which is I/O-bound
     (remote storage is latency-bound); the decodes and the graphs run on the
@@ -280,7 +282,8 @@ def default_read_threads() -> int:
 class TransformAndWriteImageShard(ShardStep):
     """``((split, shard), [ImageRecord])`` → the shard's pending file; emits its
     ``ShardResult`` (with label counts), tagged ``Rejection``s and, with
-    ``hash_images``, each written image's signatures (:func:`image_facts`): the
+    ``hash_images`` or ``describe``, each written image's facts
+    (``etl.images.facts``: its signatures, its quality measures): the
     image job's writer for ``etl.core.publish.PublishDataset``.
 
     ``preprocessing`` must be the configuration ``transform_fn`` was built with: the
@@ -293,7 +296,7 @@ class TransformAndWriteImageShard(ShardStep):
                  limits: loading.InputLimits, transform_handle: shared.Shared,
                  preprocessing: ImagePreprocessing, transform_threads: int = 2,
                  read_threads: int | None = None, columns: LabelColumns = ONE_CLASS,
-                 hash_images: bool = False) -> None:
+                 hash_images: bool = False, describe: bool = False) -> None:
         if transform_threads < 1:
             raise ValueError(f"transform_threads must be >= 1, got {transform_threads}.")
         super().__init__(output_dir, name, shard_format, transform_handle)
@@ -301,6 +304,7 @@ class TransformAndWriteImageShard(ShardStep):
         self._preprocessing = preprocessing
         self._columns = columns
         self._hash_images = hash_images
+        self._describe = describe
         self._transform_threads = transform_threads
         self._read_threads = read_threads
         # Names this run's progress count in each worker process; never in the output.
@@ -320,7 +324,7 @@ class TransformAndWriteImageShard(ShardStep):
 
     def load_transform(self, transform_fn_dir: str) -> ImageTransform:
         return ImageTransform(transform_fn_dir, self._preprocessing, self._columns,
-                              self._hash_images)
+                              self._hash_images, self._describe)
 
     def transform_blocks(self, units: Iterable[ImageRecord], transform: ImageTransform
                          ) -> Iterator[ShardBlock]:
@@ -337,11 +341,11 @@ class TransformAndWriteImageShard(ShardStep):
             if isinstance(outcome, Rejection):
                 rejections.append(outcome)
                 continue
-            record, serialized, hashes = outcome
+            record, serialized, fields = outcome
             examples.append(serialized)
             labels.extend(image_labels.label_names(record.label))
-            if hashes is not None:
-                facts.append(image_facts(record, hashes))
+            if fields is not None:
+                facts.append(fields)
             if len(examples) >= BATCH_ROWS:
                 yield ShardBlock(examples, labels, rejections, facts)
                 examples, labels, rejections, facts = [], [], [], []

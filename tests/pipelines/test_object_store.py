@@ -254,8 +254,9 @@ def test_append_on_gcs_adds_shards_and_leaves_every_old_object_untouched(
         assert (after[name].md5_hash, after[name].crc32c, after[name].generation) == (
             before[name]), name
     new_files = sorted(name for name in after if name.endswith(SHARD_FILES)
-                       and name not in before)
+                       and name not in before and "/statistics/" not in name)
     assert new_files and all("-v2-" in name for name in new_files)
+    assert f"grown/{contract.statistics_relpath('train', 2)}" in after
     old_shards = [name for name in old_files if name.endswith(SHARD_FILES[0])]
     new_shards = [name for name in new_files if name.endswith(SHARD_FILES[0])]
     assert len(new_files) == 2 * len(new_shards)  # each with its index

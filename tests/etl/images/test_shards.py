@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import concurrent.futures
+import io
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 from etl.core import dead_letters
 from etl.core.dead_letters import Rejection
@@ -66,7 +68,11 @@ def test_load_record_reads_and_checks(tmp_path):
     (tmp_path / "empty.png").write_bytes(b"")
     (tmp_path / "cut.jpg").write_bytes(_truncated_jpeg())
     loaded = load_record(_record("good", str(tmp_path / "good.png")), LIMITS)
-    assert loaded == Loaded(_record("good", str(tmp_path / "good.png")), _good(1))
+    # The header as Pillow reads it: an independent check of what the step keeps.
+    with Image.open(io.BytesIO(_good(1))) as image:
+        header = image_loading.ImageHeader(image.width * image.height, image.mode)
+    assert loaded == Loaded(_record("good", str(tmp_path / "good.png")), _good(1),
+                            header=header)
     empty = load_record(_record("empty", str(tmp_path / "empty.png")), LIMITS)
     assert (empty.key, empty.reason) == ("empty", dead_letters.EMPTY_FILE)
     missing = load_record(_record("gone", str(tmp_path / "gone.png")), LIMITS)
