@@ -23,12 +23,12 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, singletons
+from etl.core import dead_letters, describe, singletons, versions
 from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import Rejection
 from etl.core.inputs import InputsEntry, count_one
 from etl.core.publish import ManifestSpec, PublishDataset
-from etl.timeseries import accounting, calendar, categories, summary
+from etl.timeseries import accounting, buckets, calendar, categories, summary
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries import roles as roles_lib
 from etl.timeseries import series as ts_series
@@ -304,7 +304,7 @@ class TimeSeriesJob:
             windowing=self.windowing, cleaning=self.cleaning, time_split=self.time_split,
             schema=self.preprocessing.window_schema(),
             spill_dir=posixpath.join(self.output.tft_temp_dir, "series"),
-            roles=self.preprocessing.roles)
+            roles=self.preprocessing.roles, statistics=self.output.statistics)
 
     @property
     def summary(self) -> summary.WindowSummary:
@@ -341,7 +341,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         | "ProcessSeries" >> beam.ParDo(
             ProcessSeriesBucket(job.settings, plan.files, plan.fmt),
             labels=labels).with_outputs(dead_letters.REJECTED, STATS, LONGEST, ANALYSIS,
-                                        main="runs")
+                                        buckets.STATISTICS, main="runs")
     )
     transform_dir = processed[ANALYSIS] | "AnalyzeTrainSeries" >> _analyze(job)
     parse_rejected = singletons.combined(read[dead_letters.REJECTED], "CountParseRejections",
@@ -362,7 +362,9 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         # {"categories": ...}: each vocabulary's size and the ids it gives.
         extras.append(transform_dir | "DescribeCategories" >> beam.Map(
             categories.describe_categories, roles=roles))
-
+    if job.output.statistics:  # {"statistics": ...}: the rows' and series' statistics
+        extras.append(processed[buckets.STATISTICS] | "DescribeRowsAndSeries" >> (
+            describe.WriteStatistics(output_dir, versions.FIRST_VERSION)))
     # WindowRun: consecutive windows of a piece of a series, kept whole in one shard.
     _ = processed.runs | "Publish" >> PublishDataset(
         output_dir, job.output.name,
@@ -384,7 +386,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
             kind=contract.TIMESERIES, task=CLASSIFICATION if job.classification else FORECAST,
             preprocessing=job.describe(),
             check=functools.partial(accounting.check_timeseries,
-                                    max_error_fraction=job.output.max_error_fraction)))
+                                    max_error_fraction=job.output.max_error_fraction)),
+        report=job.output.statistics)
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -5,7 +5,9 @@ back from the read ranges' spill files), clean and split them
 (``etl/timeseries/series.py``), sum its train rows exactly for the normaliser, and
 spill its windows' rows as runs of windows (``etl/timeseries/runs.py``). Out come
 only small records: ``WindowRun``s, ``Rejection``s, counters, each split's longest
-piece, and one analysis instance per series with train rows.
+piece, and one analysis instance per series with train rows; with statistics on,
+per bucket and split the statistics of the rows and series it keeps
+(``etl/timeseries/row_statistics.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 
 from etl.core import dead_letters, exact_stats, storage
 from etl.core.dead_letters import Rejection
-from etl.timeseries import covariates
+from etl.timeseries import covariates, row_statistics
 from etl.timeseries import series as ts_series
 from etl.timeseries.chunks import ChunkRef, RowChunk, own_categories, read_chunks
 from etl.timeseries.preprocessing import analysis_instance
@@ -36,6 +38,8 @@ from reader import contract
 STATS = "stats"  # (counter name, n), summed
 LONGEST = "longest"  # (split, rows of its longest piece), maximum
 ANALYSIS = "analysis"  # one tf.Transform instance per series with train rows
+# ((split, ROWS | SERIES), (bucket, SplitStatistics)), once per bucket and split with rows
+STATISTICS = "statistics"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,7 @@ class SeriesSettings:
     schema: WindowSchema
     spill_dir: str
     roles: ColumnRoles | None = None  # None: every column is a target
+    statistics: bool = False  # emit the kept rows' and series' STATISTICS
 
     @property
     def classification(self) -> bool:
@@ -133,14 +138,17 @@ class _Spill:
 
 class ProcessSeriesBucket(beam.DoFn):
     """``(bucket, [ChunkRef])`` → ``WindowRun``s; tagged ``Rejection``s, ``STATS``,
-    ``LONGEST`` and ``ANALYSIS`` records. Reads the bucket's chunks and writes its
-    window rows' spill file."""
+    ``LONGEST``, ``ANALYSIS`` and (with ``settings.statistics``) ``STATISTICS``
+    records. Reads the bucket's chunks and writes its window rows' spill file."""
 
     def __init__(self, settings: SeriesSettings, files: Sequence[str], fmt: str) -> None:
         self._settings = settings
         self._files = tuple(files)
         self._fmt = fmt
         self._categories: list[str] = []  # the texts of the bucket's categorical codes
+        self._layout = (row_statistics.StatisticsLayout.of(
+            settings.roles, settings.classification) if settings.statistics else None)
+        self._statistics: row_statistics.BucketStatistics | None = None  # the bucket's
 
     def _source(self, position: int) -> str:
         return source_text(position, self._files, self._fmt)
@@ -149,6 +157,8 @@ class ProcessSeriesBucket(beam.DoFn):
                 ) -> Iterator[Any]:
         bucket, refs = element
         series, self._categories = gather_series(read_chunks(refs))
+        self._statistics = None if self._layout is None else (
+            row_statistics.BucketStatistics(self._layout, self._categories))
         path = posixpath.join(self._settings.spill_dir, f"bucket-{bucket:05d}.bin")
         # Emitted once the spill file is complete under its final name.
         outputs: list[Any] = []
@@ -157,6 +167,9 @@ class ProcessSeriesBucket(beam.DoFn):
             for series_id in sorted(series):
                 outputs += self._series(series_id, series[series_id], labels, spill)
         yield from outputs
+        if self._statistics is not None:
+            for partial in self._statistics.partials(bucket):
+                yield beam.pvalue.TaggedOutput(STATISTICS, partial)
 
     def _series(self, series_id: str, rows: ts_series.SeriesRows, labels: Mapping[str, str],
                 spill: _Spill) -> Iterator[Any]:
@@ -173,7 +186,7 @@ class ProcessSeriesBucket(beam.DoFn):
                 message=f"No label for this series in --labels ({len(rows)} rows)."))
             yield from _stats(stats)
             return
-        roles = settings.roles
+        parsed, roles = rows, settings.roles
         if roles is not None and roles.given:
             checked, rejections = covariates.check_series(
                 series_id, rows, roles, self._source, stats, self._categories)
@@ -190,11 +203,8 @@ class ProcessSeriesBucket(beam.DoFn):
         stats.update(cleaned.stats)
         for rejection in cleaned.rejections:
             yield from dead_letters.route(rejection)
-        pieces = ts_series.split_pieces(series_id, cleaned.segments, settings.time_split)
-        if roles is not None and roles.known:
-            pieces = {split: [part for piece in pieces[split] for part in
-                              covariates.cut_at_missing_known(piece, roles, windowing, stats)]
-                      for split in contract.SPLITS}
+        uncut = ts_series.split_pieces(series_id, cleaned.segments, settings.time_split)
+        pieces = _cut_at_missing_known(uncut, roles, windowing, stats)
         counts = {split: [windowing.count(len(p)) for p in pieces[split]]
                   for split in contract.SPLITS}
         if not any(sum(c) for c in counts.values()):
@@ -216,6 +226,8 @@ class ProcessSeriesBucket(beam.DoFn):
             yield beam.pvalue.TaggedOutput(ANALYSIS, self._analysis_instance(
                 series_id, pieces[contract.TRAIN], sum(counts[contract.TRAIN]), label))
         yield from self._runs(series_id, pieces, counts, label, first_source, spill)
+        if self._statistics is not None:
+            self._statistics.add_series(parsed, cleaned.segments, uncut, pieces, label)
         yield from _stats(stats)
 
     def _analysis_instance(self, series_id: str, train: list[ts_series.Segment],
@@ -262,6 +274,17 @@ class ProcessSeriesBucket(beam.DoFn):
                         num_bytes=_run_bytes(settings.schema, series_id, starts, label),
                         num_categories=len(categories[1]) if categories else 0,
                         category_bytes=category_bytes)
+
+
+def _cut_at_missing_known(pieces: dict[str, list[ts_series.Segment]],
+                          roles: ColumnRoles | None, windowing: ts_series.Windowing,
+                          stats: collections.Counter) -> dict[str, list[ts_series.Segment]]:
+    """Each split's pieces cut at rows missing a known covariate (``covariates``)."""
+    if roles is None or not roles.known:
+        return pieces
+    return {split: [part for piece in pieces[split]
+                    for part in covariates.cut_at_missing_known(piece, roles, windowing, stats)]
+            for split in contract.SPLITS}
 
 
 def _train_values(values: np.ndarray, roles: ColumnRoles | None) -> np.ndarray:
