@@ -36,9 +36,11 @@ MAX_SAMPLE_CLASSES = 40
 UNLABELLED_SAMPLES = 12
 # Time series: how many series are drawn, and how many windows of each split are
 # read at most to find theirs (windows are stored in hash order, so a bounded read
-# is a sample spread over the whole split).
+# is a sample spread over the whole split; overlapping windows cover most of a
+# series' rows from a fraction of them). Reading is the report's whole cost: 4,000
+# windows take about 0.07 s here, the 41,000 of 3.2 M hourly rows 0.7 s.
 SERIES_SHOWN = 3
-MAX_WINDOWS_PER_SPLIT = 20_000
+MAX_WINDOWS_PER_SPLIT = 4_000
 _HEADER = struct.Struct("<Q")
 _LENGTH_CRC = struct.Struct("<I")
 
@@ -74,16 +76,24 @@ def _frames(path: str, compression: str) -> Iterator[bytes]:
         position = 0
         while header := stream.read(12):
             where = f"{path}: record at byte {position:,} of its TFRecord stream"
-            frame = header
             # The length is trusted (and its data read) only once its CRC matches.
-            if len(header) == 12 and record_index.masked_crc32c(header[:8]) == \
+            if len(header) < 12 or record_index.masked_crc32c(header[:8]) != \
                     _LENGTH_CRC.unpack_from(header, 8)[0]:
-                frame += stream.read(_HEADER.unpack_from(header)[0] + 4)
-            try:
-                yield record_index.unframe(frame, where)
-            except record_index.RecordError as e:
-                raise DatasetError(str(e)) from e
-            position += len(frame)
+                raise DatasetError(f"{where}: the record's length fails its CRC check"
+                                   if len(header) == 12 else
+                                   f"{where}: the file ends inside the record's frame")
+            length = _HEADER.unpack_from(header)[0]
+            # Data and footer in one read, checked without reassembling the frame: a
+            # shard's bytes are copied once (the report reads every record of a split).
+            body = stream.read(length + 4)
+            data = body[:length]
+            if len(body) < length + 4 or record_index.masked_crc32c(data) != \
+                    _LENGTH_CRC.unpack_from(body, length)[0]:
+                raise DatasetError(f"{where}: the record's data fails its CRC check"
+                                   if len(body) == length + 4 else
+                                   f"{where}: the file ends inside the record's frame")
+            yield data
+            position += 12 + len(body)
 
 
 def ordered_splits(splits: Iterable[str]) -> list[str]:

@@ -20,6 +20,7 @@ os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 import pytest
 
 from tests import image_fixtures
+from tests.browser import browser  # noqa: F401 (the fixture, for every test module)
 from tests.gcs_server import GcsServer
 from tests.job_runs import run_images_job
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -20,9 +21,10 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from etl.testing import run_images_job, sample_photo
 from reader import contract, stats_files
+from tests.browser import open_offline
 
 CLASSES = ("cat", "dog")
-TRAIN_PER_CLASS, TEST_PER_CLASS = 80, 55
+TRAIN_PER_CLASS, TEST_PER_CLASS = 55, 55
 # Planted in train, PLANTED_EACH of each, with the flag each must raise.
 PLANTED = {"dark": "dark", "light": "light", "blurred": "blurry", "blank": "low_information",
            "tiny": "odd_size", "panorama": "odd_aspect_ratio", "grey": "grayscale"}
@@ -99,6 +101,14 @@ def planted_run(tmp_path_factory):
     planted = write_planted_input(root / "input", test_factor=0.55)
     result = run_images_job(root / "input", root / "out")
     return root, planted, result
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    """The planted run's photos with the test split not darkened."""
+    root = tmp_path_factory.mktemp("clean")
+    write_planted_input(root / "input")
+    return root, run_images_job(root / "input", root / "out")
 
 
 def _flag_lines(out: pathlib.Path) -> dict[str, dict]:
@@ -203,25 +213,26 @@ def _drift(out: pathlib.Path) -> list[dict]:
 
 
 def test_a_darker_test_split_drifts_on_brightness_and_nothing_unrelated(
-        planted_run, tmp_path):
+        planted_run, clean_run):
     root, _, result = planted_run
     darker = {e["feature"] for e in _drift(root / "out") if e["over"]}
     assert "brightness" in darker
     assert not darker & {"width", "height", "megapixels", "aspect_ratio", "label", "format"}
     assert "WARNING: drift over threshold" in result.stdout
     # The same photos, not darkened: nothing is over.
-    write_planted_input(tmp_path / "input")
-    run_images_job(tmp_path / "input", tmp_path / "out")
-    entries = _drift(tmp_path / "out")
+    clean, clean_result = clean_run
+    entries = _drift(clean / "out")
+    assert "WARNING: drift" not in clean_result.stdout
     assert entries and all(e["judged"] for e in entries)
     assert [e for e in entries if e["over"]] == []
 
 
 def test_an_appended_version_with_darker_photos_a_new_format_and_class_is_reported(
-        tmp_path):
+        clean_run, tmp_path):
+    clean, _ = clean_run
     source = tmp_path / "input"
-    write_planted_input(source)
-    run_images_job(source, tmp_path / "out")
+    shutil.copytree(clean / "input", source)
+    shutil.copytree(clean / "out", tmp_path / "out")
     added = source / contract.TRAIN
     (added / "zebra").mkdir()
     for n in range(125):
@@ -262,3 +273,14 @@ def test_the_size_rule_is_the_documented_one(planted_run):
                 if "odd_size" in entry["flags"] and planted.get(key) != "tiny"]
     assert _flag_lines(root / "out")[tiny]["values"]["odd_size"] == pytest.approx(
         math.sqrt(12 * 16), abs=1e-3)
+
+
+def test_the_report_the_job_wrote_opens_offline_in_chromium(planted_run, browser, tmp_path):
+    root, planted, _ = planted_run
+    page = root / "out" / contract.REPORT_RELPATH
+    assert open_offline(browser, str(page), tmp_path / "report.png") == []
+    html = page.read_text()
+    # Every flagged image is shown, each as an inline thumbnail.
+    for key in planted:
+        assert key in html
+    assert "http://" not in html and "https://" not in html
