@@ -151,12 +151,14 @@ NAMES = {
     "e_job_gzip6": "(e) image job, default runner, --gzip_level=6",
     "g_job_lenient": "(g) image job, --lenient_decoding (no strict check)",
     "h_job_no_exif": "(h) image job, --ignore_exif_orientation",
+    "i_job_no_statistics": "(i) image job, --statistics=off (no statistics, flags, report)",
     "c_job_baseline": "(c') image job, baseline code",
 }
 DEFAULT_VARIANTS = ("a_ceiling,p_pillow,f_fused_loop,b_seeds,c_job,e_job_gzip6,"
                     "g_job_lenient,h_job_no_exif")
 ALL_VARIANTS = ("a_ceiling", "a2_ceiling_autotune", "p_pillow", "f_fused_loop", "b_seeds",
-                "c_job", "d_job_mp2", "e_job_gzip6", "g_job_lenient", "h_job_no_exif")
+                "c_job", "d_job_mp2", "e_job_gzip6", "g_job_lenient", "h_job_no_exif",
+                "i_job_no_statistics")
 # What a user would run instead of the job; the better of them is the reference.
 REFERENCES = ("a_ceiling", "p_pillow")
 # Each input check (strict JPEG check, EXIF orientation) may cost at most this fraction
@@ -530,6 +532,10 @@ def main() -> None:
                           big_files),
         "h_job_no_exif_tiny": (job(REPO_ROOT, "h_tiny", tiny_root,
                                    "--ignore_exif_orientation"), tiny_files),
+        "i_job_no_statistics": (job(REPO_ROOT, "i", big_root, "--statistics=off"),
+                                big_files),
+        "i_job_no_statistics_tiny": (job(REPO_ROOT, "i_tiny", tiny_root,
+                                         "--statistics=off"), tiny_files),
     }
     if args.baseline_dir:
         baseline = os.path.abspath(args.baseline_dir)
@@ -639,7 +645,8 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
             costs["exif_untagged_cpu_ms_per_image"] / cpu_ms["c_job"])
         checks["exif_rotated_share_of_job_cpu"] = (
             costs["exif_rotated_cpu_ms_per_image"] / cpu_ms["c_job"])
-    for name, key in (("g_job_lenient", "strict_check"), ("h_job_no_exif", "exif")):
+    for name, key in (("g_job_lenient", "strict_check"), ("h_job_no_exif", "exif"),
+                      ("i_job_no_statistics", "statistics")):
         if name in steady and "c_job" in steady:
             loss = {stat: None if not steady[name][stat] or steady["c_job"][stat] is None
                     else 1 - steady["c_job"][stat] / steady[name][stat]
@@ -706,8 +713,9 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
                     "min_steady_state_vs_better_reference x the better reference "
                     "(medians)",
             "cpu_ms_per_image": "CPU of this process or the job's process tree / N",
-            "checks": "strict_check_steady_state_loss = 1 - c_job / g_job_lenient and "
-                      "exif_steady_state_loss = 1 - c_job / h_job_no_exif (steady "
+            "checks": "strict_check_steady_state_loss = 1 - c_job / g_job_lenient, "
+                      "statistics_steady_state_loss = 1 - c_job / i_job_no_statistics "
+                      "and exif_steady_state_loss = 1 - c_job / h_job_no_exif (steady "
                       "states; the strict check is the job's one JPEG decode, so the "
                       "first should be noise); exif_*_cpu_ms_per_image: best-of-rounds "
                       "CPU per image in this process, the ops with orientation minus "

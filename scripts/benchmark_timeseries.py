@@ -329,14 +329,17 @@ def make_runners(args: argparse.Namespace, input_path: str, work_dir: str, flags
     logs = os.path.join(work_dir, "logs")
     os.makedirs(logs, exist_ok=True)
 
-    def job(name: str, code_dir: str) -> Callable[[int], dict]:
+    def job(name: str, code_dir: str, **more: str) -> Callable[[int], dict]:
         return lambda r: run_job(input_path, os.path.join(out_root, name),
-                                 os.path.join(logs, f"{name}_{r}.log"), flags, code_dir)
+                                 os.path.join(logs, f"{name}_{r}.log"), {**flags, **more},
+                                 code_dir)
 
     runners = {
         "reference": lambda r: run_reference(input_path, os.path.join(out_root, "reference"),
                                              os.path.join(logs, f"reference_{r}.log"), flags),
         "job": job("job", REPO_ROOT),
+        # The same job without its statistics and report (docs/KNOW_YOUR_DATA.md).
+        "job_no_statistics": job("job_no_statistics", REPO_ROOT, statistics="off"),
     }
     if args.baseline_dir:
         runners["job_baseline"] = job("job_baseline", os.path.abspath(args.baseline_dir))
@@ -420,6 +423,8 @@ def print_summary(args: argparse.Namespace, samples: dict[str, list[dict]],
         print(f"{name:<{width}} median {rate[name]:>10,.0f} rows/s (best {best[name]:,.0f}), "
               f"{median_of(records, 'seconds'):.2f} s, peak RSS "
               f"{median_of(records, 'peak_rss_mib'):.0f} MiB")
+    print(f"with statistics / without: {rate['job'] / rate['job_no_statistics']:.3f} x "
+          f"(median rows/s)")
     if baseline is not None:
         print(f"current / baseline ({baseline['label'] or baseline['dir']}, "
               f"{baseline['commit'][:10] or 'commit unknown'}): "
@@ -483,6 +488,12 @@ def main() -> None:
         "scaled_job": big,
         "rows_per_s": {"median": rate, "best": best},
         "targets": targets,
+        # With the statistics and report (the default) over without (--statistics=off).
+        "statistics_cost": {
+            "rows_per_s_on_over_off": round(rate["job"] / rate["job_no_statistics"], 3),
+            "peak_rss_on_over_off": round(median_of(samples["job"], "peak_rss_mib")
+                                          / median_of(samples["job_no_statistics"],
+                                                      "peak_rss_mib"), 3)},
     }
     if baseline is not None:
         result["baseline"] = baseline
