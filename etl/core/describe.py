@@ -88,20 +88,17 @@ class _Summary:
         self._version = version
         self._thresholds = dict(thresholds)
 
-    def _path(self, name: str) -> str:
-        return storage.join(self._output_dir, contract.statistics_dir(self._version.number),
-                            name)
-
     def _schema(self, datasets: Mapping[str, statistics_pb2.DatasetFeatureStatistics]
                 ) -> tuple[str | None, list[dict[str, Any]]]:
-        """(the schema's path, anomalies of this version against it)."""
-        first = storage.join(self._output_dir, contract.STATISTICS_DIRNAME,
-                             contract.SCHEMA_FILENAME)
+        """(the schema's path relative to the dataset, this version's anomalies against
+        it): the first version infers and writes it, an appended one is validated."""
+        relpath = f"{contract.STATISTICS_DIRNAME}/{contract.SCHEMA_FILENAME}"
+        first = storage.join(self._output_dir, relpath)
         if self._version.appends:
             if not storage.exists(first):
                 return None, []
             schema = stats_files.parse_schema(storage.read_text(first), first)
-            return first, [{"split": split, **anomaly}
+            return relpath, [{"split": split, **anomaly}
                            for split, dataset in datasets.items()
                            for anomaly in stats_schema.validate(dataset, schema)]
         if contract.TRAIN not in datasets:
@@ -113,7 +110,7 @@ class _Summary:
                        if feature.type == statistics_pb2.FeatureNameStatistics.STRING]
         schema = stats_schema.infer_schema(train, categorical=categorical)
         storage.write_text(first, stats_files.schema_text(schema))
-        return first, []
+        return relpath, []
 
     def _previous(self) -> tuple[int | None, dict[str, statistics_pb2.DatasetFeatureStatistics]]:
         if not self._version.appends:
@@ -135,16 +132,17 @@ class _Summary:
         schema, anomalies = self._schema(datasets)
         previous_version, previous = self._previous()
         entries = drift_entries(datasets, previous, previous_version, self._thresholds)
-        drift_path = self._path(contract.DRIFT_FILENAME)
-        storage.write_text(drift_path, json.dumps(entries, indent=1, sort_keys=True) + "\n")
-        relative = lambda path: path[len(self._output_dir):].lstrip("/")  # noqa: E731
+        drift_relpath = (f"{contract.statistics_dir(self._version.number)}/"
+                         f"{contract.DRIFT_FILENAME}")
+        storage.write_text(storage.join(self._output_dir, drift_relpath),
+                           json.dumps(entries, indent=1, sort_keys=True) + "\n")
         series = _datasets(written, SERIES)
         entry: dict[str, Any] = {
             "version": self._version.number,
             "splits": {split: contract.statistics_relpath(split, self._version.number)
                        for split in datasets},
-            "schema": relative(schema) if schema else None,
-            "drift": relative(drift_path),
+            "schema": schema,
+            "drift": drift_relpath,
             "drift_over": [f"{e['split']} vs {e['baseline']}: {e['feature']}"
                            for e in entries if e["over"]],
             "thresholds": self._thresholds,
