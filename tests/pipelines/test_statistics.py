@@ -25,10 +25,11 @@ from tests.browser import open_offline
 
 CLASSES = ("cat", "dog")
 TRAIN_PER_CLASS, TEST_PER_CLASS = 55, 55
-# Planted in train, PLANTED_EACH of each, with the flag each must raise.
+# Planted, PLANTED_EACH of each kind (in train, train, validation, test), with the
+# flag each must raise.
 PLANTED = {"dark": "dark", "light": "light", "blurred": "blurry", "blank": "low_information",
            "tiny": "odd_size", "panorama": "odd_aspect_ratio", "grey": "grayscale"}
-PLANTED_EACH = 3
+PLANTED_EACH = 4
 SIZE = (120, 160)  # (height, width) of the clean photos
 
 
@@ -55,11 +56,13 @@ def _planted(kind: str, index: int) -> Image.Image:
     return Image.fromarray(photo).convert("L")  # grey
 
 
-def write_planted_input(root: pathlib.Path, test_factor: float = 1.0) -> dict[str, str]:
-    """Split folders of clean photos with planted problems; the test split's clean
-    photos scaled by ``test_factor`` (darker below 1). Returns planted key → kind."""
+def write_planted_input(root: pathlib.Path, test_factor: float = 0.55) -> dict[str, str]:
+    """Split folders of clean photos with planted problems. Validation and test hold
+    the same photos, test's scaled by ``test_factor`` (darker): one run shows a split
+    that drifted and the same rows that did not. Returns planted key → kind."""
     planted = {}
     for split, per_class, offset in ((contract.TRAIN, TRAIN_PER_CLASS, 0),
+                                     (contract.VALIDATION, TEST_PER_CLASS, 500),
                                      (contract.TEST, TEST_PER_CLASS, 500)):
         for c, label in enumerate(CLASSES):
             folder = root / split / label
@@ -68,15 +71,15 @@ def write_planted_input(root: pathlib.Path, test_factor: float = 1.0) -> dict[st
                 height = SIZE[0] + 12 * (n % 3 - 1)  # sizes vary, as photos' do
                 pixels = sample_photo(offset + c * per_class + n,
                                       (height, height * SIZE[1] // SIZE[0]), seed=3)
-                if split == contract.TEST and test_factor != 1.0:
+                if split == contract.TEST:
                     pixels = _darker(pixels, test_factor)
                 Image.fromarray(pixels).save(folder / f"{n:03d}.jpg", quality=90)
-    # Two of each in train and one in test: both splits hold problems alike.
+    # Two of each in train, one in validation and test: every split holds them alike.
     for kind in PLANTED:
         for n in range(PLANTED_EACH):
-            split = contract.TEST if n == PLANTED_EACH - 1 else contract.TRAIN
+            split = (contract.TRAIN, contract.TRAIN, contract.VALIDATION, contract.TEST)[n]
             name = f"{split}/{CLASSES[n % 2]}/planted-{kind}-{n}.jpg"
-            _planted(kind, n).save(root / name, quality=90)
+            _planted(kind, min(n, 2)).save(root / name, quality=90)
             planted[name] = kind
     return planted
 
@@ -98,17 +101,9 @@ def reference_facts(path: pathlib.Path) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def planted_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("planted")
-    planted = write_planted_input(root / "input", test_factor=0.55)
+    planted = write_planted_input(root / "input")
     result = run_images_job(root / "input", root / "out")
     return root, planted, result
-
-
-@pytest.fixture(scope="module")
-def clean_run(tmp_path_factory):
-    """The planted run's photos with the test split not darkened."""
-    root = tmp_path_factory.mktemp("clean")
-    write_planted_input(root / "input")
-    return root, run_images_job(root / "input", root / "out")
 
 
 def _flag_lines(out: pathlib.Path) -> dict[str, dict]:
@@ -123,9 +118,9 @@ def test_every_planted_dark_blank_and_tiny_image_is_flagged_and_no_clean_photo_d
     found = {kind: sum(PLANTED[kind] in flagged.get(key, {}).get("flags", ())
                        for key, k in planted.items() if k == kind) for kind in PLANTED}
     # The test split's photos are darkened on purpose (the drift test): the clean
-    # photos are train's.
+    # photos are train's and validation's.
     clean_flags = [(key, entry["flags"]) for key, entry in flagged.items()
-                   if key not in planted and entry["split"] == contract.TRAIN]
+                   if key not in planted and entry["split"] != contract.TEST]
     print("recall per planted kind:", found, "flags on clean train photos:", clean_flags)
     for kind in ("dark", "blank", "tiny"):
         assert found[kind] == PLANTED_EACH, (kind, found)
@@ -145,7 +140,7 @@ def test_every_planted_dark_blank_and_tiny_image_is_flagged_and_no_clean_photo_d
 
 def test_flags_never_drop_an_image(planted_run):
     _, planted, result = planted_run
-    written = {record["key"] for split in (contract.TRAIN, contract.TEST)
+    written = {record["key"] for split in contract.SPLITS
                for record in result.records(split)}
     assert set(planted) <= written
     assert result.rejected == ()
@@ -212,27 +207,25 @@ def _drift(out: pathlib.Path) -> list[dict]:
     return json.loads((out / "statistics" / contract.DRIFT_FILENAME).read_text())
 
 
-def test_a_darker_test_split_drifts_on_brightness_and_nothing_unrelated(
-        planted_run, clean_run):
+def test_a_darker_test_split_drifts_on_brightness_and_nothing_unrelated(planted_run):
     root, _, result = planted_run
-    darker = {e["feature"] for e in _drift(root / "out") if e["over"]}
+    entries = _drift(root / "out")
+    darker = {e["feature"] for e in entries if e["split"] == contract.TEST and e["over"]}
     assert "brightness" in darker
     assert not darker & {"width", "height", "megapixels", "aspect_ratio", "label", "format"}
     assert "WARNING: drift over threshold" in result.stdout
-    # The same photos, not darkened: nothing is over.
-    clean, clean_result = clean_run
-    entries = _drift(clean / "out")
-    assert "WARNING: drift" not in clean_result.stdout
-    assert entries and all(e["judged"] for e in entries)
-    assert [e for e in entries if e["over"]] == []
+    # Validation holds the same photos, not darkened: nothing is over.
+    same = [e for e in entries if e["split"] == contract.VALIDATION]
+    assert same and all(e["judged"] for e in same)
+    assert [e for e in same if e["over"]] == []
 
 
 def test_an_appended_version_with_darker_photos_a_new_format_and_class_is_reported(
-        clean_run, tmp_path):
-    clean, _ = clean_run
+        planted_run, tmp_path):
+    root, _, _ = planted_run
     source = tmp_path / "input"
-    shutil.copytree(clean / "input", source)
-    shutil.copytree(clean / "out", tmp_path / "out")
+    shutil.copytree(root / "input", source)
+    shutil.copytree(root / "out", tmp_path / "out")
     added = source / contract.TRAIN
     (added / "zebra").mkdir()
     for n in range(125):
