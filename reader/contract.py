@@ -25,7 +25,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 FORMAT_VERSION = 1
@@ -349,6 +349,13 @@ def sha256_of_file(path: str, chunk_bytes: int = 1 << 20) -> str:
 def dumps_manifest(manifest: Mapping[str, Any]) -> str:
     """Canonical JSON text of a manifest: sorted keys, so reruns are byte-identical."""
     return json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def ordered_splits(splits: Iterable[str]) -> list[str]:
+    """Split names, each once: ``SPLITS`` order (train, validation, test), then any
+    other name sorted (a manifest's JSON sorts its splits by name)."""
+    names = set(splits)
+    return [s for s in SPLITS if s in names] + sorted(names.difference(SPLITS))
 
 
 def statistics_dir(version: int = 1) -> str:

@@ -189,14 +189,6 @@ def _tfds_split(data_dir: str, name: str, split: str, version: int,
         found, shard_lengths=tuple(int(by_path[path]["num_records"]) for path in expected))
 
 
-def _ordered_splits(manifest: Mapping[str, Any]) -> list[str]:
-    """Train, validation, test first (the manifest's JSON sorts its splits by name)."""
-    known = contract.SPLITS
-    return sorted(manifest["splits"],
-                  key=lambda split: (known.index(split) if split in known else len(known),
-                                     split))
-
-
 def tfds_splits(info: DatasetInfo) -> list[TfdsSplit]:
     """The TFDS splits of a dataset: one per split and dataset version with records.
 
@@ -205,7 +197,7 @@ def tfds_splits(info: DatasetInfo) -> list[TfdsSplit]:
     """
     name = info.manifest["name"]
     found = []
-    for split in _ordered_splits(info.manifest):
+    for split in contract.ordered_splits(info.manifest["splits"]):
         shards = info.manifest["splits"][split]["shards"]
         for version, written in sorted(_versions_of(name, split, shards).items()):
             found.append(_tfds_split(info.data_dir, name, split, version, written))
@@ -325,8 +317,9 @@ def write_tfds_metadata(data_dir: str) -> TfdsExport:
     labels = (f"{contract.LABEL_KEY}{LABELS_SUFFIX}",) if info.has_classes else ()
     return TfdsExport(info=info, files=(DATASET_INFO_FILENAME, FEATURES_FILENAME, *labels),
                       splits=tuple(splits),
-                      empty_splits=tuple(split for split in _ordered_splits(info.manifest)
-                                         if not info.manifest["splits"][split]["shards"]))
+                      empty_splits=tuple(
+                          split for split in contract.ordered_splits(info.manifest["splits"])
+                          if not info.manifest["splits"][split]["shards"]))
 
 
 def export_tfds(data_dir: str) -> str:

@@ -19,7 +19,7 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 from reader import contract
 from reader.report_features import features_html
 from reader.report_gallery import flags_html, image_samples_html, series_samples_html
-from reader.report_samples import ImageFinds, ordered_splits
+from reader.report_samples import ImageFinds
 from reader.report_series import SeriesView
 from reader.report_svg import number
 from reader.report_tables import (
@@ -116,7 +116,7 @@ def features_section(data: ReportData) -> str:
 
 
 def _compare_counts(manifest: Mapping[str, Any], other: Mapping[str, Any]) -> str:
-    splits = ordered_splits([*manifest.get("splits", {}), *other.get("splits", {})])
+    splits = contract.ordered_splits([*manifest.get("splits", {}), *other.get("splits", {})])
     rows = []
     for split in splits:
         mine = manifest.get("splits", {}).get(split, {}).get("num_records", 0)
@@ -130,7 +130,7 @@ def _compare_labels(manifest: Mapping[str, Any], other: Mapping[str, Any]) -> st
     names += [n for n in label_names(other) if n not in names]
     if not names:
         return absent("Labels")
-    splits = ordered_splits(set(manifest.get("splits", {})) & set(other.get("splits", {})))
+    splits = contract.ordered_splits(set(manifest.get("splits", {})) & set(other.get("splits", {})))
     mine, theirs = manifest.get("label_counts", {}), other.get("label_counts", {})
     rows = [[esc(name)] + [f"{number(mine.get(s, {}).get(name, 0))} / "
                            f"{number(theirs.get(s, {}).get(name, 0))}" for s in splits]
@@ -172,9 +172,9 @@ def _sections(data: ReportData) -> list[tuple[str, str, str]]:
         ("duplicates", "Duplicates", duplicates_html(data.duplicates)),
         ("rejected", "Rejected inputs", rejected_html(data.manifest)),
         ("samples", "Samples" if images else "Series", _samples_section(data)),
-        ("flags", "Flagged images", flags_html(data.flags, data.images,
-                                               ordered_splits(data.manifest.get("splits", {})),
-                                               flags_source)
+        ("flags", "Flagged images", flags_html(
+            data.flags, data.images, contract.ordered_splits(data.manifest.get("splits", {})),
+            flags_source)
          if images else absent("Image-quality flags (time series)")),
     ]
     if data.comparison is not None:

@@ -17,7 +17,7 @@ import io
 import posixpath
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -94,12 +94,6 @@ def _frames(path: str, compression: str) -> Iterator[bytes]:
                                    f"{where}: the file ends inside the record's frame")
             yield data
             position += 12 + len(body)
-
-
-def ordered_splits(splits: Iterable[str]) -> list[str]:
-    """``contract.SPLITS`` order, then other names sorted."""
-    names = set(splits)
-    return [s for s in contract.SPLITS if s in names] + sorted(names.difference(contract.SPLITS))
 
 
 def split_records(data_dir: str, manifest: Mapping[str, Any], split: str
@@ -208,7 +202,7 @@ def scan_images(data_dir: str, manifest: Mapping[str, Any],
     (``{split: [key, ...]}``), each split read only until all are found."""
     quota = _sample_quota(manifest)
     finds = ImageFinds({name: [] for name in quota}, {})
-    for split in ordered_splits(manifest["splits"]):
+    for split in contract.ordered_splits(manifest["splits"]):
         wanted = set(flagged.get(split, ()))
         sampling = split == contract.TRAIN
         if not wanted and not sampling:

@@ -24,7 +24,6 @@ from reader.report_samples import (
     SERIES_SHOWN,
     feature_text,
     feature_values,
-    ordered_splits,
     split_records,
 )
 
@@ -109,7 +108,7 @@ def read_windows(data_dir: str, manifest: Mapping[str, Any]
     in train (then the other splits), reading at most :data:`MAX_WINDOWS_PER_SPLIT`
     windows of each split."""
     chosen: dict[str, dict[str, list[Window]]] = {}
-    for split in ordered_splits(manifest["splits"]):
+    for split in contract.ordered_splits(manifest["splits"]):
         for count, example in enumerate(split_records(data_dir, manifest, split)):
             if count >= MAX_WINDOWS_PER_SPLIT:
                 break

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reader import contract, drift, report_svg
-from reader.report_samples import Thumbnail, ordered_splits
+from reader.report_samples import Thumbnail
 from reader.report_svg import number
 
 # Cells that hold one number (or "—") are right-aligned.
@@ -42,7 +42,7 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]],
 def counts_html(manifest: Mapping[str, Any]) -> str:
     """Records, shards and bytes per split; inputs and rejected."""
     splits = manifest.get("splits", {})
-    splits = {split: splits[split] for split in ordered_splits(splits)}
+    splits = {split: splits[split] for split in contract.ordered_splits(splits)}
     rows = [[esc(split), number(s.get("num_records", 0)), number(len(s.get("shards", []))),
              number(s.get("num_bytes", 0))] for split, s in splits.items()]
     rows.append(["<b>total</b>", number(sum(s.get("num_records", 0) for s in splits.values())),
@@ -70,7 +70,7 @@ def labels_html(manifest: Mapping[str, Any]) -> str:
     names = label_names(manifest)
     if not names:
         return absent("Labels")
-    splits = ordered_splits(manifest.get("splits", {}))
+    splits = contract.ordered_splits(manifest.get("splits", {}))
     rows = []
     for name in names:
         row = [esc(name)]

@@ -109,8 +109,7 @@ def split_names(data_dir: str, version: int = 1, series: bool = False) -> list[s
     suffix = contract.SERIES_STATISTICS_SUFFIX if series else contract.STATISTICS_SUFFIX
     found = {name[:-len(suffix)] for name in names if name.endswith(suffix)
              and (series or not name.endswith(contract.SERIES_STATISTICS_SUFFIX))}
-    return ([s for s in contract.SPLITS if s in found]
-            + sorted(found.difference(contract.SPLITS)))
+    return contract.ordered_splits(found)
 
 
 def read_split_statistics(data_dir: str, version: int = 1, series: bool = False

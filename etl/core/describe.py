@@ -36,12 +36,6 @@ ROWS, SERIES = "rows", "series"
 STATISTICS_ENTRY = "statistics"
 
 
-def split_order(split: str) -> tuple[int, str]:
-    """train, validation, test, then any other split by name."""
-    known = contract.SPLITS
-    return (known.index(split), "") if split in known else (len(known), split)
-
-
 def _write_split(element: tuple[tuple[str, str], Iterable[tuple[Any, SplitStatistics]]],
                  output_dir: str, version: int) -> tuple[tuple[str, str], bytes]:
     """One split's partials merged and written; its statistics, serialized."""
@@ -58,7 +52,7 @@ def _datasets(written: Iterable[tuple[tuple[str, str], bytes]], kind: str
               ) -> dict[str, statistics_pb2.DatasetFeatureStatistics]:
     found = {split: statistics_pb2.DatasetFeatureStatistics.FromString(data)
              for (split, of), data in written if of == kind}
-    return {split: found[split] for split in sorted(found, key=split_order)}
+    return {split: found[split] for split in contract.ordered_splits(found)}
 
 
 def drift_entries(datasets: Mapping[str, statistics_pb2.DatasetFeatureStatistics],
@@ -117,7 +111,7 @@ class _Summary:
             return None, {}
         number = self._version.number - 1
         found = {}
-        for split in sorted(self._version.previous.get("splits", {}), key=split_order):
+        for split in contract.ordered_splits(self._version.previous.get("splits", {})):
             path = storage.join(self._output_dir, contract.statistics_relpath(split, number))
             if storage.exists(path):
                 found[split] = stats_files.parse_statistics(

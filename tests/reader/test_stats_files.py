@@ -160,3 +160,9 @@ def test_serialized_path_quotes_steps_as_tfdv_does(steps, expected):
     feature = statistics_pb2.FeatureNameStatistics()
     feature.path.step.extend(steps)
     assert stats_files.serialized_path(feature) == expected
+
+
+def test_ordered_splits_lists_each_split_once_known_ones_first():
+    assert contract.ordered_splits(["test", "zeta", "train", "alpha", "test"]) == [
+        "train", "test", "alpha", "zeta"]
+    assert contract.ordered_splits({"validation": 1, "train": 2}) == ["train", "validation"]
