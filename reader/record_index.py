@@ -13,6 +13,8 @@ Checksums are CRC32C computed by ``google-crc32c``; the mask is TensorFlow's
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import google_crc32c
 import numpy as np
@@ -76,3 +78,31 @@ def unframe(frame: bytes, where: str) -> bytes:
     if data_crc != masked_crc32c(data):
         raise RecordError(f"{where}: the record's data fails its CRC check")
     return data
+
+
+def read_frames(stream: BinaryIO, name: str) -> Iterator[bytes]:
+    """The records of a TFRecord stream (a file, or a GZIP reader over one), in
+    order, both checksums verified; ``name`` names the file in errors.
+
+    Raises:
+        RecordError: a frame is cut short, or its length or data fails its CRC.
+    """
+    position = 0
+    while header := stream.read(12):
+        where = f"{name}: record at byte {position:,} of its TFRecord stream"
+        # The length is trusted (and its data read) only once its CRC matches.
+        if len(header) < 12:
+            raise RecordError(f"{where}: the file ends inside the record's frame")
+        if masked_crc32c(header[:8]) != _FOOTER.unpack_from(header, 8)[0]:
+            raise RecordError(f"{where}: the record's length fails its CRC check")
+        length = _HEADER.unpack_from(header)[0]
+        # Data and footer in one read, checked without reassembling the frame: the
+        # stream's bytes are copied once.
+        body = stream.read(length + 4)
+        data = body[:length]
+        if len(body) < length + 4:
+            raise RecordError(f"{where}: the file ends inside the record's frame")
+        if masked_crc32c(data) != _FOOTER.unpack_from(body, length)[0]:
+            raise RecordError(f"{where}: the record's data fails its CRC check")
+        yield data
+        position += 12 + len(body)

@@ -30,7 +30,7 @@ import os
 import posixpath
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -62,6 +62,23 @@ def read_file(path: str) -> bytes:
         return _fs(path).cat_file(path)
     with open(path, "rb") as f:
         return f.read()
+
+
+def open_file(path: str) -> BinaryIO:
+    """``path`` opened for streaming reads (local, or a URI through fsspec)."""
+    if _is_uri(path):
+        return _fs(path).open(path, "rb")
+    return open(path, "rb")
+
+
+def write_file(path: str, data: bytes) -> None:
+    """Writes ``data`` to ``path`` whole (local, with its folders made, or a URI)."""
+    if _is_uri(path):
+        _fs(path).pipe_file(path, data)
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def load_manifest(data_dir: str) -> dict[str, Any]:

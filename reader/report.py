@@ -17,15 +17,14 @@ dataset the baseline (both sides' first-version statistics).
 The page loads nothing: styles inline, charts SVG, images ``data:`` URIs; it renders
 offline. What a dataset lacks (statistics, a duplicate report, flags) is one line
 saying so. The same dataset gives the same bytes. Paths may be URIs (``gs://``):
-files are read, and the page written, through fsspec. Nothing here imports
-TensorFlow.
+files are read, and the page written, through ``reader.records`` (fsspec for
+URIs). Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import posixpath
 import sys
 from typing import Any
@@ -144,19 +143,6 @@ def gather(data_dir: str, compare: str | None = None) -> ReportData:
         comparison=_comparison(data_dir, compare.rstrip("/")) if compare else None)
 
 
-def _write_text(path: str, text: str) -> None:
-    data = text.encode("utf-8")
-    if "://" in path:
-        import fsspec
-
-        with fsspec.open(path, "wb") as f:
-            f.write(data)
-        return
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-
-
 def write_report(data_dir: str, out: str | None = None, compare: str | None = None) -> str:
     """Writes the report of ``data_dir`` (default ``DATA_DIR/report/index.html``).
 
@@ -173,7 +159,7 @@ def write_report(data_dir: str, out: str | None = None, compare: str | None = No
         DatasetError: a statistics file or shard is damaged.
     """
     out = out or posixpath.join(data_dir.rstrip("/"), contract.REPORT_RELPATH)
-    _write_text(out, render(gather(data_dir, compare)))
+    records.write_file(out, render(gather(data_dir, compare)).encode("utf-8"))
     return out
 
 

@@ -16,10 +16,10 @@ so local paths and URIs (``gs://``) alike work with only ``protobuf`` installed.
 
 from __future__ import annotations
 
+import io
 import os
 import posixpath
 import re
-import struct
 
 from google.protobuf import message, text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
@@ -27,7 +27,6 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 from reader import contract, record_index, records
 from reader.contract import DatasetError
 
-_LENGTH = struct.Struct("<Q")
 # anomalies/path.cc kStandardStep: a step TFDV writes without quotes.
 _STANDARD_STEP = re.compile(r"(\([^()]*\))|([^().']+)")
 
@@ -59,25 +58,10 @@ def parse_statistics(data: bytes, path: str) -> statistics_pb2.DatasetFeatureSta
 
 def _one_record(data: bytes, path: str) -> bytes:
     """The one record of an uncompressed TFRecord file's bytes, both CRCs checked."""
-    found, offset = [], 0
-    while offset < len(data):
-        where = f"{path!r} record {len(found)} (byte {offset})"
-        header = data[offset:offset + 12]
-        if len(header) < 12:
-            raise DatasetError(f"{where}: the file ends inside the record's frame")
-        # The length is trusted only once its own CRC holds: a corrupt length would
-        # otherwise read as a truncated file.
-        if struct.unpack_from("<I", header, 8)[0] != record_index.masked_crc32c(header[:8]):
-            raise DatasetError(f"{where}: the record's length fails its CRC check")
-        end = offset + contract.RECORD_FRAMING_BYTES + _LENGTH.unpack_from(header)[0]
-        if end > len(data):
-            raise DatasetError(f"{where}: the file ends inside the record "
-                               f"({len(data)} bytes, the record needs {end})")
-        try:
-            found.append(record_index.unframe(data[offset:end], where))
-        except record_index.RecordError as e:
-            raise DatasetError(str(e)) from e
-        offset = end
+    try:
+        found = list(record_index.read_frames(io.BytesIO(data), path))
+    except record_index.RecordError as e:
+        raise DatasetError(str(e)) from e
     if len(found) != 1:
         raise DatasetError(f"Statistics file {path!r} holds {len(found)} records; "
                            f"tfdv.load_statistics reads exactly one.")
