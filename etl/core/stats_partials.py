@@ -36,6 +36,13 @@ KMV_BUCKETS = 1024
 # A quantiles sketch stores up to ~11k values raw (16 bytes each); compacted it takes
 # ~180 kB at EPSILON 0.01 whatever the count (measured), so smaller ones stay raw.
 _COMPACT_MIN_VALUES = 12_000
+# Above this many values in one batch, the quantiles sketch is fed a stratified sample
+# (``sketch_sample``): adding a value to it costs ~0.06 s a million, the largest cost
+# of a series job's statistics, while one value of every SAMPLE_STRIDE adds a rank
+# error of about 0.001 to the sketch's EPSILON (0.01). Image facts (a shard's
+# thousands) are never sampled.
+SAMPLE_ABOVE = 1 << 16
+SAMPLE_STRIDE = 4
 # TFDV's top-k sketch settings (constants.py, top_k_uniques_sketch_stats_generator.py);
 # values are str, so never invalid UTF-8.
 _LARGE_BYTES_PLACEHOLDER = "__LARGE_BYTES__"
@@ -44,6 +51,32 @@ _LARGE_STRING_THRESHOLD = 1024
 _TYPES = {INT: statistics_pb2.FeatureNameStatistics.INT,
           FLOAT: statistics_pb2.FeatureNameStatistics.FLOAT,
           STRING: statistics_pb2.FeatureNameStatistics.STRING}
+
+
+def sketch_sample(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the values a quantiles sketch gets, their weights; None: each 1).
+
+    Up to ``SAMPLE_ABOVE`` values, all of them. Beyond, one value of each run of
+    ``SAMPLE_STRIDE`` consecutive ones, at a pseudo-random position in the run (so
+    a period in the data cannot line up with the sample), weighted
+    ``SAMPLE_STRIDE``; the runt's values each weigh 1, so the weights add up to
+    ``values.size`` exactly. The minimum and the maximum replace their runs'
+    picks, so the sketch's ends are the data's. The generator is seeded by the
+    count: the same values give the same sample on every run and machine.
+    """
+    if values.size <= SAMPLE_ABOVE:
+        return values, None
+    runs, runt = divmod(values.size, SAMPLE_STRIDE)
+    rng = np.random.default_rng(values.size)
+    picks = (np.arange(runs, dtype=np.int64) * SAMPLE_STRIDE
+             + rng.integers(0, SAMPLE_STRIDE, size=runs, dtype=np.int64))
+    for extreme in (int(np.argmin(values)), int(np.argmax(values))):
+        if extreme < runs * SAMPLE_STRIDE:
+            picks[extreme // SAMPLE_STRIDE] = extreme
+    picks = np.concatenate([picks, np.arange(runs * SAMPLE_STRIDE, values.size)])
+    weights = np.full(picks.size, float(SAMPLE_STRIDE))
+    weights[runs:] = 1.0
+    return values[picks], weights
 
 
 def _quantiles_sketch() -> QuantilesSketch:
@@ -146,7 +179,11 @@ class _Numbers:
                 math.inf, -math.inf)
         self.finite_min, self.finite_max = min(self.finite_min, low), max(self.finite_max, high)
         self.num_zeros += values.size - int(np.count_nonzero(values))
-        self.sketch.AddValues(pa.array(values))
+        sample, weights = sketch_sample(values)
+        if weights is None:
+            self.sketch.AddValues(pa.array(sample))
+        else:
+            self.sketch.AddValues(pa.array(sample), pa.array(weights))
 
     def merge(self, other: _Numbers) -> None:
         self._combine(other.count, other.mean, other.m2)

@@ -14,7 +14,7 @@ import pytest
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from etl.core import stats_histograms
+from etl.core import stats_histograms, stats_partials
 from etl.core.feature_stats import (
     EPSILON,
     FLOAT,
@@ -126,6 +126,43 @@ def test_split_statistics_quantiles_are_within_the_rank_error(facts, dataset):
     for i, bucket in enumerate(buckets):
         assert rank_error(bucket.high_value, (i + 1) / 10) <= EPSILON * x.size
     assert sum(b.sample_count for b in buckets) == pytest.approx(x.size)
+
+
+def test_sketch_sample_keeps_small_batches_whole_and_weighs_large_ones_exactly():
+    small = np.arange(float(stats_partials.SAMPLE_ABOVE))
+    assert stats_partials.sketch_sample(small)[1] is None
+    values = np.random.default_rng(3).normal(size=stats_partials.SAMPLE_ABOVE * 2 + 3)
+    sample, weights = stats_partials.sketch_sample(values)
+    assert weights.sum() == values.size  # every value counted once, runt included
+    assert sample.size == values.size // stats_partials.SAMPLE_STRIDE + 3
+    assert (sample.min(), sample.max()) == (values.min(), values.max())
+    again, _ = stats_partials.sketch_sample(values.copy())
+    assert np.array_equal(sample, again)  # seeded by the count: the same every run
+
+
+def test_split_statistics_quantiles_of_a_sampled_periodic_series_are_within_the_rank_error():
+    # A daily cycle of hourly values (period 24, a multiple of the sample's stride):
+    # a sample at a fixed offset of each run would see only some hours.
+    hours = np.arange(400_000)
+    values = 100.0 + 50.0 * np.sin(2 * np.pi * hours / 24) + (hours % 24 == 5) * 500.0
+    stats = SplitStatistics([FeatureSpec("v", FLOAT)])
+    stats.add(values.size, {"v": values})
+    numeric = stats.to_proto("s").features[0].num_stats
+    x = np.sort(values)
+    buckets = _histogram(numeric, QUANTILES).buckets
+    assert sum(b.sample_count for b in buckets) == pytest.approx(x.size, rel=1e-12)
+    assert buckets[0].low_value == x[0] and buckets[-1].high_value == x[-1]
+    for i, bucket in enumerate(buckets):
+        low = np.searchsorted(x, bucket.high_value, "left")
+        high = np.searchsorted(x, bucket.high_value, "right")
+        target = (i + 1) / 10 * x.size
+        error = 0.0 if low <= target <= high else min(abs(low - target), abs(high - target))
+        assert error <= (EPSILON + 0.005) * x.size
+    # The spike at hour 5, 1/24 of the values, fills the top equal-width bucket.
+    top = _histogram(numeric, STANDARD).buckets[-1]
+    assert abs(top.sample_count - np.count_nonzero(values > top.low_value)) <= (
+        2 * (EPSILON + 1e-3) * x.size)
+    assert top.sample_count > 0.03 * x.size
 
 
 def test_split_statistics_standard_histogram_matches_numpy(facts, dataset):
