@@ -4,7 +4,8 @@
 packages never import each other; ``reader`` is what training code installs and
 imports, so it depends on nothing of the ETL side; of ``etl``, only ``etl.testing``
 (which runs the jobs for users' tests) imports ``pipelines``. Small modules and
-functions keep one concept each readable in one sitting.
+functions keep one concept each readable in one sitting, and so does a short README.md:
+the two commands first, each detail one link away in docs/.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MAX_MODULE_LINES = 400
+MAX_README_LINES = 250
 MAX_FUNCTION_BODY_LINES = 60
 
 # package → the top-level-or-sub packages it must not import.
@@ -95,6 +97,11 @@ def test_etl_modules_stay_small():
     long_modules = {str(path.relative_to(REPO)): length for path in _modules("etl")
                     if (length := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long_modules, long_modules
+
+
+def test_readme_stays_short():
+    length = len((REPO / "README.md").read_text().splitlines())
+    assert length <= MAX_README_LINES, f"README.md has {length} lines"
 
 
 def test_etl_function_bodies_stay_short():
