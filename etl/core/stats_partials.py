@@ -66,7 +66,7 @@ def sketch_sample(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """
     if values.size <= SAMPLE_ABOVE:
         return values, None
-    runs, runt = divmod(values.size, SAMPLE_STRIDE)
+    runs = values.size // SAMPLE_STRIDE
     rng = np.random.default_rng(values.size)
     picks = (np.arange(runs, dtype=np.int64) * SAMPLE_STRIDE
              + rng.integers(0, SAMPLE_STRIDE, size=runs, dtype=np.int64))
