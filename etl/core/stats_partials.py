@@ -59,24 +59,28 @@ def sketch_sample(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     Up to ``SAMPLE_ABOVE`` values, all of them. Beyond, one value of each run of
     ``SAMPLE_STRIDE`` consecutive ones, at a pseudo-random position in the run (so
     a period in the data cannot line up with the sample), weighted
-    ``SAMPLE_STRIDE``; the runt's values each weigh 1, so the weights add up to
-    ``values.size`` exactly. The minimum and the maximum replace their runs'
-    picks, so the sketch's ends are the data's. The generator is seeded by the
+    ``SAMPLE_STRIDE``. The runt and the runs holding the minimum or the maximum
+    go in whole, each value weighing 1, so the weights add up to ``values.size``
+    exactly and the sketch's ends are the data's. The generator is seeded by the
     count: the same values give the same sample on every run and machine.
     """
     if values.size <= SAMPLE_ABOVE:
         return values, None
     runs = values.size // SAMPLE_STRIDE
-    rng = np.random.default_rng(values.size)
-    picks = (np.arange(runs, dtype=np.int64) * SAMPLE_STRIDE
-             + rng.integers(0, SAMPLE_STRIDE, size=runs, dtype=np.int64))
+    offsets = np.random.default_rng(values.size).integers(
+        0, SAMPLE_STRIDE, size=runs, dtype=np.int64)
+    whole = np.zeros(runs, bool)
     for extreme in (int(np.argmin(values)), int(np.argmax(values))):
         if extreme < runs * SAMPLE_STRIDE:
-            picks[extreme // SAMPLE_STRIDE] = extreme
-    picks = np.concatenate([picks, np.arange(runs * SAMPLE_STRIDE, values.size)])
-    weights = np.full(picks.size, float(SAMPLE_STRIDE))
-    weights[runs:] = 1.0
-    return values[picks], weights
+            whole[extreme // SAMPLE_STRIDE] = True
+    sampled = np.flatnonzero(~whole)
+    picks = sampled * SAMPLE_STRIDE + offsets[sampled]
+    kept = np.concatenate([
+        (np.flatnonzero(whole)[:, None] * SAMPLE_STRIDE + np.arange(SAMPLE_STRIDE)).ravel(),
+        np.arange(runs * SAMPLE_STRIDE, values.size)])
+    weights = np.concatenate([np.full(picks.size, float(SAMPLE_STRIDE)),
+                              np.ones(kept.size)])
+    return values[np.concatenate([picks, kept])], weights
 
 
 def _quantiles_sketch() -> QuantilesSketch:

@@ -134,8 +134,16 @@ def test_sketch_sample_keeps_small_batches_whole_and_weighs_large_ones_exactly()
     values = np.random.default_rng(3).normal(size=stats_partials.SAMPLE_ABOVE * 2 + 3)
     sample, weights = stats_partials.sketch_sample(values)
     assert weights.sum() == values.size  # every value counted once, runt included
-    assert sample.size == values.size // stats_partials.SAMPLE_STRIDE + 3
+    assert sample.size < values.size // 2
     assert (sample.min(), sample.max()) == (values.min(), values.max())
+    # Minimum and maximum in one run of the stride: both still reach the sketch.
+    values[[8, 9]] = values.min() - 1.0, values.max() + 1.0
+    sample, weights = stats_partials.sketch_sample(values)
+    assert (sample.min(), sample.max()) == (values.min(), values.max())
+    assert weights.sum() == values.size
+    values = values[:-3]  # no runt
+    sample, weights = stats_partials.sketch_sample(values)
+    assert weights.sum() == values.size
     again, _ = stats_partials.sketch_sample(values.copy())
     assert np.array_equal(sample, again)  # seeded by the count: the same every run
 
