@@ -216,7 +216,8 @@ def index_relpath(shard_path: str) -> str:
 # libjpeg IDCT (``tf.io.decode_jpeg``'s ``dct_method``) that stored JPEGs decode
 # with, in training and in serving code that decodes stored images: the accurate
 # one is closer to the pixels that were encoded on every stored photo measured, at
-# no measurable cost at 224 px (docs/FORMAT.md, scripts/measure_reader_idct.py).
+# no measurable cost at 224 px (docs/FORMAT.md; scripts/measure_reader_idct.py, in git at
+# 6b89e51).
 # TensorFlow's default is the fast IDCT, whose pixels differ by up to 18 levels.
 STORED_JPEG_DCT_METHOD = "INTEGER_ACCURATE"
 

@@ -342,8 +342,8 @@ def _batch_to_model_input(elements: tf.data.Dataset, plan: _Plan) -> tf.data.Dat
     """Batches, then one fused map per batch: parse → decode → float → select.
 
     One map instead of several leaves fewer tf.data stages to schedule, measured
-    faster on 2 cores (scripts/benchmark_reader.py). Augmentation, when asked for,
-    is a second map with its own per-batch seeds.
+    faster on 2 cores (``python -m scripts.benchmarks reader_throughput``).
+    Augmentation, when asked for, is a second map with its own per-batch seeds.
     """
     batches = elements.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
     parse = decoding.parse_batch_fn(plan.info.feature_spec)

@@ -22,8 +22,8 @@ export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 # scripts/spark.sh; Java and Maven, and the first time the package index and Maven
 # Central): every job on disk and on gs://, byte-identical to the default runner.
 if [ "$#" -eq 0 ]; then
-  bash scripts/check_sdist_install.sh
-  .venv/bin/python scripts/check_tf_free_reader.py
+  bash scripts/checks/sdist_install.sh
+  .venv/bin/python scripts/checks/tf_free_reader.py
   .venv/bin/python scripts/clusters/check_cluster.py flink
   .venv/bin/python scripts/clusters/check_cluster.py spark
 fi

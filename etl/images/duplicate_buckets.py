@@ -5,7 +5,7 @@ small ones per image.
 Beam's local runner pays some tens of microseconds for every element that crosses a
 stage, pickles any object that is not a plain value, and sizes every side input it
 caches object by object: per image, each of those cost more than the image's
-signatures (``scripts/benchmark_duplicates.py``). So a member travels as a row
+signatures (``python -m scripts.benchmarks duplicates``). So a member travels as a row
 (``duplicate_groups.row_of``), each shard's rows arrive as one element
 (``ShardFacts``), and they are gathered by the first hex digit of their pixel hash
 (16 buckets, each ``{pixel hash: [rows]}``: its exact groups). One pass over each

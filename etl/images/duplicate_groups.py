@@ -37,7 +37,8 @@ KINDS = (BYTES, PIXELS, NEAR)
 SPLIT_RANK = {contract.TEST: 0, contract.VALIDATION: 1, contract.TRAIN: 2}
 # Hashes within 4 bits: 99.2 % of 5,400 JPEG re-encodes and resizes of sample photos,
 # 5 of 179,700 pairs of different ones, overlapping windows of one source photo
-# (scripts/measure_duplicates.py; docs/IMAGE_JOB.md, "Duplicates and leakage").
+# (scripts/measure_duplicates.py, in git at 6b89e51; docs/IMAGE_JOB.md, "Duplicates and
+# leakage").
 DEFAULT_NEAR_DISTANCE = 4
 # Band values shared by more hashes than this are not compared.
 DEFAULT_BUCKET_CAP = 2048

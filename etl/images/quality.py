@@ -35,7 +35,7 @@ facts written are the same.
 
 :func:`image_flags` applies cleanvision's seven rules (``FLAG_NAMES``) to one image's
 facts, with thresholds measured on this thumbnail (:class:`FlagThresholds`, from
-``scripts/measure_quality_thresholds.py``); ``odd_size`` compares
+``scripts/measure_quality_thresholds.py``, in git at ``6b89e51``); ``odd_size`` compares
 ``sqrt(width * height)`` with :func:`size_bounds` of the whole dataset. Flags report;
 they never drop an image.
 """
@@ -199,9 +199,10 @@ GRAYSCALE_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B"
 @dataclasses.dataclass(frozen=True)
 class FlagThresholds:
     """The flag rules' thresholds (:func:`image_flags` says how each is used), chosen
-    by ``scripts/measure_quality_thresholds.py`` on 2,200 clean photos (crops of
-    scikit-learn's sample photos, 300-1300 px) and planted problems. Where they differ
-    from cleanvision's defaults, and why:
+    by ``scripts/measure_quality_thresholds.py`` (in git at ``6b89e51``) on 500 clean
+    photos (200 crops of the sample photos, 300 web photos; docs/KNOW_YOUR_DATA.md) and
+    planted problems.
+    Where they differ from cleanvision's defaults, and why:
 
     * ``dark``: p99 < 0.22 (cleanvision 0.32). The darkest clean photos (dim,
       out-of-focus foliage) reach 0.248; a photo scaled by f <= 0.2 (2.3 stops or more

@@ -8,7 +8,7 @@
 #   <cluster>/pids/<role>-<n>  the pid of each process `up` started
 #   <cluster>/logs/            their logs
 #   <cluster>/sdist/venv/      the worker pool's venv: this project's sdist alone
-#                              (scripts/sdist_venv.sh)
+#                              (scripts/checks/sdist_venv.sh)
 # A second `up` finds everything in cache/ and downloads nothing.
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -122,7 +122,7 @@ cluster_down() {
 start_worker_pool() {
   local run="$1" port="$2"
   echo "Building the worker pool's venv from the sdist" >&2
-  bash "$repo/scripts/sdist_venv.sh" "$run/sdist" >"$run/logs/sdist.log" 2>&1 \
+  bash "$repo/scripts/checks/sdist_venv.sh" "$run/sdist" >"$run/logs/sdist.log" 2>&1 \
     || { cat "$run/logs/sdist.log" >&2; die "building the sdist venv failed"; }
   mkdir -p "$run/workdir"
   (

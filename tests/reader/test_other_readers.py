@@ -25,7 +25,7 @@ from reader import contract, verify
 from reader.contract import DatasetError
 from reader.export_tfds import accurate_jpeg_decoders, export_tfds, main
 from reader.records import ShardedRecords
-from scripts.check_tf_free_reader import reader_md_snippet
+from scripts.checks.tf_free_reader import reader_md_snippet
 from tests import image_fixtures
 from tests.job_runs import files_under, output_digests, run_images_job
 from tests.reader import records_worker
@@ -311,7 +311,7 @@ def test_uncompressed_output_is_byte_identical_on_two_workers(photos, images, tm
 
 
 def test_readers_tf_free_install_command_installs_setup_pys_records_requires():
-    from scripts.check_tf_free_reader import install_command
+    from scripts.checks.tf_free_reader import install_command
     from tests.test_layout import _setup_constant
 
     packages = shlex.split(install_command())[2:]

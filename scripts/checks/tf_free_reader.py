@@ -13,7 +13,7 @@
    ``scripts/train_torch_dataloader.py`` on the image dataset (docs/READER.md shows
    its output), and READER.md's "From PyTorch" snippet as written.
 
-    .venv/bin/python scripts/check_tf_free_reader.py [--torch] [--keep DIR]
+    .venv/bin/python scripts/checks/tf_free_reader.py [--torch] [--keep DIR]
 
 Needs the package index (pip). Exits non-zero, saying why, on any failure.
 """
@@ -32,7 +32,7 @@ import tempfile
 import numpy as np
 from PIL import Image
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MARKER = "<!-- tf-free-install -->"
 TAGS = ["cat", "dog", "sky"]
 READ_ALL = """

@@ -8,10 +8,10 @@ Measured side by side in one run, for each job and runner:
   direct_mp2   the same command on the default runner with
                --direct_num_workers=2 --direct_running_mode=multi_processing.
 
-Inputs: --num_images web-size photos (scripts/sample_photos.py, default 2,000) for
-the image job, with the flags scripts/benchmark_etl.py gives it (--image_size=224
+Inputs: --num_images web-size photos (scripts/benchmarks/sample_photos.py, default 2,000) for
+the image job, with the flags scripts/benchmarks/image_job.py gives it (--image_size=224
 --jpeg_quality=95 --overwrite: the job's defaults); --series hourly series x --hours
-hours of the long-format CSV of scripts/benchmark_timeseries.py (default 375 x 8,000
+hours of the long-format CSV of scripts/benchmarks/series_job.py (default 375 x 8,000
 = 3,000,000 rows) for the time-series job, with that script's flags
 (--window_size=168 --shift=24 --horizon=24 --missing=interpolate). Both are
 generated once into --work_dir and reused.
@@ -66,9 +66,9 @@ the run's stderr tail (logs in <work_dir>/clusters_logs).
 Usage (the full measurement; --quick: 40 photos, 20,000 rows, 1 round, no waiting
 for a quiet machine, results to <work_dir>/clusters_quick.json unless --out):
 
-    nice -n 19 python scripts/benchmark_clusters.py --work_dir /work/bench_data \\
+    nice -n 19 python -m scripts.benchmarks clusters --work_dir /work/bench_data \\
         --rounds 3 --out docs/benchmarks/clusters.json
-    python scripts/benchmark_clusters.py --work_dir /tmp/bench_clusters --quick
+    python -m scripts.benchmarks clusters --work_dir /tmp/bench_clusters --quick
 """
 
 from __future__ import annotations
@@ -88,9 +88,10 @@ import urllib.request
 from typing import Any
 
 import psutil
-from bench_common import (
+from harness import (
     MIB,
     REPO_ROOT,
+    Benchmark,
     add_sampling_flags,
     busy_cpu_seconds,
     code_version,
@@ -103,8 +104,15 @@ from bench_common import (
     warm_page_cache,
     write_json,
 )
-from benchmark_timeseries import ensure_input
 from sample_photos import describe, ensure_photos
+from series_job import ensure_input
+
+BENCHMARK = Benchmark(
+    name="clusters",
+    measures="both jobs on local Flink and Spark clusters against the default runner",
+    quick=("--quick", "--work_dir", "{quick_dir}/clusters", "--out", "{quick_dir}/clusters.json"),
+)
+
 
 JOBS = {"images": "pipelines.images", "timeseries": "pipelines.timeseries"}
 RUNNERS = ("flink", "direct_mp2")

@@ -17,9 +17,9 @@ one alternating by round):
                     its own output folder, the jobs' stdout silenced.
 --profile adds profile rounds after those (--profile_only: they alone, default --out
 .../small_jobs_profile.json): per round, version and job (the 12 photos, the 2,000 rows,
-as above), one job command in a fresh scripts/small_job_profile.py child, timed by phase
+as above), one job command in a fresh scripts/benchmarks/small_jobs_profile.py child, timed by phase
 (defined there); reported: each phase's median, the 3 stages of the longest median, the rounds.
-The photos are scripts/sample_photos.py's web-size JPEGs (10 class folders); the CSV
+The photos are scripts/benchmarks/sample_photos.py's web-size JPEGs (10 class folders); the CSV
 (``series_id,timestamp,value``, 4 series x 500 rows: etl.testing.write_series) is
 written into --work_dir, the series job run with --window_size=24
 --horizon=4. Each child's peak RSS (``*_rss_mib``) comes from os.wait4, and the CPU
@@ -30,7 +30,7 @@ current / baseline of the medians. --check exits with status 1 when the current
 checkout misses a goal (on the medians).
 
 Usage:
-    python scripts/benchmark_small_jobs.py [--rounds 5 | --quick] [--baseline_dir DIR] \\
+    python -m scripts.benchmarks small_jobs [--rounds 5 | --quick] [--baseline_dir DIR] \\
         [--work_dir DIR] [--out FILE] [--check] [--profile | --profile_only]
 """
 
@@ -50,8 +50,9 @@ import tempfile
 import time
 from typing import Any
 
-from bench_common import (
+from harness import (
     REPO_ROOT,
+    Benchmark,
     busy_cpu_seconds,
     code_version,
     interleaved,
@@ -65,6 +66,14 @@ from sample_photos import describe, ensure_photos
 
 from etl import testing
 
+BENCHMARK = Benchmark(
+    name="small_jobs",
+    measures="a job on a dozen files against importing TensorFlow, Beam and tf.Transform",
+    quick=("--quick", "--work_dir", "{quick_dir}/small_jobs", "--out",
+           "{quick_dir}/small_jobs.json"),
+)
+
+
 PHOTOS = 12
 SERIES, ROWS_PER_SERIES = 4, 500
 SERIES_FLAGS = ("--window_size=24", "--horizon=4")
@@ -76,7 +85,7 @@ MEASURES = ("import_only_s", "images_command_s", "images_command_over_import",
             *IN_PROCESS, "import_only_rss_mib", "images_command_rss_mib",
             "in_process_rss_mib")
 # --profile's child and phases (defined in the child), PHASE_SUM's adding up to total_s.
-PROFILE_CHILD = os.path.join(REPO_ROOT, "scripts", "small_job_profile.py")
+PROFILE_CHILD = os.path.join(REPO_ROOT, "scripts", "benchmarks", "small_jobs_profile.py")
 PROFILE_JOBS = ("images", "series")
 PHASES = ("python_start_s", "imports_s", "options_and_checks_s", "graph_s", "tft_expand_s",
           "graph_to_stages_s", "to_runner_api_s", "stages_s", "num_stages", "tft_stages_s",
@@ -235,7 +244,7 @@ def baseline_version(code_dir: str) -> dict[str, Any]:
 
 def profile_run(name: str, code_dir: str, job: str, photos: str, csv_path: str,
                 tmp: str) -> dict[str, Any]:
-    """One fresh profiled command of ``job`` (small_job_profile.py) for the code in
+    """One fresh profiled command of ``job`` (small_jobs_profile.py) for the code in
     ``code_dir``: its phases (see the module) and its stages' seconds by name."""
     out = os.path.join(tmp, f"{name}_p_{job}")
     module, argv = (("pipelines.images", image_argv(photos, out)) if job == "images"

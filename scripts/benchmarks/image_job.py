@@ -1,6 +1,6 @@
 """ETL benchmark: the image job against what a user would run instead, and a fused loop.
 
-On the same generated input (--num_images JPEGs from scripts/sample_photos.py,
+On the same generated input (--num_images JPEGs from scripts/benchmarks/sample_photos.py,
 --photos: "web", random crops of real photos, longer side 320-1280 px, about 65 KB
 each; or "camera12" / "camera24", camera-size photos made from the same sources,
 12 MP at about 2.3 MB or 24 MP at about 4.5 MB, 1 in 5 stored portrait, 1 in 4 with
@@ -88,9 +88,9 @@ Usage (the full measurement; photos are generated into --work_dir once and reuse
 --num_images and --tiny_images default to 2,000 and 20 for web photos, 120 and 6 for
 camera photos):
 
-    python scripts/benchmark_etl.py --work_dir /work/bench_data --num_images 2000 \\
+    python -m scripts.benchmarks image_job --work_dir /work/bench_data --num_images 2000 \\
         --rounds 3 --out docs/benchmarks/etl [--baseline_dir DIR]
-    python scripts/benchmark_etl.py --work_dir /work/bench_data --photos camera12 \\
+    python -m scripts.benchmarks image_job --work_dir /work/bench_data --photos camera12 \\
         --num_images 120 --tiny_images 6 --rounds 3 --out docs/benchmarks/etl_camera12
 """
 
@@ -114,8 +114,9 @@ from collections.abc import Callable
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf
-from bench_common import (
+from harness import (
     REPO_ROOT,
+    Benchmark,
     add_sampling_flags,
     code_commit,
     interleaved,
@@ -137,6 +138,15 @@ from etl.images import codec
 from etl.images.shards import default_gzip_level
 from pipelines.images import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each
 from reader import contract
+
+BENCHMARK = Benchmark(
+    name="image_job",
+    measures="the image job's steady state against TF ops alone and a Pillow process pool",
+    quick=("--work_dir", "{quick_dir}/photos", "--num_images", "40", "--tiny_images", "4",
+           "--rounds", "1", "--variants", "a_ceiling,p_pillow,c_job", "--out",
+           "{quick_dir}/image_job"),
+)
+
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -446,7 +456,7 @@ def main() -> None:
     parser.add_argument("--out", default="docs/benchmarks/etl",
                         help="Path prefix for <out>.json and <out>.png.")
     parser.add_argument("--photos", choices=KINDS, default="web",
-                        help="The input's kind (scripts/sample_photos.py): web-size "
+                        help="The input's kind (scripts/benchmarks/sample_photos.py): web-size "
                              "(~65 KB) or camera-size, 12 or 24 megapixels.")
     parser.add_argument("--num_images", type=int, default=None,
                         help="Default: 2000 web photos, 120 camera photos.")

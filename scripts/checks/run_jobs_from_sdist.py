@@ -1,6 +1,6 @@
 """Both jobs run from an installed sdist alone, in worker processes, on a local GCS server.
 
-Step 4 of ``scripts/check_sdist_install.sh``, which has built the sdist and installed
+Step 4 of ``scripts/checks/sdist_install.sh``, which has built the sdist and installed
 it into a fresh venv (--venv_python). This script, run by the checkout's own Python:
 
 1. starts a local GCS server (``tests/gcs_server.py``) and uploads a small image folder
@@ -32,7 +32,7 @@ import os
 import subprocess
 import sys
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from tests import image_fixtures  # noqa: E402

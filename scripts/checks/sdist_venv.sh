@@ -13,13 +13,13 @@
 # would not help: it exposes the base interpreter's site-packages, not .venv's.)
 # Offline: pip runs with --no-index --no-build-isolation.
 #
-# Usage: bash scripts/sdist_venv.sh WORK   (PYTHON=/path/to/python to override .venv's)
-# Used by scripts/check_sdist_install.sh and by the clusters' worker pools
+# Usage: bash scripts/checks/sdist_venv.sh WORK   (PYTHON=/path/to/python to override .venv's)
+# Used by scripts/checks/sdist_install.sh and by the clusters' worker pools
 # (scripts/flink.sh, scripts/spark.sh).
 set -euo pipefail
 [ "$#" -eq 1 ] || { echo "usage: $0 WORK" >&2; exit 2; }
 work="$1"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 repo="$(pwd)"
 python_bin="${PYTHON:-$repo/.venv/bin/python}"
 packages=(etl reader pipelines)

@@ -24,7 +24,7 @@ TFRecords.
   job        python -m pipelines.timeseries with these flags, default runner.
 
 Times exclude interpreter start and imports; peak RSS is ru_maxrss of a fresh
-wrapper process's only child (scripts/measure_memory.py). Rounds alternate the two.
+wrapper process's only child (scripts/benchmarks/memory.py). Rounds alternate the two.
 Both outputs are checked to hold the same windows per split, the same train
 statistics of the target and the same vocabulary sizes.
 
@@ -33,7 +33,7 @@ Targets (PASS/FAIL, the issue's): job rows/s >= --min_ratio (1.5) x the referenc
 
 Usage:
 
-    nice -n 19 python scripts/benchmark_covariates.py --work_dir /tmp/bench_m5 \\
+    nice -n 19 python -m scripts.benchmarks covariates --work_dir /tmp/bench_m5 \\
         --series 10000 --days 1200 --rounds 1 --out docs/benchmarks/covariates.json
 """
 
@@ -46,10 +46,11 @@ import shutil
 import statistics
 import time
 
-import benchmark_timeseries as series_bench
 import numpy as np
-from bench_common import (
+import series_job as series_bench
+from harness import (
     MIB,
+    Benchmark,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -60,6 +61,14 @@ from bench_common import (
     timed_job_command,
     write_json,
 )
+
+BENCHMARK = Benchmark(
+    name="covariates",
+    measures="forecasting with covariates (M5-shaped) against a pandas + NumPy script",
+    quick=("--work_dir", "{quick_dir}/m5", "--series", "50", "--days", "200", "--rounds", "1",
+           "--out", "{quick_dir}/covariates.json"),
+)
+
 
 ROLES = {"timestamp_column": "date", "target_columns": "sales", "past_columns": "visits",
          "known_columns": "price,promo", "known_categorical_columns": "event",
@@ -352,7 +361,7 @@ def main() -> None:
     for name, target in targets.items():
         print(f"target {name}: {target} -> {'PASS' if target['pass'] else 'FAIL'}")
     write_json(args.out, {
-        "script": "scripts/benchmark_covariates.py", "machine": machine(),
+        "script": "scripts/benchmarks/covariates.py", "machine": machine(),
         "code": code_version(), "date": time.strftime("%Y-%m-%d"),
         "input": {"series": args.series, "days": args.days, "rows": first["rows"],
                   "quoted": args.quoted,

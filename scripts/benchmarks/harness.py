@@ -1,28 +1,37 @@
-"""What the measurement scripts share: the machine and code, quiet samples, job runs, output.
+"""The benchmarks' one harness: the machine and code, quiet samples interleaved by
+round, job runs, results (JSON and a chart), and the entry point that runs them.
 
-The scripts run as ``python scripts/<name>.py`` with this project installed
-(``scripts/setup_env.sh`` installs it into ``.venv``), so they import ``etl``, ``reader``
-and ``pipelines`` by package and each other as the sibling modules they are.
+Every module of this folder but the helpers (:data:`HELPERS`) is a benchmark and
+declares itself at its top level (:class:`Benchmark`). ``python -m scripts.benchmarks
+--list`` names them; ``python -m scripts.benchmarks NAME [--quick] [ARGS...]`` runs one
+as its own script, with this folder first on ``sys.path``: benchmarks import this
+harness and each other by module name, and ``etl``, ``reader`` and ``pipelines`` by
+package (``scripts/setup_env.sh`` installs the project into ``.venv``).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import glob
 import importlib.metadata
 import json
 import os
 import platform
 import resource
+import runpy
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psutil
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 2**20
 # Packages whose versions decide the figures, by their distribution names.
 _PACKAGES = ("apache-beam", "tensorflow", "tensorflow-transform")
@@ -338,3 +347,124 @@ def plot_rates(path: str, labels: Sequence[str], medians: Sequence[float],
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+# --- the suite: declarations, side-by-side rounds, the entry point ---------------------
+
+FOLDER = os.path.dirname(os.path.abspath(__file__))
+# Modules of this folder that are not benchmarks: this harness and what benchmarks share.
+HELPERS = ("harness", "sample_photos", "small_jobs_profile")
+# Where ``--quick`` runs put their inputs and results ("{quick_dir}" in ``Benchmark.quick``),
+# never over docs/benchmarks/.
+QUICK_DIR = os.path.join(tempfile.gettempdir(), "benchmarks_quick")
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    """What a benchmark module declares at its top level, as ``BENCHMARK = Benchmark(
+    name=..., measures=..., quick=(...))``, in literals: the entry point reads it
+    without importing the module (and TensorFlow with it).
+
+    ``name`` is the module's name; ``measures`` one line for ``--list``; ``quick`` the
+    arguments of a run that only checks the benchmark works (a small input, one round,
+    results under :data:`QUICK_DIR`)."""
+
+    name: str
+    measures: str
+    quick: tuple[str, ...] = ()
+
+
+def declared(folder: str = FOLDER) -> dict[str, Benchmark]:
+    """Every benchmark module of ``folder`` by name, from its ``BENCHMARK`` declaration.
+
+    Raises:
+        ValueError: a module that is not a helper declares no benchmark, or one
+            under another name than its own.
+    """
+    found: dict[str, Benchmark] = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.py"))):
+        stem = os.path.splitext(os.path.basename(path))[0]
+        if stem.startswith("_") or stem in HELPERS:
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        calls = [node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and [getattr(t, "id", None) for t in node.targets] == ["BENCHMARK"]
+                 and isinstance(node.value, ast.Call)]
+        if len(calls) != 1:
+            raise ValueError(f"{path}: no top-level BENCHMARK = Benchmark(...) declaration.")
+        fields = {k.arg: ast.literal_eval(k.value) for k in calls[0].keywords}
+        benchmark = Benchmark(**{**fields, "quick": tuple(fields.get("quick", ()))})
+        if benchmark.name != stem:
+            raise ValueError(f"{path} declares the benchmark {benchmark.name!r}; "
+                             f"name it {stem!r}, as its module.")
+        found[stem] = benchmark
+    return found
+
+
+def side_by_side(variants: dict[str, Callable[[], dict]], rounds: int, *,
+                 max_foreign: float = 0.15, retries: int = 3) -> dict[str, list[dict]]:
+    """Each variant (a job and its references) sampled once a round, rounds interleaved
+    (:func:`interleaved`), each sample quiet (:func:`quiet_sample`): per variant, one
+    ``{"seconds", "cpu_s", "foreign_cores", "attempts", **what it returned}`` a round."""
+    samples: dict[str, list[dict]] = {name: [] for name in variants}
+    for _, name in interleaved(list(variants), rounds):
+        sample, attempts = quiet_sample(variants[name], max_foreign, retries)
+        samples[name].append({"seconds": sample.wall, "cpu_s": sample.own_cpu,
+                              "foreign_cores": round(sample.foreign_cores, 3),
+                              "attempts": attempts, **(sample.extra or {})})
+    return samples
+
+
+def write_rates(out: str, title: str, samples: dict[str, list[dict]], work: float,
+                unit: str) -> dict[str, Any]:
+    """``<out>.json`` and ``<out>.png``: each variant's rate (``work`` per second) in its
+    median and its best round, with the samples, the machine and the code."""
+    rates = {name: sorted(work / s["seconds"] for s in runs) for name, runs in samples.items()}
+    result = {"title": title, "unit": unit, "work": work, "date": time.strftime("%Y-%m-%d"),
+              "machine": machine(), "code": code_version(), "samples": samples,
+              "median": {name: statistics.median(r) for name, r in rates.items()},
+              "best": {name: r[-1] for name, r in rates.items()}}
+    write_json(out + ".json", result)
+    names = list(samples)
+    plot_rates(out + ".png", names, [result["median"][n] for n in names],
+               [result["best"][n] for n in names], unit=unit, title=title,
+               value_format=".1f")
+    return result
+
+
+def run(name: str, args: Sequence[str], *, quick: bool = False, folder: str = FOLDER
+        ) -> None:
+    """Runs benchmark ``name`` of ``folder`` as its own script would run, on ``args``
+    (after its ``quick`` arguments with ``quick``).
+
+    Raises:
+        SystemExit: no benchmark of that name (the message lists them).
+    """
+    benchmarks = declared(folder)
+    if name not in benchmarks:
+        raise SystemExit(f"No benchmark {name!r}; there are: {', '.join(benchmarks)}.")
+    path = os.path.join(folder, name + ".py")
+    extra = [a.format(quick_dir=QUICK_DIR) for a in benchmarks[name].quick] if quick else []
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [path, *extra, *args]
+    sys.path.insert(0, folder)  # Benchmarks import the harness and each other by name.
+    try:
+        runpy.run_path(path, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def main(argv: Sequence[str] | None = None, folder: str = FOLDER) -> None:
+    """``--list``, or ``NAME [--quick] [ARGS...]``: ARGS are the benchmark's own flags."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(main.__doc__)
+        print("Benchmarks: " + ", ".join(declared(folder)))
+        return
+    if argv[0] == "--list":
+        for benchmark in declared(folder).values():
+            print(f"{benchmark.name:<18} {benchmark.measures}")
+        return
+    quick = argv[1:2] == ["--quick"]
+    run(argv[0], argv[2:] if quick else argv[1:], quick=quick, folder=folder)

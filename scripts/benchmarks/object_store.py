@@ -2,8 +2,8 @@
 
 Starts fake-gcs-server (``tests/gcs_server.py``: the bundled binary, hermetic
 credentials, every request logged) and uploads the inputs once: --num_images
-web-size photos (``scripts/sample_photos.py``; ``--photos camera12`` for 12 MP ones)
-and a long-format CSV of --series x --hours rows (``scripts/benchmark_timeseries.py``).
+web-size photos (``scripts/benchmarks/sample_photos.py``; ``--photos camera12`` for 12 MP ones)
+and a long-format CSV of --series x --hours rows (``scripts/benchmarks/series_job.py``).
 Each round then times four ``python -m pipelines.<job>`` commands, interleaved:
 
   images_disk   local folder → local output dir
@@ -27,7 +27,7 @@ GCS, so the ratio measures the work the seam adds per request (client, HTTP,
 JSON), and the request counts are what carries over to a real bucket.
 
 Usage:
-    python scripts/benchmark_object_store.py --work_dir /tmp/bench_gcs [--rounds 3]
+    python -m scripts.benchmarks object_store --work_dir /tmp/bench_gcs [--rounds 3]
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ import tempfile
 import time
 from typing import Any
 
-from bench_common import (
+from harness import (
     REPO_ROOT,
+    Benchmark,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -55,11 +56,19 @@ from bench_common import (
     timed_job_command,
     write_json,
 )
-from benchmark_timeseries import ensure_input
 from sample_photos import describe, ensure_tree
+from series_job import ensure_input
 
 sys.path.insert(0, REPO_ROOT)
 from tests.gcs_server import GcsServer, download_tree, upload_tree
+
+BENCHMARK = Benchmark(
+    name="object_store",
+    measures="both jobs writing to a local GCS server against writing to disk",
+    quick=("--work_dir", "{quick_dir}/gcs", "--num_images", "40", "--series", "10", "--hours",
+           "500", "--rounds", "1", "--out", "{quick_dir}/object_store.json"),
+)
+
 
 BUCKET = "bench"
 VARIANTS = ("images_disk", "images_gcs", "series_disk", "series_gcs")

@@ -20,10 +20,10 @@ measures images/s of one full pass over the train split for
                   reads, parses and decodes, and also scales to float32 in [0, 1];
   tf_data_fixed   the same dataset with tf.data's autotuner off (a diagnostic: on a
                   2-core VM the autotuner sometimes settles into using one core at a
-                  time; see scripts/benchmark_reader.py).
+                  time; see scripts/benchmarks/reader_throughput.py).
 
 Each mode runs in its own fresh interpreter (this file with --child_mode), the only
-child of a fresh wrapper (scripts/measure_memory.py's: a process exec'd straight from
+child of a fresh wrapper (scripts/benchmarks/memory.py's: a process exec'd straight from
 this one would start from its ru_maxrss), so that its peak memory is its own:
 ``ru_maxrss`` of that process (``self``) and, for the
 pool, of its waited-for workers (``workers``: the largest worker's peak, not their
@@ -38,16 +38,16 @@ its workers during the pass.
 
 One untimed run of every mode (--warmup) comes first; before every sample the shard
 files are read once (page cache). Every sample records the CPU used by other
-processes meanwhile ("foreign" cores, bench_common.quiet_sample); one taken while
+processes meanwhile ("foreign" cores, harness.quiet_sample); one taken while
 they used more than --max_foreign cores is retried (up to --retries times).
 Medians and best rounds are both reported.
 
-The data: --num_images photo-sized JPEGs from scripts/sample_photos.py (320-1280 px,
+The data: --num_images photo-sized JPEGs from scripts/benchmarks/sample_photos.py (320-1280 px,
 ~65 KB) turned into 224 px JPEG records in --num_shards uncompressed shards, all in
 train, by the image job itself (``python -m pipelines.images ... --image_size=224
 --compression=none``, run once and kept in --work_dir).
 
-Usage: python scripts/benchmark_random_access.py \\
+Usage: python -m scripts.benchmarks random_access \\
            --work_dir /work/bench_data [--num_images 2000] [--rounds 3] \\
            [--out docs/benchmarks/random_access.json]
 """
@@ -71,9 +71,10 @@ from typing import Any
 
 import numpy as np
 import psutil
-from bench_common import (
+from harness import (
     MIB,
     REPO_ROOT,
+    Benchmark,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -84,6 +85,14 @@ from bench_common import (
     read_manifest,
     write_json,
 )
+
+BENCHMARK = Benchmark(
+    name="random_access",
+    measures="ShardedRecords' random access without TensorFlow against make_dataset",
+    quick=("--work_dir", "{quick_dir}/random_access", "--num_images", "200", "--rounds", "1",
+           "--out", "{quick_dir}/random_access.json"),
+)
+
 
 MODES = ("records_1p", "records_Np", "tf_data", "tf_data_fixed")
 NAMES = {
@@ -319,9 +328,9 @@ def run_child(mode: str, data_dir: str, batch_size: int, seed: int, workers: int
 
 def run_mode(mode: str, args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     """``mode`` run once in a fresh interpreter, the only child of a fresh wrapper
-    (``measure_memory.measure``: a process exec'd from a big one would start with
+    (``memory.measure``: a process exec'd from a big one would start with
     its ru_maxrss); its result."""
-    from measure_memory import measure  # Not in the modes' own processes.
+    from memory import measure  # Not in the modes' own processes.
 
     with tempfile.TemporaryDirectory() as tmp:
         result_path, log_path = os.path.join(tmp, "result.json"), os.path.join(tmp, "log")
@@ -415,7 +424,7 @@ def print_table(result: dict) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work_dir", default="/tmp/benchmark_random_access",
+    parser.add_argument("--work_dir", default="/tmp/random_access",
                         help="Photos and the dataset built from them are kept here.")
     parser.add_argument("--out", default="docs/benchmarks/random_access.json",
                         help="The results JSON.")

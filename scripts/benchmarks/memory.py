@@ -1,6 +1,6 @@
 """Peak memory of the image job on photo-sized JPEGs: is it flat in the input size?
 
-For each --sizes N photos from scripts/sample_photos.py of the --photos kind (web,
+For each --sizes N photos from scripts/benchmarks/sample_photos.py of the --photos kind (web,
 the default: 2,000, 20,000 and 200,000 photos of 320-1280 px, about 65 KB each, so
 ~13 GB at 200,000; camera12 / camera24: 60 and 240 camera-size photos of 12 / 24
 megapixels, about 2.3 / 4.5 MB each), runs the job exactly as a user does,
@@ -37,11 +37,11 @@ runs; job outputs go to ``<work_dir>/memory_out`` and are deleted after their
 manifest is read.
 
 Usage (the full measurement; the 200,000-photo tree takes a while to generate the
-first time: see scripts/sample_photos.py):
+first time: see scripts/benchmarks/sample_photos.py):
 
-    nice -n 19 python scripts/measure_memory.py --work_dir /work/bench_data \\
+    nice -n 19 python -m scripts.benchmarks memory --work_dir /work/bench_data \\
         --sizes 2000,20000,200000 --out docs/benchmarks/memory.json
-    nice -n 19 python scripts/measure_memory.py --work_dir /work/bench_data \\
+    nice -n 19 python -m scripts.benchmarks memory --work_dir /work/bench_data \\
         --photos camera24 --sizes 60 --out docs/benchmarks/memory_camera24.json
 """
 
@@ -57,9 +57,10 @@ import sys
 import tempfile
 import time
 
-from bench_common import (
+from harness import (
     MIB,
     REPO_ROOT,
+    Benchmark,
     code_version,
     job_env,
     machine,
@@ -69,6 +70,14 @@ from bench_common import (
     write_json,
 )
 from sample_photos import KINDS, describe, ensure_tree
+
+BENCHMARK = Benchmark(
+    name="memory",
+    measures="the image job's peak memory as the input grows",
+    quick=("--work_dir", "{quick_dir}/photos", "--sizes", "20,40", "--out",
+           "{quick_dir}/memory.json"),
+)
+
 
 # Runs args["command"] (argv[1], JSON) as its only child, logging to args["log"], reaps
 # every descendant and writes the children's peak RSS as JSON to args["result"].
@@ -188,7 +197,7 @@ def targets(runs: list[dict], sizes: list[int], max_growth: float,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--photos", choices=KINDS, default="web",
-                        help="The input's kind (scripts/sample_photos.py): web-size "
+                        help="The input's kind (scripts/benchmarks/sample_photos.py): web-size "
                              "(~65 KB) or camera-size, 12 or 24 megapixels.")
     parser.add_argument("--sizes", default=None,
                         help="Comma-separated input sizes (photos), smallest first. "

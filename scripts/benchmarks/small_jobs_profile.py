@@ -1,7 +1,7 @@
-"""The child of ``benchmark_small_jobs.py --profile``: one job command, timed by phase.
+"""The child of ``small_jobs.py --profile``: one job command, timed by phase.
 
 Usage (the job's code dir the cwd and first on PYTHONPATH, the job's stdout dropped):
-    python scripts/small_job_profile.py MODULE TIMINGS_JSON JOB_ARGV...
+    python scripts/benchmarks/small_jobs_profile.py MODULE TIMINGS_JSON JOB_ARGV...
 
 Runs the job as ``python -m MODULE JOB_ARGV...`` does in that code version: with
 ``sys.argv`` set, ``pipelines.command.run_command(run)`` where the version has
@@ -13,9 +13,9 @@ module's import, its ``run`` and ``build_pipeline``, tf.Transform's
 returns, TIMINGS_JSON is written (flushed, fsynced) before the process ends as the
 version's command ends it: marks and totals in seconds since this file's first line,
 whose ``time.time()`` is ``first_line_epoch``; the stages' windows are
-bench_common.TIME_STAGES's. Everything is imported after the first line's clock reads.
+harness.TIME_STAGES's. Everything is imported after the first line's clock reads.
 
-The phases benchmark_small_jobs.py derives (s; the parent takes time.time() just before
+The phases small_jobs.py derives (s; the parent takes time.time() just before
 Popen and the child's wall time, perf_counter around Popen..os.wait4):
   python_start_s        the parent's Popen to this file's first line (interpreter start);
   imports_s             importing the job module (TensorFlow, Beam, tf.Transform, ours);
@@ -52,7 +52,7 @@ from typing import Any
 
 marks: dict[str, float] = {}
 totals = {"graph_s": 0.0, "tft_expand_s": 0.0, "to_runner_api_s": 0.0, "stages_s": 0.0}
-# bench_common.TIME_STAGES's namespace: its ``stage_windows`` (name, start, end).
+# harness.TIME_STAGES's namespace: its ``stage_windows`` (name, start, end).
 stage_timing: dict[str, Any] = {}
 
 
@@ -131,7 +131,7 @@ def profile() -> None:
     timed(apache_beam.Pipeline, "to_runner_api", "to_runner_api_s")
     timed(fn_runner.FnApiRunner, "run_stages", "stages_s", first="stages_start",
           last="stages_end")
-    from bench_common import TIME_STAGES
+    from harness import TIME_STAGES
 
     exec(TIME_STAGES, stage_timing)  # Each _execute_bundle's stage name and window.
     common.main = reporting_main(common.main, timings_path)

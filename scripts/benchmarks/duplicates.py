@@ -24,9 +24,9 @@ then slows both runs of a round alike, which runs a minute apart are not; each j
 has one core, so its time is its CPU cost. ``--modes off,off`` is the A/A check:
 how far apart two identical runs land this way.
 
-Usage: python scripts/benchmark_duplicates.py --work_dir /work/bench_data \\
+Usage: python -m scripts.benchmarks duplicates --work_dir /work/bench_data \\
            --num_images 20000 --rounds 5 --out docs/benchmarks/duplicates_web20k.json
-       python scripts/benchmark_duplicates.py --work_dir /work/bench_data \\
+       python -m scripts.benchmarks duplicates --work_dir /work/bench_data \\
            --num_images 20000 --rounds 8 --modes off,report --side_by_side \\
            --out docs/benchmarks/duplicates_web20k_side_by_side.json
 """
@@ -43,8 +43,9 @@ import subprocess
 import sys
 import tempfile
 
-from bench_common import (
+from harness import (
     SHARD_STEP_STAGE,
+    Benchmark,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -57,6 +58,14 @@ from bench_common import (
     write_json,
 )
 from sample_photos import describe, ensure_tree
+
+BENCHMARK = Benchmark(
+    name="duplicates",
+    measures="the image job with its duplicate report (and drop) against it without",
+    quick=("--work_dir", "{quick_dir}/photos", "--num_images", "40", "--rounds", "1", "--modes",
+           "off,report", "--out", "{quick_dir}/duplicates.json"),
+)
+
 
 MODES = ("off", "report", "drop")
 # Runs the command given as JSON in argv[1]; prints its return code and the peak RSS

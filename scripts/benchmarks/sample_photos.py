@@ -37,7 +37,7 @@ The stats of every tree are printed and saved in ``<tree>.json``. Generation run
 on a process pool, skips files that exist and can be stopped and resumed at any
 point (each file is written under a temporary name and renamed into place).
 
-Usage: nice -n 19 python scripts/sample_photos.py --work_dir /work/bench_data \\
+Usage: nice -n 19 python scripts/benchmarks/sample_photos.py --work_dir /work/bench_data \\
            --count 200000 [--photos web|camera12|camera24]
        (then --count 20000 and --count 2000 link their files from that tree)
 
@@ -464,7 +464,7 @@ def describe(root: str) -> dict:
     stamp = _read_stamp(root)
     if not stamp or not stamp.get("complete"):
         raise ValueError(f"No complete photo tree at {root!r}: run ensure_photos first.")
-    return {"tree": root, "generator": "scripts/sample_photos.py", **stamp}
+    return {"tree": root, "generator": "scripts/benchmarks/sample_photos.py", **stamp}
 
 
 def main() -> None:

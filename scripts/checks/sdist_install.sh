@@ -17,10 +17,10 @@
 #      and checks their shards are byte-identical to the same jobs' on local disk,
 #      run from the checkout.
 #
-# Steps 1 and 3 are scripts/sdist_venv.sh (also what the clusters' workers run).
-# Usage: bash scripts/check_sdist_install.sh   (PYTHON=/path/to/python to override)
+# Steps 1 and 3 are scripts/checks/sdist_venv.sh (also what the clusters' workers run).
+# Usage: bash scripts/checks/sdist_install.sh   (PYTHON=/path/to/python to override)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 repo="$(pwd)"
 python_bin="${PYTHON:-$repo/.venv/bin/python}"
 packages=(etl reader pipelines)
@@ -34,7 +34,7 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # 1. A clean copy of the sources, the sdist, and (3.) a fresh venv with it installed.
-bash "$repo/scripts/sdist_venv.sh" "$work"
+bash "$repo/scripts/checks/sdist_venv.sh" "$work"
 shopt -s nullglob
 sdists=("$work"/dist/*.tar.gz)
 sdist="${sdists[0]}"
@@ -77,6 +77,6 @@ print(f"imported {len(imported)} modules from the fresh venv: {' '.join(sorted(i
 EOF
 
 # 4. Both jobs from the fresh venv alone, in worker processes, on a local GCS server.
-"$python_bin" "$repo/scripts/run_jobs_from_sdist.py" --venv_python "$venv_python" \
+"$python_bin" "$repo/scripts/checks/run_jobs_from_sdist.py" --venv_python "$venv_python" \
   --work "$work" || fail "the jobs from the sdist on gs:// failed"
 echo "OK: the sdist of setup.py installs and runs both jobs"

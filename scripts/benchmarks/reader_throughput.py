@@ -16,7 +16,7 @@ and the combined ceiling 1 / (1/d + 1/e): both share the same cores, so a pipeli
 that reads and decodes every record can at best spend the time of (d) plus that of
 (e). The ceilings run one call per core with tf.data's autotuner off: on this 2-core
 VM the autotuner sometimes settles into a state that uses one core at a time and
-halves the throughput (docs/RUNNING_AT_SCALE.md; benchmark_etl.py's ceiling_pass).
+halves the throughput (docs/RUNNING_AT_SCALE.md; image_job.py's ceiling_pass).
 (e') keeps the decode ceiling with AUTOTUNE as a diagnostic.
 
 Every sample records the CPU used by other processes meanwhile ("foreign" cores); a
@@ -26,11 +26,11 @@ example. The run ends with a simulated training loop (the batch is pulled inside
 ``tf.function``, like Keras; the accelerator's step is a --step_ms sleep) reporting
 the fraction of step time spent waiting for input.
 
-The data: --num_images photo-sized JPEGs from scripts/sample_photos.py (320-1280 px,
+The data: --num_images photo-sized JPEGs from scripts/benchmarks/sample_photos.py (320-1280 px,
 ~65 KB) turned into 224 px JPEG records (quality 95) in --num_shards shards by the
 image job itself (python -m pipelines.images, run once and kept in --work_dir).
 
-Usage: python scripts/benchmark_reader.py --work_dir /work/bench_data \\
+Usage: python -m scripts.benchmarks reader_throughput --work_dir /work/bench_data \\
            [--num_images 4000] [--rounds 9] [--out docs/benchmarks/reader]
 """
 
@@ -47,8 +47,9 @@ from collections.abc import Callable
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf
-from bench_common import (
+from harness import (
     REPO_ROOT,
+    Benchmark,
     add_sampling_flags,
     code_commit,
     interleaved,
@@ -62,6 +63,14 @@ from sample_photos import describe, ensure_photos
 
 import reader
 from reader import contract
+
+BENCHMARK = Benchmark(
+    name="reader_throughput",
+    measures="make_dataset's throughput against the read + decode ceiling",
+    quick=("--work_dir", "{quick_dir}/reader", "--num_images", "200", "--rounds", "1", "--out",
+           "{quick_dir}/reader_throughput"),
+)
+
 
 AUTOTUNE = tf.data.AUTOTUNE
 CORES = os.cpu_count() or 1
@@ -255,7 +264,7 @@ def summarize(samples: dict[str, list[dict]]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work_dir", default="/tmp/benchmark_reader",
+    parser.add_argument("--work_dir", default="/tmp/reader_throughput",
                         help="Photos and the dataset built from them are kept here.")
     parser.add_argument("--out", default="docs/benchmarks/reader",
                         help="Path prefix for <out>.json and <out>.png.")

@@ -1,6 +1,6 @@
 """Resume benchmark: the image job killed at ~70 % of its shards and rerun, beside a full run.
 
-On --num_images web-size photos (scripts/sample_photos.py), each round times four
+On --num_images web-size photos (scripts/benchmarks/sample_photos.py), each round times four
 ``python -m pipelines.images`` commands (wall, interpreter start included):
   tiny     on --tiny_images photos: the fixed start-up cost both big runs pay;
   full     uninterrupted, into a fresh output dir;
@@ -23,7 +23,7 @@ is a pure function of the input, the same for every run (counts in the JSON).
 Each command waits up to --quiet_wait_s for other processes to use at most
 --max_foreign cores, and records what they used meanwhile; nothing is retried (a
 resumed run cannot be retaken without a new kill). Usage:
-    python scripts/benchmark_resume.py --work_dir /tmp/bench_photos [--rounds 3]
+    python -m scripts.benchmarks resume --work_dir /tmp/bench_photos [--rounds 3]
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench_common import (
+from harness import (
+    Benchmark,
     Sample,
     code_version,
     job_env,
@@ -60,6 +61,14 @@ from sample_photos import describe, ensure_tree
 
 from etl.core import fault_injection
 from reader import contract
+
+BENCHMARK = Benchmark(
+    name="resume",
+    measures="a killed image job rerun: the share of photos transformed again and its time",
+    quick=("--work_dir", "{quick_dir}/photos", "--num_images", "200", "--tiny_images", "8",
+           "--out", "{quick_dir}/resume.json"),
+)
+
 
 RESUMED_LINE = re.compile(r"resumed: (\d+) shard\(s\) kept from the interrupted run, "
                           r"(\d+) transformed \((\d+) inputs\)")

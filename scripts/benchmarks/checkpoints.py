@@ -1,7 +1,7 @@
 """Size of a make_dataset iterator checkpoint, symbolic and in full, and its restore time.
 
 On --num_images photo-derived 224 px JPEG records (the reader benchmark's dataset,
-scripts/benchmark_reader.py), for each configuration below: build the dataset, take
+scripts/benchmarks/reader_throughput.py), for each configuration below: build the dataset, take
 --batches batches, wait --settle_s seconds so that every buffer has filled (the worst
 case for a full checkpoint), save ``tf.train.Checkpoint(iterator=...)``, and record
 its bytes; then restore it into a fresh iterator and time the first batch after it.
@@ -13,7 +13,7 @@ its bytes; then restore it into a fresh iterator and time the first batch after 
   small_buffer    default with ReadConfig(shuffle_buffer=--small_buffer)
   unshuffled      shuffle=False: positions only, nothing buffered is saved
 
-Usage: python scripts/measure_checkpoints.py --work_dir /work/bench_data \\
+Usage: python -m scripts.benchmarks checkpoints --work_dir /work/bench_data \\
            [--num_images 1600] [--out docs/benchmarks/checkpoints.json]
 """
 
@@ -27,11 +27,18 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf
-from bench_common import machine, write_json
-from benchmark_reader import build_dataset
+from harness import Benchmark, machine, write_json
+from reader_throughput import build_dataset
 
 import reader
 from reader import pipeline, resume
+
+BENCHMARK = Benchmark(
+    name="checkpoints",
+    measures="the size and time of a make_dataset iterator's checkpoint",
+    quick=("--work_dir", "{quick_dir}/reader", "--num_images", "200", "--out",
+           "{quick_dir}/checkpoints.json"),
+)
 
 
 def measure(data_dir: str, batch_size: int, batches: int, settle_s: float,
@@ -57,7 +64,7 @@ def measure(data_dir: str, batch_size: int, batches: int, settle_s: float,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work_dir", default="/tmp/benchmark_reader")
+    parser.add_argument("--work_dir", default="/tmp/reader_throughput")
     parser.add_argument("--num_images", type=int, default=1600)
     parser.add_argument("--num_shards", type=int, default=8)
     parser.add_argument("--batch_size", type=int, default=32)

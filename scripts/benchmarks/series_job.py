@@ -21,7 +21,7 @@ Times exclude interpreter start and imports: the reference times itself after it
 imports, the job's time is the wall time of ``pipelines.timeseries.run()`` (options,
 graph construction, tf.Transform, every stage, the manifest), each written to a JSON
 file by the process measured. Rows/s is input rows over that time. Each command runs
-as the only child of a fresh wrapper process (scripts/measure_memory.py's), whose
+as the only child of a fresh wrapper process (scripts/benchmarks/memory.py's), whose
 resource.getrusage(RUSAGE_CHILDREN).ru_maxrss after the child exits is the child's
 exact peak RSS. --rounds rounds alternate the runners; a sample taken while other
 processes used more than --max_foreign cores is retried (up to --retries times), each
@@ -40,12 +40,12 @@ peak RSS and ``current_over_baseline``: job / job_baseline of the median rows/s.
 
 Usage:
 
-    nice -n 19 python scripts/benchmark_timeseries.py --work_dir /work/bench_data \\
+    nice -n 19 python -m scripts.benchmarks series_job --work_dir /work/bench_data \\
         --rounds 3 --out docs/benchmarks/timeseries.json
 
 A before/after comparison (DIR: e.g. ``git worktree add /tmp/base <commit>``):
 
-    nice -n 19 python scripts/benchmark_timeseries.py --work_dir /work/bench_data \\
+    nice -n 19 python -m scripts.benchmarks series_job --work_dir /work/bench_data \\
         --rounds 3 --skip_scaled --baseline_dir DIR --baseline_label <commit> \\
         --out /tmp/timeseries_vs_base.json
 """
@@ -63,9 +63,10 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from bench_common import (
+from harness import (
     MIB,
     REPO_ROOT,
+    Benchmark,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -77,9 +78,17 @@ from bench_common import (
     timed_job_command,
     write_json,
 )
-from measure_memory import measure
+from memory import measure
 
 from reader import contract
+
+BENCHMARK = Benchmark(
+    name="series_job",
+    measures="the time-series job against a pandas + NumPy script, rows/s and peak memory",
+    quick=("--work_dir", "{quick_dir}/series", "--series", "10", "--hours", "2000", "--rounds",
+           "1", "--skip_scaled", "--out", "{quick_dir}/series_job.json"),
+)
+
 
 HOUR = np.timedelta64(1, "h")
 START = np.datetime64("2012-01-01T00:00:00")
@@ -214,7 +223,7 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
 
 def _measured(command: list[str], log: str, result_path: str, what: str,
               code_dir: str = REPO_ROOT) -> dict:
-    """measure_memory.measure(command) and the JSON the command wrote to ``result_path``;
+    """memory.measure(command) and the JSON the command wrote to ``result_path``;
     the command runs in ``code_dir`` with that checkout's packages."""
     if os.path.exists(result_path):
         os.remove(result_path)
@@ -272,7 +281,7 @@ def run_job(input_path: str, out: str, log: str, flags: dict,
 
 
 def sample(fn: Callable[[], dict], args: argparse.Namespace) -> dict:
-    """``fn()`` on a quiet machine (see bench_common.quiet_sample)."""
+    """``fn()`` on a quiet machine (see harness.quiet_sample)."""
     measured, attempts = quiet_sample(fn, args.max_foreign, args.retries,
                                       max_wait_s=args.max_wait)
     return {**measured.extra, "foreign_cores": attempts[-1], "attempts_foreign": attempts}

@@ -1,0 +1,124 @@
+"""The benchmark harness (``scripts/benchmarks``): every benchmark module declares itself,
+``--list`` names them, and a toy benchmark runs through the entry point side by side.
+
+No benchmark of the project runs here (each runs jobs for minutes); the toy stands for
+them, in a folder of its own beside a copy of the harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import textwrap
+
+import pytest
+
+from scripts.benchmarks import harness
+
+TOY = '''
+import argparse
+
+from harness import Benchmark, side_by_side, write_rates
+
+BENCHMARK = Benchmark(
+    name="toy",
+    measures="sum() of a range against a Python loop",
+    quick=("--rounds", "2", "--n", "1000", "--out", "{quick_dir}/toy"),
+)
+
+
+def loop(n):
+    total = 0
+    for i in range(n):
+        total += i
+    return {"total": total}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    samples = side_by_side({"job": lambda: {"total": sum(range(args.n))},
+                            "reference": lambda: loop(args.n)},
+                           args.rounds, max_foreign=float("inf"))
+    write_rates(args.out, "toy", samples, args.n, "additions / s")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.fixture
+def toy_folder(tmp_path):
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    shutil.copy(harness.__file__, folder / "harness.py")
+    (folder / "toy.py").write_text(TOY)
+    return folder
+
+
+def test_every_benchmark_module_declares_itself_with_a_quick_run_outside_the_docs():
+    modules = {name[:-3] for name in os.listdir(harness.FOLDER)
+               if name.endswith(".py") and not name.startswith("_")}
+    benchmarks = harness.declared()
+    assert set(benchmarks) == modules - set(harness.HELPERS)
+    assert len(benchmarks) >= 12
+    for name, benchmark in benchmarks.items():
+        assert benchmark.measures, name
+        quick = list(benchmark.quick)
+        if "--out" in quick:
+            assert quick[quick.index("--out") + 1].startswith("{quick_dir}/"), name
+        else:  # Its own --quick, which writes under its --work_dir.
+            assert "--quick" in quick, name
+        assert "docs/benchmarks" not in " ".join(quick), name
+
+
+def test_list_names_every_benchmark(capsys):
+    harness.main(["--list"])
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == sorted(harness.declared())
+
+
+def test_the_entry_point_runs_a_toy_benchmark_side_by_side(toy_folder, tmp_path, capsys):
+    harness.main(["--list"], folder=str(toy_folder))
+    assert capsys.readouterr().out.split()[0] == "toy"
+    path_before, argv_before = list(sys.path), list(sys.argv)
+    out = tmp_path / "result"
+    # --quick's own --out is overridden by the one given after it.
+    harness.main(["toy", "--quick", "--out", str(out)], folder=str(toy_folder))
+    assert (sys.path, sys.argv) == (path_before, argv_before)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert (tmp_path / "result.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(result["samples"]) == {"job", "reference"}
+    for name, runs in result["samples"].items():
+        assert len(runs) == 2  # --quick: two rounds
+        assert all(run["total"] == sum(range(1000)) for run in runs)
+        rates = [1000 / run["seconds"] for run in runs]
+        assert result["median"][name] == pytest.approx(statistics.median(rates))
+        assert result["best"][name] == pytest.approx(max(rates))
+    assert result["machine"]["cpu_cores"] == os.cpu_count()
+    assert set(result["code"]) == {"commit", "uncommitted_changes"}  # empty: a copy outside git
+
+
+def test_an_unknown_benchmark_names_the_ones_there_are(toy_folder):
+    with pytest.raises(SystemExit, match="No benchmark 'tyo'; there are: toy"):
+        harness.main(["tyo"], folder=str(toy_folder))
+
+
+def test_a_module_that_declares_no_benchmark_is_an_error(toy_folder):
+    (toy_folder / "stray.py").write_text(textwrap.dedent("""
+        def main():
+            pass
+    """))
+    with pytest.raises(ValueError, match=r"stray\.py: no top-level BENCHMARK"):
+        harness.declared(str(toy_folder))
+    (toy_folder / "stray.py").write_text('from harness import Benchmark\n'
+                                         'BENCHMARK = Benchmark(name="toy", measures="x")\n')
+    with pytest.raises(ValueError, match="name it 'stray'"):
+        harness.declared(str(toy_folder))
