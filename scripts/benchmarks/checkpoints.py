@@ -36,8 +36,8 @@ from reader import pipeline, resume
 BENCHMARK = Benchmark(
     name="checkpoints",
     measures="the size and time of a make_dataset iterator's checkpoint",
-    quick=("--work_dir", "{quick_dir}/reader", "--num_images", "200", "--out",
-           "{quick_dir}/checkpoints.json"),
+    quick=("--work_dir", "{quick_dir}/reader", "--num_images", "200", "--batches", "3",
+           "--out", "{quick_dir}/checkpoints.json"),
 )
 
 
