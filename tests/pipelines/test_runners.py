@@ -63,6 +63,37 @@ def test_job_flags_are_in_the_options_beam_sends_to_runners():
             options["input"], options["gzip_level"]) == (32, 5, 2, "x", 1)
 
 
+def test_a_job_options_view_is_made_once_per_class_and_shares_every_value():
+    # Beam's view_as parses the flags again per call, and building a pipeline calls it
+    # per transform: the job's options keep one view per class (pipelines.common).
+    import pickle
+
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    from pipelines import images
+
+    options = images.ImagesOptions(["--input=x", "--runner=DirectRunner"])
+    parsed = []
+    original = PipelineOptions.__init__
+
+    def counting(self, *args, **kwargs):
+        parsed.append(type(self).__name__)
+        original(self, *args, **kwargs)
+
+    PipelineOptions.__init__ = counting
+    try:
+        views = [options.view_as(StandardOptions) for _ in range(3)]
+    finally:
+        PipelineOptions.__init__ = original
+    assert parsed == ["StandardOptions"] and views[0] is views[2]
+    views[0].runner = "FlinkRunner"
+    assert options.view_as(StandardOptions).runner == "FlinkRunner"
+    assert options.get_all_options()["runner"] == "FlinkRunner"
+    copy = pickle.loads(pickle.dumps(options))  # what a runner is sent
+    assert copy.view_as(StandardOptions).runner == "FlinkRunner"
+    assert copy.view_as(images.ImagesOptions).input == "x"
+
+
 def _copy_project(dest: str) -> str:
     """setup.py and the packages, without build leftovers; returns the setup.py path."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
