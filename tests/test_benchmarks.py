@@ -26,7 +26,7 @@ from harness import Benchmark, side_by_side, write_rates
 BENCHMARK = Benchmark(
     name="toy",
     measures="sum() of a range against a Python loop",
-    quick=("--rounds", "2", "--n", "1000", "--out", "{quick_dir}/toy"),
+    quick=("--rounds", "2", "--n", "1000", "--out", "{quick_dir}/toy.json"),
 )
 
 
@@ -46,7 +46,7 @@ def main():
     samples = side_by_side({"job": lambda: {"total": sum(range(args.n))},
                             "reference": lambda: loop(args.n)},
                            args.rounds, max_foreign=float("inf"))
-    write_rates(args.out, "toy", samples, args.n, "additions / s")
+    write_rates(args.out, f"n{args.n}", "toy", samples, args.n, "additions / s")
 
 
 if __name__ == "__main__":
@@ -89,21 +89,47 @@ def test_the_entry_point_runs_a_toy_benchmark_side_by_side(toy_folder, tmp_path,
     harness.main(["--list"], folder=str(toy_folder))
     assert capsys.readouterr().out.split()[0] == "toy"
     path_before, argv_before = list(sys.path), list(sys.argv)
-    out = tmp_path / "result"
-    # --quick's own --out is overridden by the one given after it.
+    out = tmp_path / "toy.json"
+    # --quick's own --out is overridden by the one given after it; the second run, on
+    # another input, is another setting of the same results file.
     harness.main(["toy", "--quick", "--out", str(out)], folder=str(toy_folder))
+    harness.main(["toy", "--quick", "--out", str(out), "--n", "500"], folder=str(toy_folder))
     assert (sys.path, sys.argv) == (path_before, argv_before)
-    result = json.loads((tmp_path / "result.json").read_text())
-    assert (tmp_path / "result.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert set(result["samples"]) == {"job", "reference"}
-    for name, runs in result["samples"].items():
-        assert len(runs) == 2  # --quick: two rounds
-        assert all(run["total"] == sum(range(1000)) for run in runs)
-        rates = [1000 / run["seconds"] for run in runs]
-        assert result["median"][name] == pytest.approx(statistics.median(rates))
-        assert result["best"][name] == pytest.approx(max(rates))
-    assert result["machine"]["cpu_cores"] == os.cpu_count()
-    assert set(result["code"]) == {"commit", "uncommitted_changes"}  # empty: a copy outside git
+    content = json.loads(out.read_text())
+    assert content["benchmark"] == "toy" and set(content["settings"]) == {"n1000", "n500"}
+    assert (tmp_path / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(os.listdir(tmp_path)) == ["benchmarks", "toy.json", "toy.png"]
+    for setting, n in (("n1000", 1000), ("n500", 500)):
+        result = content["settings"][setting]
+        assert set(result["samples"]) == {"job", "reference"}
+        for name, runs in result["samples"].items():
+            assert len(runs) == 2  # --quick: two rounds
+            assert all(run["total"] == sum(range(n)) for run in runs)
+            rates = [n / run["seconds"] for run in runs]
+            assert result["median"][name] == pytest.approx(statistics.median(rates))
+            assert result["best"][name] == pytest.approx(max(rates))
+        assert result["machine"]["cpu_cores"] == os.cpu_count()
+        # Empty: a copy outside git.
+        assert set(result["code"]) == {"commit", "uncommitted_changes"}
+
+
+def test_a_results_file_of_another_shape_is_not_overwritten(tmp_path):
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"median": {"job": 1.0}}))
+    with pytest.raises(ValueError, match="is not a benchmark results file"):
+        harness.write_result(str(path), "n1000", {"median": {"job": 2.0}})
+    assert json.loads(path.read_text()) == {"median": {"job": 1.0}}
+
+
+def test_the_docs_hold_one_results_file_per_benchmark_and_charts_of_those():
+    names = set(harness.declared())
+    files = os.listdir(harness.RESULTS_DIR)
+    assert {f[:-5] for f in files if f.endswith(".json")} == names
+    assert {f[:-4] for f in files if f.endswith(".png")} <= names
+    assert all(f.endswith((".json", ".png")) for f in files), files
+    for name in names:
+        settings = harness.read_settings(harness.result_path(name))
+        assert settings and all(isinstance(r, dict) and r for r in settings.values()), name
 
 
 def test_an_unknown_benchmark_names_the_ones_there_are(toy_folder):

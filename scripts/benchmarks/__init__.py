@@ -1,6 +1,9 @@
 """Benchmarks: one module per benchmark on one harness (``harness.py``).
 
 Run ``python -m scripts.benchmarks --list`` to see them, and
-``python -m scripts.benchmarks NAME [--quick] [ARGS...]`` to run one; results go to
-``docs/benchmarks/`` unless ``--out`` says otherwise (``--quick``: a temporary folder).
+``python -m scripts.benchmarks NAME [--quick] [ARGS...]`` to run one. Each benchmark's
+results are one file, ``docs/benchmarks/<NAME>.json`` (and its chart ``<NAME>.png``),
+with an entry per setting (the input it ran on): a run replaces its setting's entry
+and keeps the others. ``--out`` names another file; ``--quick`` writes to a temporary
+folder.
 """

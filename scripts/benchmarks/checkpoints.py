@@ -14,7 +14,7 @@ its bytes; then restore it into a fresh iterator and time the first batch after 
   unshuffled      shuffle=False: positions only, nothing buffered is saved
 
 Usage: python -m scripts.benchmarks checkpoints --work_dir /work/bench_data \\
-           [--num_images 1600] [--out docs/benchmarks/checkpoints.json]
+           [--num_images 1600]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf
-from harness import Benchmark, machine, write_json
+from harness import Benchmark, add_result_flags, machine, write_result
 from reader_throughput import build_dataset
 
 import reader
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--settle_s", type=float, default=2.0)
     parser.add_argument("--small_buffer", type=int, default=256)
-    parser.add_argument("--out", default="docs/benchmarks/checkpoints.json")
+    add_result_flags(parser, "checkpoints", "images_<num_images>")
     args = parser.parse_args()
 
     data_dir = build_dataset(args.work_dir, args.num_images, args.num_shards)
@@ -109,7 +109,7 @@ def main() -> None:
         "small_buffer": args.small_buffer,
         "checkpoints": results,
     }
-    write_json(args.out, result)
+    write_result(args.out, args.setting or f"images_{args.num_images}", result)
     print(f"wrote {args.out}")
 
 

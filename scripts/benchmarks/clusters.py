@@ -64,10 +64,10 @@ Every run must exit 0 and leave a manifest.json; otherwise the benchmark stops w
 the run's stderr tail (logs in <work_dir>/clusters_logs).
 
 Usage (the full measurement; --quick: 40 photos, 20,000 rows, 1 round, no waiting
-for a quiet machine, results to <work_dir>/clusters_quick.json unless --out):
+for a quiet machine, results in <work_dir>/clusters.json unless --out):
 
     nice -n 19 python -m scripts.benchmarks clusters --work_dir /work/bench_data \\
-        --rounds 3 --out docs/benchmarks/clusters.json
+        --rounds 3
     python -m scripts.benchmarks clusters --work_dir /tmp/bench_clusters --quick
 """
 
@@ -92,6 +92,7 @@ from harness import (
     MIB,
     REPO_ROOT,
     Benchmark,
+    add_result_flags,
     add_sampling_flags,
     busy_cpu_seconds,
     code_version,
@@ -100,9 +101,10 @@ from harness import (
     output_summary,
     own_cpu_seconds,
     read_manifest,
+    result_path,
     wait_for_quiet,
     warm_page_cache,
-    write_json,
+    write_result,
 )
 from sample_photos import describe, ensure_photos
 from series_job import ensure_input
@@ -533,9 +535,7 @@ def main() -> None:
     parser.add_argument("--work_dir", default="/tmp/bench_clusters",
                         help="Inputs are generated (and reused) here; outputs and logs "
                              "go under it.")
-    parser.add_argument("--out", default=None,
-                        help="Results JSON (default docs/benchmarks/clusters.json; with "
-                             "--quick <work_dir>/clusters_quick.json).")
+    add_result_flags(parser, "clusters", "images_<num_images>_series_<series>x<hours>")
     parser.add_argument("--quick", action="store_true",
                         help="Tiny inputs (40 photos, 10 x 2,000 rows), one round, no "
                              "retries or waiting for a quiet machine, unless given.")
@@ -566,8 +566,8 @@ def main() -> None:
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    args.out = args.out or (os.path.join(args.work_dir, "clusters_quick.json") if args.quick
-                            else "docs/benchmarks/clusters.json")
+    if args.quick and args.out == result_path("clusters"):  # Not a result: not in the docs.
+        args.out = os.path.join(args.work_dir, "clusters.json")
     jobs = [j for j in args.jobs.split(",") if j]
     runners = [r for r in args.runners.split(",") if r]
     if set(jobs) - set(JOBS) or set(runners) - set(RUNNERS) or not jobs or not runners:
@@ -675,7 +675,8 @@ def main() -> None:
         },
     }
     print_table(result)
-    write_json(args.out, result)
+    write_result(args.out, args.setting or (
+        f"images_{args.num_images}_series_{args.series}x{args.hours}"), result)
     print(f"wrote {args.out}")
 
 

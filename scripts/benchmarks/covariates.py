@@ -34,7 +34,7 @@ Targets (PASS/FAIL, the issue's): job rows/s >= --min_ratio (1.5) x the referenc
 Usage:
 
     nice -n 19 python -m scripts.benchmarks covariates --work_dir /tmp/bench_m5 \\
-        --series 10000 --days 1200 --rounds 1 --out docs/benchmarks/covariates.json
+        --series 10000 --days 1200 --rounds 1
 """
 
 from __future__ import annotations
@@ -51,15 +51,16 @@ import series_job as series_bench
 from harness import (
     MIB,
     Benchmark,
+    add_result_flags,
     add_sampling_flags,
     code_version,
     interleaved,
     machine,
     output_summary,
-    read_json,
     read_manifest,
+    read_settings,
     timed_job_command,
-    write_json,
+    write_result,
 )
 
 BENCHMARK = Benchmark(
@@ -301,9 +302,9 @@ def main() -> None:
                         help="Quote every string of the CSV (pyarrow's and R's default).")
     parser.add_argument("--reference_from",
                         help="Time the job only, against the reference samples of this "
-                             "earlier output JSON (same input).")
+                             "setting's entry in --out (an earlier run on the same input).")
     parser.add_argument("--work_dir", default="/tmp/bench_m5")
-    parser.add_argument("--out", default="docs/benchmarks/covariates.json")
+    add_result_flags(parser, "covariates", "<series>x<days>, and _quoted with --quoted")
     args = parser.parse_args()
 
     if series_bench.ran_reference(args, reference):
@@ -323,7 +324,7 @@ def main() -> None:
     }
     samples: dict[str, list[dict]] = {name: [] for name in runners}
     if args.reference_from:  # An earlier run's reference samples, same input.
-        earlier = read_json(args.reference_from)
+        earlier = read_settings(args.out)[args.reference_from]
         assert earlier["input"]["rows"] == args.series * args.days, "another input"
         samples["reference"] = earlier["samples"]["reference"]
         del runners["reference"]
@@ -360,7 +361,8 @@ def main() -> None:
           f"{median('reference', 'peak_rss_mib'):.0f} MiB)")
     for name, target in targets.items():
         print(f"target {name}: {target} -> {'PASS' if target['pass'] else 'FAIL'}")
-    write_json(args.out, {
+    write_result(args.out, args.setting or (
+        f"{args.series}x{args.days}" + ("_quoted" if args.quoted else "")), {
         "script": "scripts/benchmarks/covariates.py", "machine": machine(),
         "code": code_version(), "date": time.strftime("%Y-%m-%d"),
         "input": {"series": args.series, "days": args.days, "rows": first["rows"],

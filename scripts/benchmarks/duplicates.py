@@ -25,10 +25,9 @@ has one core, so its time is its CPU cost. ``--modes off,off`` is the A/A check:
 how far apart two identical runs land this way.
 
 Usage: python -m scripts.benchmarks duplicates --work_dir /work/bench_data \\
-           --num_images 20000 --rounds 5 --out docs/benchmarks/duplicates_web20k.json
+           --num_images 20000 --rounds 5
        python -m scripts.benchmarks duplicates --work_dir /work/bench_data \\
-           --num_images 20000 --rounds 8 --modes off,report --side_by_side \\
-           --out docs/benchmarks/duplicates_web20k_side_by_side.json
+           --num_images 20000 --rounds 8 --modes off,report --side_by_side
 """
 
 from __future__ import annotations
@@ -46,6 +45,7 @@ import tempfile
 from harness import (
     SHARD_STEP_STAGE,
     Benchmark,
+    add_result_flags,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -55,7 +55,7 @@ from harness import (
     read_json,
     read_manifest,
     timed_job_command,
-    write_json,
+    write_result,
 )
 from sample_photos import describe, ensure_tree
 
@@ -202,7 +202,8 @@ def main() -> None:
     parser.add_argument("--num_images", type=int, default=20000)
     parser.add_argument("--photos", default="web")
     parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--out", required=True, help="JSON results file.")
+    add_result_flags(parser, "duplicates", "<photos>_<num_images>, and _side_by_side with "
+                     "--side_by_side")
     parser.add_argument("job_flags", nargs="*", help="Extra image job flags (after --).")
     parser.add_argument("--side_by_side", action="store_true",
                         help="Run a round's modes at the same time, each on a CPU of its "
@@ -245,7 +246,9 @@ def main() -> None:
         "summary": summarise(samples, args.num_images),
         "samples": samples, "foreign_cores_per_try": attempts,
     }
-    write_json(args.out, result)
+    write_result(args.out, args.setting or (
+        f"{args.photos}_{args.num_images}" + ("_side_by_side" if args.side_by_side else "")),
+        result)
     print(json.dumps(result["summary"], indent=1))
 
 

@@ -310,40 +310,102 @@ def write_json(path: str, result: dict[str, Any]) -> None:
         json.dump(result, f, indent=2, sort_keys=True)
 
 
-def plot_rates(path: str, labels: Sequence[str], medians: Sequence[float],
-               bests: Sequence[float], *, unit: str, title: str, value_format: str,
-               line: tuple[float, str] | None = None) -> None:
-    """Saves a bar chart (PNG) of each label's median and best round, first label on top.
+# One results file per benchmark: docs/benchmarks/<name>.json.
+RESULTS_DIR = os.path.join(REPO_ROOT, "docs", "benchmarks")
+RESULT_FIELDS = {"benchmark", "settings"}
+
+
+def result_path(name: str) -> str:
+    """The results file of benchmark ``name``: ``docs/benchmarks/<name>.json``."""
+    return os.path.join(RESULTS_DIR, name + ".json")
+
+
+def read_settings(path: str) -> dict[str, dict[str, Any]]:
+    """The results in benchmark results file ``path`` by setting (``{}`` if there is
+    none yet).
+
+    Raises:
+        ValueError: the file is not ``{"benchmark": ..., "settings": {...}}``.
+    """
+    if not os.path.exists(path):
+        return {}
+    content = read_json(path)
+    if not isinstance(content, dict) or set(content) != RESULT_FIELDS:
+        raise ValueError(f"{path} is not a benchmark results file: expected the fields "
+                         f"{sorted(RESULT_FIELDS)}.")
+    return content["settings"]
+
+
+def write_result(path: str, setting: str, result: dict[str, Any]) -> dict[str, dict]:
+    """Stores ``result`` as the entry ``setting`` (the input it was measured on) of the
+    benchmark's one results file ``path``, ``{"benchmark": <file stem>, "settings":
+    {setting: result}}``; the file's other settings, the same benchmark's current
+    results on other inputs, are kept (earlier results are in git). Returns every
+    setting's result."""
+    settings = {**read_settings(path), setting: result}
+    write_json(path, {"benchmark": os.path.splitext(os.path.basename(path))[0],
+                      "settings": settings})
+    return settings
+
+
+def add_result_flags(parser: argparse.ArgumentParser, name: str, setting: str) -> None:
+    """``--out``, benchmark ``name``'s results file, and ``--setting``, the entry a run
+    is stored as (``setting`` says its default, which names the run's input)."""
+    parser.add_argument("--out", default=result_path(name),
+                        help="The benchmark's results file (a chart, if it draws one, "
+                             "goes beside it as .png); this run is its --setting entry, "
+                             "the other settings are kept.")
+    parser.add_argument("--setting", default=None,
+                        help=f"The entry this run is stored as. Default: {setting}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """One chart panel: a bar pair (median and best round) per label, first on top.
+
+    ``line`` is an optional vertical line, ``(x, legend entry)``, e.g. a goal."""
+
+    title: str
+    labels: Sequence[str]
+    medians: Sequence[float]
+    bests: Sequence[float]
+    line: tuple[float, str] | None = None
+
+
+def plot_rates(path: str, panels: Sequence[Panel], *, unit: str, value_format: str
+               ) -> None:
+    """Saves a bar chart (PNG) of one panel per setting, one above the other.
 
     Args:
         path: Where the PNG goes.
-        labels: One bar pair per label.
-        medians: The median round of each label.
-        bests: The best round of each label.
-        unit: The x axis' label, e.g. ``"images / s"``.
-        title: The chart's title.
+        panels: What each panel shows.
+        unit: The x axes' label, e.g. ``"images / s"``.
         value_format: Format spec of the value printed beside each bar, e.g. ``".1f"``.
-        line: An optional vertical line, (x, legend entry), e.g. a goal.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    y = list(range(len(labels)))[::-1]
-    fig, ax = plt.subplots(figsize=(10, 0.5 * len(labels) + 1.5))
-    ax.barh([v + 0.2 for v in y], bests, height=0.4, color="#cc6633", label="best round")
-    ax.barh([v - 0.2 for v in y], medians, height=0.4, color="#6699cc",
-            label="median round")
-    for yy, median, best in zip(y, medians, bests, strict=True):
-        ax.text(best, yy + 0.2, f" {best:{value_format}}", va="center", fontsize=8)
-        ax.text(median, yy - 0.2, f" {median:{value_format}}", va="center", fontsize=8)
-    if line is not None:
-        ax.axvline(line[0], color="gray", linestyle="--", linewidth=1, label=line[1])
-    ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel(unit)
-    ax.legend(loc="best", fontsize=8)
-    ax.set_title(title, fontsize=9)
+    heights = [0.5 * len(panel.labels) + 1.5 for panel in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        y = list(range(len(panel.labels)))[::-1]
+        ax.barh([v + 0.2 for v in y], panel.bests, height=0.4, color="#cc6633",
+                label="best round")
+        ax.barh([v - 0.2 for v in y], panel.medians, height=0.4, color="#6699cc",
+                label="median round")
+        for yy, median, best in zip(y, panel.medians, panel.bests, strict=True):
+            ax.text(best, yy + 0.2, f" {best:{value_format}}", va="center", fontsize=8)
+            ax.text(median, yy - 0.2, f" {median:{value_format}}", va="center", fontsize=8)
+        if panel.line is not None:
+            ax.axvline(panel.line[0], color="gray", linestyle="--", linewidth=1,
+                       label=panel.line[1])
+        ax.set_yticks(y, panel.labels, fontsize=8)
+        ax.set_xlabel(unit)
+        ax.legend(loc="best", fontsize=8)
+        ax.set_title(panel.title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -416,20 +478,22 @@ def side_by_side(variants: dict[str, Callable[[], dict]], rounds: int, *,
     return samples
 
 
-def write_rates(out: str, title: str, samples: dict[str, list[dict]], work: float,
-                unit: str) -> dict[str, Any]:
-    """``<out>.json`` and ``<out>.png``: each variant's rate (``work`` per second) in its
-    median and its best round, with the samples, the machine and the code."""
+def write_rates(out: str, setting: str, title: str, samples: dict[str, list[dict]],
+                work: float, unit: str) -> dict[str, Any]:
+    """Each variant's rate (``work`` per second) in its median and its best round, with
+    the samples, the machine and the code, as ``setting``'s entry of the results file
+    ``out`` (:func:`write_result`); and the benchmark's chart beside it (``.png``),
+    a panel per setting."""
     rates = {name: sorted(work / s["seconds"] for s in runs) for name, runs in samples.items()}
     result = {"title": title, "unit": unit, "work": work, "date": time.strftime("%Y-%m-%d"),
               "machine": machine(), "code": code_version(), "samples": samples,
               "median": {name: statistics.median(r) for name, r in rates.items()},
               "best": {name: r[-1] for name, r in rates.items()}}
-    write_json(out + ".json", result)
-    names = list(samples)
-    plot_rates(out + ".png", names, [result["median"][n] for n in names],
-               [result["best"][n] for n in names], unit=unit, title=title,
-               value_format=".1f")
+    settings = write_result(out, setting, result)
+    plot_rates(os.path.splitext(out)[0] + ".png", [
+        Panel(f"{name}: {entry['title']}", list(entry["median"]),
+              list(entry["median"].values()), list(entry["best"].values()))
+        for name, entry in settings.items()], unit=unit, value_format=".1f")
     return result
 
 

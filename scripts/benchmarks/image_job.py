@@ -89,9 +89,9 @@ Usage (the full measurement; photos are generated into --work_dir once and reuse
 camera photos):
 
     python -m scripts.benchmarks image_job --work_dir /work/bench_data --num_images 2000 \\
-        --rounds 3 --out docs/benchmarks/etl [--baseline_dir DIR]
+        --rounds 3 [--baseline_dir DIR]
     python -m scripts.benchmarks image_job --work_dir /work/bench_data --photos camera12 \\
-        --num_images 120 --tiny_images 6 --rounds 3 --out docs/benchmarks/etl_camera12
+        --num_images 120 --tiny_images 6 --rounds 3
 """
 
 from __future__ import annotations
@@ -117,6 +117,8 @@ import tensorflow as tf
 from harness import (
     REPO_ROOT,
     Benchmark,
+    Panel,
+    add_result_flags,
     add_sampling_flags,
     code_commit,
     interleaved,
@@ -128,7 +130,7 @@ from harness import (
     read_manifest,
     timed_job_command,
     warm_page_cache,
-    write_json,
+    write_result,
 )
 from PIL import Image, ImageOps
 from sample_photos import KINDS, describe, ensure_tree
@@ -144,7 +146,7 @@ BENCHMARK = Benchmark(
     measures="the image job's steady state against TF ops alone and a Pillow process pool",
     quick=("--work_dir", "{quick_dir}/photos", "--num_images", "40", "--tiny_images", "4",
            "--rounds", "1", "--variants", "a_ceiling,p_pillow,c_job", "--out",
-           "{quick_dir}/image_job"),
+           "{quick_dir}/image_job.json"),
 )
 
 
@@ -453,8 +455,7 @@ def main() -> None:
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(),
                                                            "bench_photos"),
                         help="Generated photos are kept (and reused) here.")
-    parser.add_argument("--out", default="docs/benchmarks/etl",
-                        help="Path prefix for <out>.json and <out>.png.")
+    add_result_flags(parser, "image_job", "<photos>_<num_images>, e.g. web_20000")
     parser.add_argument("--photos", choices=KINDS, default="web",
                         help="The input's kind (scripts/benchmarks/sample_photos.py): web-size "
                              "(~65 KB) or camera-size, 12 or 24 megapixels.")
@@ -576,9 +577,11 @@ def main() -> None:
     result = summarize(samples, args, len(big_files), describe(big_root),
                        describe(tiny_root), costs)
     print_table(result)
-    write_json(args.out + ".json", result)
-    plot(result, args.out + ".png")
-    print(f"wrote {args.out}.json and {args.out}.png")
+    settings = write_result(args.out, args.setting or f"{args.photos}_{args.num_images}", result)
+    chart = os.path.splitext(args.out)[0] + ".png"
+    plot_rates(chart, [panel(name, entry) for name, entry in settings.items()],
+               unit="images / s", value_format=".1f")
+    print(f"wrote {args.out} and {chart}")
 
 
 def _seconds(name: str, record: dict) -> float:
@@ -804,7 +807,9 @@ def print_table(result: dict) -> None:
               f"{'PASS' if goal['pass'] else 'FAIL'}")
 
 
-def plot(result: dict, path: str) -> None:
+def panel(setting: str, result: dict) -> Panel:
+    """The chart panel of one setting's result: each variant's rate overall and, for
+    the jobs, in the steady state."""
     labels, medians, bests = [], [], []
     for name, value in result["images_per_second"].items():
         labels.append(NAMES.get(name, name) + " - overall")
@@ -822,10 +827,9 @@ def plot(result: dict, path: str) -> None:
         line = (goal * reference["images_per_second"],
                 f"goal: {goal} x {reference['variant']} (median)")
     data = result["input"]
-    plot_rates(path, labels, medians, bests, unit="images / s", value_format=".1f",
-               line=line,
-               title=f"{_describe_input(data)} -> {data['image_size']} px JPEG, "
-                     f"{result['machine']['cpu_cores']} cores, {result['date']}")
+    return Panel(f"{setting}: {_describe_input(data)} -> {data['image_size']} px JPEG, "
+                 f"{result['machine']['cpu_cores']} cores, {result['date']}",
+                 labels, medians, bests, line)
 
 
 if __name__ == "__main__":

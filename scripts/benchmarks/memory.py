@@ -40,9 +40,9 @@ Usage (the full measurement; the 200,000-photo tree takes a while to generate th
 first time: see scripts/benchmarks/sample_photos.py):
 
     nice -n 19 python -m scripts.benchmarks memory --work_dir /work/bench_data \\
-        --sizes 2000,20000,200000 --out docs/benchmarks/memory.json
+        --sizes 2000,20000,200000
     nice -n 19 python -m scripts.benchmarks memory --work_dir /work/bench_data \\
-        --photos camera24 --sizes 60 --out docs/benchmarks/memory_camera24.json
+        --photos camera24 --sizes 60
 """
 
 from __future__ import annotations
@@ -61,13 +61,14 @@ from harness import (
     MIB,
     REPO_ROOT,
     Benchmark,
+    add_result_flags,
     code_version,
     job_env,
     machine,
     output_summary,
     read_json,
     read_manifest,
-    write_json,
+    write_result,
 )
 from sample_photos import KINDS, describe, ensure_tree
 
@@ -216,7 +217,7 @@ def main() -> None:
                                                            "bench_photos"),
                         help="Generated photos are kept (and reused) here.")
     parser.add_argument("--keep_outputs", action="store_true")
-    parser.add_argument("--out", default="docs/benchmarks/memory.json")
+    add_result_flags(parser, "memory", "<photos>_<sizes joined by _>")
     args = parser.parse_args()
 
     kind = args.photos
@@ -311,7 +312,8 @@ def main() -> None:
                             "-> GroupByKey -> GroupByKey -> count, default runner",
         },
     }
-    write_json(args.out, result)
+    write_result(args.out, args.setting or f"{args.photos}_{'_'.join(map(str, sizes))}",
+                 result)
     print(f"{'all targets PASS' if verdict['pass'] else 'some target FAILED'}; "
           f"wrote {args.out}")
 

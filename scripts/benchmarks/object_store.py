@@ -46,6 +46,7 @@ from typing import Any
 from harness import (
     REPO_ROOT,
     Benchmark,
+    add_result_flags,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -54,7 +55,7 @@ from harness import (
     quiet_sample,
     read_json,
     timed_job_command,
-    write_json,
+    write_result,
 )
 from sample_photos import describe, ensure_tree
 from series_job import ensure_input
@@ -140,7 +141,7 @@ def main() -> None:
     parser.add_argument("--photos", default="web", choices=("web", "camera12", "camera24"))
     parser.add_argument("--series", type=int, default=370)
     parser.add_argument("--hours", type=int, default=2190)
-    parser.add_argument("--out", default="docs/benchmarks/object_store.json")
+    add_result_flags(parser, "object_store", "images_<num_images>_series_<series>x<hours>")
     add_sampling_flags(parser, rounds=3)
     parser.add_argument("--max_wait", type=float, default=120)
     args = parser.parse_args()
@@ -211,7 +212,8 @@ def main() -> None:
                    "input": {"photos": describe(photos), "series_rows": rows,
                              "series_bytes": os.path.getsize(series)},
                    "samples": samples})
-    write_json(args.out, result)
+    write_result(args.out, args.setting or (
+        f"images_{args.num_images}_series_{args.series}x{args.hours}"), result)
     for job, figures in result["jobs"].items():
         print(f"{job}: gcs / disk {figures['ratio_median']:.2f} x (best rounds "
               f"{figures['ratio_best']:.2f} x); server CPU {figures['server_cpu_s_median']} "

@@ -48,8 +48,7 @@ train, by the image job itself (``python -m pipelines.images ... --image_size=22
 --compression=none``, run once and kept in --work_dir).
 
 Usage: python -m scripts.benchmarks random_access \\
-           --work_dir /work/bench_data [--num_images 2000] [--rounds 3] \\
-           [--out docs/benchmarks/random_access.json]
+           --work_dir /work/bench_data [--num_images 2000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -75,6 +74,7 @@ from harness import (
     MIB,
     REPO_ROOT,
     Benchmark,
+    add_result_flags,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -83,7 +83,7 @@ from harness import (
     quiet_sample,
     read_json,
     read_manifest,
-    write_json,
+    write_result,
 )
 
 BENCHMARK = Benchmark(
@@ -426,8 +426,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work_dir", default="/tmp/random_access",
                         help="Photos and the dataset built from them are kept here.")
-    parser.add_argument("--out", default="docs/benchmarks/random_access.json",
-                        help="The results JSON.")
+    add_result_flags(parser, "random_access", "images_<num_images>")
     parser.add_argument("--num_images", type=int, default=2000)
     parser.add_argument("--num_shards", type=int, default=8)
     parser.add_argument("--batch_size", type=int, default=64)
@@ -521,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         },
     }
     print_table(result)
-    write_json(args.out, result)
+    write_result(args.out, args.setting or f"images_{args.num_images}", result)
     print(f"wrote {args.out}")
 
 

@@ -31,7 +31,7 @@ The data: --num_images photo-sized JPEGs from scripts/benchmarks/sample_photos.p
 image job itself (python -m pipelines.images, run once and kept in --work_dir).
 
 Usage: python -m scripts.benchmarks reader_throughput --work_dir /work/bench_data \\
-           [--num_images 4000] [--rounds 9] [--out docs/benchmarks/reader]
+           [--num_images 4000] [--rounds 9]
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ import tensorflow as tf
 from harness import (
     REPO_ROOT,
     Benchmark,
+    Panel,
+    add_result_flags,
     add_sampling_flags,
     code_commit,
     interleaved,
@@ -57,7 +59,7 @@ from harness import (
     machine,
     plot_rates,
     quiet_sample,
-    write_json,
+    write_result,
 )
 from sample_photos import describe, ensure_photos
 
@@ -68,7 +70,7 @@ BENCHMARK = Benchmark(
     name="reader_throughput",
     measures="make_dataset's throughput against the read + decode ceiling",
     quick=("--work_dir", "{quick_dir}/reader", "--num_images", "200", "--rounds", "1", "--out",
-           "{quick_dir}/reader_throughput"),
+           "{quick_dir}/reader_throughput.json"),
 )
 
 
@@ -266,8 +268,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work_dir", default="/tmp/reader_throughput",
                         help="Photos and the dataset built from them are kept here.")
-    parser.add_argument("--out", default="docs/benchmarks/reader",
-                        help="Path prefix for <out>.json and <out>.png.")
+    add_result_flags(parser, "reader_throughput", "images_<num_images>")
     parser.add_argument("--num_images", type=int, default=4000)
     parser.add_argument("--num_shards", type=int, default=8)
     parser.add_argument("--batch_size", type=int, default=64)
@@ -329,9 +330,11 @@ def main() -> None:
         },
     }
     print_table(result)
-    write_json(args.out + ".json", result)
-    plot(result, args.out + ".png")
-    print(f"wrote {args.out}.json and {args.out}.png")
+    settings = write_result(args.out, args.setting or f"images_{args.num_images}", result)
+    chart = os.path.splitext(args.out)[0] + ".png"
+    plot_rates(chart, [panel(name, entry) for name, entry in settings.items()],
+               unit="examples / s", value_format=",.0f")
+    print(f"wrote {args.out} and {chart}")
 
 
 def print_table(result: dict) -> None:
@@ -363,18 +366,18 @@ def print_table(result: dict) -> None:
               f"{100 * wait['in_memory_baseline']:.1f}%)")
 
 
-def plot(result: dict, path: str) -> None:
+def panel(setting: str, result: dict) -> Panel:
+    """The chart panel of one setting's result: each pass's rate, and the ceiling."""
     rates = result["examples_per_second"]
     ceiling = result["combined_ceiling"]
     data = result["data"]
-    plot_rates(path, [NAMES[k] for k in rates] + ["combined ceiling 1/(1/d + 1/e)"],
-               [v["median"] for v in rates.values()] + [ceiling["median"]],
-               [v["best"] for v in rates.values()] + [ceiling["best"]],
-               unit="examples / s", value_format=",.0f",
-               title=f"{data['records']} x {data['image_size']} px {data['image_format']} "
-                     f"records from photos, {data['shards']} shards, "
-                     f"{result['machine']['cpu_cores']} cores, batch "
-                     f"{result['batch_size']}, {result['date']}")
+    return Panel(f"{setting}: {data['records']} x {data['image_size']} px "
+                 f"{data['image_format']} records from photos, {data['shards']} shards, "
+                 f"{result['machine']['cpu_cores']} cores, batch {result['batch_size']}, "
+                 f"{result['date']}",
+                 [NAMES[k] for k in rates] + ["combined ceiling 1/(1/d + 1/e)"],
+                 [v["median"] for v in rates.values()] + [ceiling["median"]],
+                 [v["best"] for v in rates.values()] + [ceiling["best"]])
 
 
 if __name__ == "__main__":

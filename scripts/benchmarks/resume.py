@@ -49,13 +49,14 @@ from typing import Any
 from harness import (
     Benchmark,
     Sample,
+    add_result_flags,
     code_version,
     job_env,
     machine,
     read_json,
     read_manifest,
     wait_for_quiet,
-    write_json,
+    write_result,
 )
 from sample_photos import describe, ensure_tree
 
@@ -235,7 +236,7 @@ def main() -> None:
                                                            "bench_photos"),
                         help="Generated photos are kept (and reused) here; the runs' "
                              "outputs and logs go to <work_dir>/resume_out.")
-    parser.add_argument("--out", default="docs/benchmarks/resume_web20k.json")
+    add_result_flags(parser, "resume", "web_<num_images>")
     parser.add_argument("--num_images", type=int, default=20000)
     parser.add_argument("--tiny_images", type=int, default=32)
     parser.add_argument("--image_size", type=int, default=224)
@@ -270,7 +271,7 @@ def main() -> None:
         print(f"round {r + 1}/{args.rounds}: {json.dumps(rounds[-1]['wall_s'])}",
               flush=True)
     summary = summarize(rounds, args.goal)
-    write_json(args.out, {
+    write_result(args.out, args.setting or f"web_{args.num_images}", {
         "date": datetime.date.today().isoformat(), "machine": machine(),
         "code": code_version(), "input": describe(tree), "tiny_input": tiny_tree,
         "flags": {"job": flags, "kill_at": args.kill_at, "rounds": args.rounds,

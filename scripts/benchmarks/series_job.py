@@ -41,7 +41,7 @@ peak RSS and ``current_over_baseline``: job / job_baseline of the median rows/s.
 Usage:
 
     nice -n 19 python -m scripts.benchmarks series_job --work_dir /work/bench_data \\
-        --rounds 3 --out docs/benchmarks/timeseries.json
+        --rounds 3
 
 A before/after comparison (DIR: e.g. ``git worktree add /tmp/base <commit>``):
 
@@ -67,6 +67,7 @@ from harness import (
     MIB,
     REPO_ROOT,
     Benchmark,
+    add_result_flags,
     add_sampling_flags,
     code_version,
     interleaved,
@@ -77,6 +78,7 @@ from harness import (
     read_manifest,
     timed_job_command,
     write_json,
+    write_result,
 )
 from memory import measure
 
@@ -315,7 +317,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--baseline_label", default="",
                         help="What --baseline_dir is, recorded in the JSON.")
     parser.add_argument("--work_dir", default="/tmp/bench_series")
-    parser.add_argument("--out", default="docs/benchmarks/timeseries.json")
+    add_result_flags(parser, "series_job", "<series>x<hours>, and _and_x<scale_factor> "
+                     "without --skip_scaled")
     args = parser.parse_args()
     if args.baseline_dir and not os.path.isfile(
             os.path.join(args.baseline_dir, "pipelines", "timeseries.py")):
@@ -506,7 +509,8 @@ def main() -> None:
     }
     if baseline is not None:
         result["baseline"] = baseline
-    write_json(args.out, result)
+    write_result(args.out, args.setting or (f"{args.series}x{args.hours}" + (
+        "" if args.skip_scaled else f"_and_x{args.scale_factor}")), result)
     print(f"wrote {args.out}")
 
 

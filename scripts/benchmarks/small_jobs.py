@@ -15,8 +15,8 @@ one alternating by round):
                     most 4 s) and the time-series job on a 2,000-row CSV twice
                     (series_first_s, series_second_s: goal at most 3 s), each run into
                     its own output folder, the jobs' stdout silenced.
---profile adds profile rounds after those (--profile_only: they alone, default --out
-.../small_jobs_profile.json): per round, version and job (the 12 photos, the 2,000 rows,
+--profile adds profile rounds after those (--profile_only: they alone, stored as the
+setting "profile"): per round, version and job (the 12 photos, the 2,000 rows,
 as above), one job command in a fresh scripts/benchmarks/small_jobs_profile.py child, timed by phase
 (defined there); reported: each phase's median, the 3 stages of the longest median, the rounds.
 The photos are scripts/benchmarks/sample_photos.py's web-size JPEGs (10 class folders); the CSV
@@ -53,6 +53,7 @@ from typing import Any
 from harness import (
     REPO_ROOT,
     Benchmark,
+    add_result_flags,
     busy_cpu_seconds,
     code_version,
     interleaved,
@@ -60,7 +61,7 @@ from harness import (
     machine,
     wait_for_quiet,
     warm_page_cache,
-    write_json,
+    write_result,
 )
 from sample_photos import describe, ensure_photos
 
@@ -339,8 +340,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(),
                                                            "bench_small_jobs"),
                         help="Where the photos and the CSV are (made once, reused).")
-    parser.add_argument("--out", default=None, help="Default: docs/benchmarks/small_jobs"
-                        ".json (small_jobs_profile.json with --profile_only).")
+    add_result_flags(parser, "small_jobs", "profile with --profile_only, else rounds_<rounds>")
     parser.add_argument("--quiet_wait_s", type=float, default=0.0,
                         help="Before each version's round, wait up to this long for "
                              "other processes to use at most --max_foreign cores.")
@@ -352,9 +352,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile_only", action="store_true",
                         help="Only the profile rounds (no goals checked).")
     args = parser.parse_args()
-    if args.out is None:
-        args.out = os.path.join(REPO_ROOT, "docs", "benchmarks", "small_jobs_profile.json"
-                                if args.profile_only else "small_jobs.json")
     return args
 
 
@@ -389,7 +386,8 @@ def main() -> None:
         result["profile"] = summarize_profile(
             measure_profile(versions, rounds, photos, csv_path, args))
         print_profile(result["profile"], list(versions))
-    write_json(args.out, result)
+    write_result(args.out, args.setting or (
+        "profile" if args.profile_only else f"rounds_{rounds}"), result)
     print(f"wrote {args.out}")
     if not args.profile_only:
         print("goals missed (current): " + ("; ".join(missed) if missed else "none"))
