@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import textwrap
 
@@ -148,3 +149,27 @@ def test_a_module_that_declares_no_benchmark_is_an_error(toy_folder):
                                          'BENCHMARK = Benchmark(name="toy", measures="x")\n')
     with pytest.raises(ValueError, match="name it 'stray'"):
         harness.declared(str(toy_folder))
+
+
+def test_spread_gives_the_median_and_the_best_and_worst_round_by_direction():
+    times = [3.0, 1.0, 2.0, 4.0]
+    assert harness.spread(times, higher_is_better=False) == {
+        "median": 2.5, "best": 1.0, "worst": 4.0}
+    assert harness.spread(times, higher_is_better=True) == {
+        "median": 2.5, "best": 4.0, "worst": 1.0}
+
+
+def test_the_peak_memory_of_a_command_is_its_own_largest_process(tmp_path):
+    # A child holding 200 MiB of touched memory: its peak, not the caller's (whose
+    # own RSS, with pytest and NumPy loaded, is far from both numbers).
+    allocate = "b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096])"
+    log, result = str(tmp_path / "log"), str(tmp_path / "result.json")
+    subprocess.run(harness.peak_rss_command(
+        [sys.executable, "-c", allocate + "; print('done')"], log, result), check=True)
+    measured = harness.read_peak_rss(result)
+    assert measured["rc"] == 0 and open(log).read() == "done\n"
+    assert 200 <= measured["peak_rss_mib"] < 260
+    small = str(tmp_path / "small.json")
+    subprocess.run(harness.peak_rss_command([sys.executable, "-c", "pass"], log, small),
+                   check=True)
+    assert harness.read_peak_rss(small)["peak_rss_mib"] < 100

@@ -2,8 +2,8 @@
 report (the default) and drop, on the same web-size photos, interleaved.
 
 Each sample runs ``pipelines.images.run`` in a fresh interpreter (``timed_job_command``)
-under a small parent that reports its children's peak RSS (``ru_maxrss`` of
-RUSAGE_CHILDREN: the largest process of the job's tree). Images/s is the photo count
+under a fresh parent that reports its children's peak RSS
+(``harness.peak_rss_command``: the largest process of the job's tree). Images/s is the photo count
 over the job's own wall time (imports apart). Where that time goes: the local
 runner's stages are timed, and each sample splits the job's time into the shard step
 (the stage that reads, hashes and writes every image), the duplicate search (the
@@ -39,7 +39,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 
 from harness import (
@@ -51,9 +50,11 @@ from harness import (
     interleaved,
     job_env,
     machine,
+    peak_rss_command,
     quiet_sample,
     read_json,
     read_manifest,
+    read_peak_rss,
     timed_job_command,
     write_result,
 )
@@ -68,13 +69,6 @@ BENCHMARK = Benchmark(
 
 
 MODES = ("off", "report", "drop")
-# Runs the command given as JSON in argv[1]; prints its return code and the peak RSS
-# (KiB) of its largest descendant.
-_PEAK_RSS = r"""
-import json, resource, subprocess, sys
-rc = subprocess.run(json.loads(sys.argv[1])).returncode
-print(json.dumps({"rc": rc, "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
-"""
 # The stages of the duplicate search, by a piece of their names.
 SEARCH_STAGES = "/Screen/"
 PARTS = ("shard_step_s", "search_s", "rest_s")
@@ -98,31 +92,33 @@ def start_variant(tree: str, work: str, label: str, flags: list[str],
     mode = label.partition("#")[0]
     argv = [f"--input={tree}", f"--output_dir={out}", f"--cross_split_duplicates={mode}",
             *flags]
-    command = [sys.executable, "-c", _PEAK_RSS, json.dumps(timed_job_command(
-        "pipelines.images", argv, os.path.join(work, f"timings_{label}.json")))]
+    command = peak_rss_command(
+        timed_job_command("pipelines.images", argv,
+                          os.path.join(work, f"timings_{label}.json")),
+        os.path.join(work, f"{label}.log"), os.path.join(work, f"{label}.rss.json"))
     pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
     # Output to files, not pipes: a run waited for second must never block on a full
     # pipe while the first is read.
-    with (open(os.path.join(work, f"{label}.out"), "w") as stdout,
-          open(os.path.join(work, f"{label}.err"), "w") as stderr):
-        return subprocess.Popen(command, env=job_env(), stdout=stdout, stderr=stderr,
-                                preexec_fn=pin)
+    with open(os.path.join(work, f"{label}.wrapper.log"), "w") as output:
+        return subprocess.Popen(command, env=job_env(), stdout=output,
+                                stderr=subprocess.STDOUT, preexec_fn=pin)
 
 
 def finish_variant(work: str, label: str, proc: subprocess.Popen) -> dict:
     """Waits for a run of :func:`start_variant`: job seconds, peak RSS, what it found."""
-    proc.wait()
-    with open(os.path.join(work, f"{label}.out")) as f:
-        status = json.loads(f.read().strip().splitlines()[-1])
+    if proc.wait() != 0:
+        with open(os.path.join(work, f"{label}.wrapper.log")) as f:
+            raise RuntimeError(f"{label}: the measuring wrapper failed:\n{f.read()[-4000:]}")
+    status = read_peak_rss(os.path.join(work, f"{label}.rss.json"))
     if status["rc"] != 0:
-        with open(os.path.join(work, f"{label}.err")) as f:
+        with open(os.path.join(work, f"{label}.log"), errors="replace") as f:
             raise RuntimeError(f"{label} failed:\n{f.read()[-4000:]}")
     manifest = read_manifest(os.path.join(work, f"out_{label}"))
     found = manifest.get("duplicates") or {}
     timed = read_json(os.path.join(work, f"timings_{label}.json"))
     return {"job_s": timed["job_s"], "job_cpu_s": round(timed["job_cpu_s"], 2),
             **job_parts(timed["job_s"], timed["stages"]),
-            "peak_rss_mib": status["maxrss_kib"] / 1024,
+            "peak_rss_mib": status["peak_rss_mib"],
             "written": sum(s["num_records"] for s in manifest["splits"].values()),
             "cross_split_pairs": found.get("cross_split_pairs"),
             "pairs": {kind: sum(counts.values())

@@ -1,5 +1,6 @@
 """The benchmarks' one harness: the machine and code, quiet samples interleaved by
-round, job runs, results (JSON and a chart), and the entry point that runs them.
+round, job runs, a command's peak memory, medians and best rounds, each benchmark's
+results file (an entry per setting) and chart, and the entry point that runs them.
 
 Every module of this folder but the helpers (:data:`HELPERS`) is a benchmark and
 declares itself at its top level (:class:`Benchmark`). ``python -m scripts.benchmarks
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import psutil
@@ -265,6 +266,80 @@ def job_env(code_dir: str = REPO_ROOT) -> dict[str, str]:
                                                         os.environ.get("PYTHONPATH")]))}
 
 
+# --- peak memory ------------------------------------------------------------------------
+
+# Runs args["command"] (argv[1], JSON) as its only child, logging to args["log"], reaps
+# every descendant and writes the children's peak RSS as JSON to args["result"].
+_PEAK_RSS_WRAPPER = r"""
+import ctypes, json, os, resource, subprocess, sys, time
+args = json.loads(sys.argv[1])
+if sys.platform.startswith("linux"):
+    # PR_SET_CHILD_SUBREAPER: descendants orphaned by the job are re-parented here.
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+start = time.perf_counter()
+with open(args["log"], "wb") as log:
+    rc = subprocess.run(args["command"], stdout=log, stderr=subprocess.STDOUT).returncode
+wall_s = time.perf_counter() - start
+stragglers, killed, deadline = 0, 0, time.monotonic() + 60
+while True:
+    try:
+        pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        break
+    if pid:
+        stragglers += 1
+    elif time.monotonic() > deadline:
+        import psutil
+        for child in psutil.Process().children():
+            child.kill()
+            killed += 1
+        deadline = float("inf")
+    else:
+        time.sleep(0.1)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+with open(args["result"], "w") as f:
+    json.dump({"rc": rc, "wall_s": wall_s, "ru_maxrss": usage.ru_maxrss,
+               "cpu_s": usage.ru_utime + usage.ru_stime, "stragglers": stragglers,
+               "stragglers_killed": killed}, f)
+"""
+
+
+def peak_rss_command(command: Sequence[str], log_path: str, result_path: str) -> list[str]:
+    """``command`` as the only child of a fresh wrapper process, its output to
+    ``log_path``; the wrapper writes ``{"rc", "wall_s", "cpu_s", "ru_maxrss", ...}`` to
+    ``result_path`` (:func:`read_peak_rss`): ``ru_maxrss`` of RUSAGE_CHILDREN after
+    every descendant is reaped is the peak RSS of the largest process of the
+    command's tree, exactly, and nothing of the caller's."""
+    return [sys.executable, "-c", _PEAK_RSS_WRAPPER,
+            json.dumps({"command": list(command), "log": log_path, "result": result_path})]
+
+
+def read_peak_rss(result_path: str) -> dict[str, Any]:
+    """What a :func:`peak_rss_command` wrapper wrote, ``ru_maxrss`` as ``peak_rss_mib``."""
+    result = read_json(result_path)
+    # Linux reports kibibytes, macOS bytes.
+    peak = result.pop("ru_maxrss") * (1 if sys.platform == "darwin" else 1024)
+    return {**result, "peak_rss_mib": round(peak / MIB, 1)}
+
+
+def measure(command: list[str], log_path: str, code_dir: str = REPO_ROOT) -> dict:
+    """Runs ``command`` under a fresh wrapper; its exact peak RSS, wall and CPU time.
+
+    The wrapper (and so ``command``) runs in ``code_dir`` with ``job_env(code_dir)``:
+    another checkout of this project there (a before/after comparison's baseline) is
+    what the command imports.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = os.path.join(tmp, "memory.json")
+        proc = subprocess.run(peak_rss_command(command, log_path, result_path),
+                              cwd=code_dir, env=job_env(code_dir), capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the measuring wrapper failed:\n{proc.stderr[-3000:]}")
+        return read_peak_rss(result_path)
+
+
+
 def float64_mean_and_std(values: Any) -> tuple[Any, Any]:
     """Per column of ``[rows, columns]`` float32 values: the population mean and std
     summed in float64 with ``math.fsum`` (two passes), independently of the jobs'
@@ -478,17 +553,26 @@ def side_by_side(variants: dict[str, Callable[[], dict]], rounds: int, *,
     return samples
 
 
+def spread(values: Iterable[float], *, higher_is_better: bool) -> dict[str, float]:
+    """The median, the best and the worst of one measure's rounds: the best is the
+    highest with ``higher_is_better`` (a rate), else the lowest (a time)."""
+    ordered = sorted(values)
+    best, worst = (ordered[-1], ordered[0]) if higher_is_better else (ordered[0], ordered[-1])
+    return {"median": statistics.median(ordered), "best": best, "worst": worst}
+
+
 def write_rates(out: str, setting: str, title: str, samples: dict[str, list[dict]],
                 work: float, unit: str) -> dict[str, Any]:
     """Each variant's rate (``work`` per second) in its median and its best round, with
     the samples, the machine and the code, as ``setting``'s entry of the results file
     ``out`` (:func:`write_result`); and the benchmark's chart beside it (``.png``),
     a panel per setting."""
-    rates = {name: sorted(work / s["seconds"] for s in runs) for name, runs in samples.items()}
+    rates = {name: spread((work / s["seconds"] for s in runs), higher_is_better=True)
+             for name, runs in samples.items()}
     result = {"title": title, "unit": unit, "work": work, "date": time.strftime("%Y-%m-%d"),
               "machine": machine(), "code": code_version(), "samples": samples,
-              "median": {name: statistics.median(r) for name, r in rates.items()},
-              "best": {name: r[-1] for name, r in rates.items()}}
+              "median": {name: r["median"] for name, r in rates.items()},
+              "best": {name: r["best"] for name, r in rates.items()}}
     settings = write_result(out, setting, result)
     plot_rates(os.path.splitext(out)[0] + ".png", [
         Panel(f"{name}: {entry['title']}", list(entry["median"]),

@@ -128,6 +128,7 @@ from harness import (
     quiet_sample,
     read_json,
     read_manifest,
+    spread,
     timed_job_command,
     warm_page_cache,
     write_result,
@@ -609,9 +610,8 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
     times = {name: [_seconds(name, s) for s in recs] for name, recs in samples.items()}
     rates: dict[str, dict[str, float]] = {}
     for name in (k for k in times if not k.endswith("_tiny")):
-        rates[name] = {"median": n / statistics.median(times[name]),
-                       "best": n / min(times[name]),
-                       "worst": n / max(times[name])}
+        rates[name] = {key: n / seconds for key, seconds in spread(
+            times[name], higher_is_better=False).items()}
     cpu_ms = {name: 1000 * statistics.median(s["cpu_s"] for s in samples[name]) / n
               for name in rates}
     fixed, steady = {}, {}

@@ -48,25 +48,21 @@ first time: see scripts/benchmarks/sample_photos.py):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 from harness import (
     MIB,
-    REPO_ROOT,
     Benchmark,
     add_result_flags,
     code_version,
-    job_env,
     machine,
+    measure,
     output_summary,
-    read_json,
     read_manifest,
     write_result,
 )
@@ -79,41 +75,6 @@ BENCHMARK = Benchmark(
            "{quick_dir}/memory.json"),
 )
 
-
-# Runs args["command"] (argv[1], JSON) as its only child, logging to args["log"], reaps
-# every descendant and writes the children's peak RSS as JSON to args["result"].
-_WRAPPER = r"""
-import ctypes, json, os, resource, subprocess, sys, time
-args = json.loads(sys.argv[1])
-if sys.platform.startswith("linux"):
-    # PR_SET_CHILD_SUBREAPER: descendants orphaned by the job are re-parented here.
-    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
-start = time.perf_counter()
-with open(args["log"], "wb") as log:
-    rc = subprocess.run(args["command"], stdout=log, stderr=subprocess.STDOUT).returncode
-wall_s = time.perf_counter() - start
-stragglers, killed, deadline = 0, 0, time.monotonic() + 60
-while True:
-    try:
-        pid, _ = os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        break
-    if pid:
-        stragglers += 1
-    elif time.monotonic() > deadline:
-        import psutil
-        for child in psutil.Process().children():
-            child.kill()
-            killed += 1
-        deadline = float("inf")
-    else:
-        time.sleep(0.1)
-usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-with open(args["result"], "w") as f:
-    json.dump({"rc": rc, "wall_s": wall_s, "ru_maxrss": usage.ru_maxrss,
-               "cpu_s": usage.ru_utime + usage.ru_stime, "stragglers": stragglers,
-               "stragglers_killed": killed}, f)
-"""
 
 # N records of a fixed size across three GroupByKeys, no TensorFlow: the control.
 _CONTROL = r"""
@@ -147,27 +108,6 @@ CONFIGS: dict[str, list[str]] = {
 }
 # --sizes when not given, by kind of photos.
 DEFAULT_SIZES = {"web": "2000,20000,200000", "camera": "60,240"}
-
-
-def measure(command: list[str], log_path: str, code_dir: str = REPO_ROOT) -> dict:
-    """Runs ``command`` under a fresh wrapper; its exact peak RSS, wall and CPU time.
-
-    The wrapper (and so ``command``) runs in ``code_dir`` with ``job_env(code_dir)``:
-    another checkout of this project there (a before/after comparison's baseline) is
-    what the command imports.
-    """
-    with tempfile.TemporaryDirectory() as tmp:
-        result_path = os.path.join(tmp, "memory.json")
-        proc = subprocess.run(
-            [sys.executable, "-c", _WRAPPER,
-             json.dumps({"command": command, "log": log_path, "result": result_path})],
-            cwd=code_dir, env=job_env(code_dir), capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"the measuring wrapper failed:\n{proc.stderr[-3000:]}")
-        result = read_json(result_path)
-    # Linux reports kibibytes, macOS bytes.
-    peak = result.pop("ru_maxrss") * (1 if sys.platform == "darwin" else 1024)
-    return {**result, "peak_rss_mib": round(peak / MIB, 1)}
 
 
 def _log_tail(path: str, lines: int = 15) -> str:

@@ -83,6 +83,7 @@ from harness import (
     quiet_sample,
     read_json,
     read_manifest,
+    spread,
     write_result,
 )
 
@@ -328,9 +329,9 @@ def run_child(mode: str, data_dir: str, batch_size: int, seed: int, workers: int
 
 def run_mode(mode: str, args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     """``mode`` run once in a fresh interpreter, the only child of a fresh wrapper
-    (``memory.measure``: a process exec'd from a big one would start with
+    (``harness.measure``: a process exec'd from a big one would start with
     its ru_maxrss); its result."""
-    from memory import measure  # Not in the modes' own processes.
+    from harness import measure  # Not in the modes' own processes.
 
     with tempfile.TemporaryDirectory() as tmp:
         result_path, log_path = os.path.join(tmp, "result.json"), os.path.join(tmp, "log")
@@ -376,8 +377,7 @@ def measure_rounds(args: argparse.Namespace, data_dir: str) -> dict[str, list[di
 
 def summarize(samples: dict[str, list[dict]]) -> dict[str, dict]:
     def stats(values: list[float]) -> dict[str, float]:
-        return {"median": statistics.median(values), "best": max(values),
-                "worst": min(values)}
+        return spread(values, higher_is_better=True)
 
     summary = {}
     for mode, rounds in samples.items():

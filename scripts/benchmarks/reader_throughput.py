@@ -59,6 +59,7 @@ from harness import (
     machine,
     plot_rates,
     quiet_sample,
+    spread,
     write_result,
 )
 from sample_photos import describe, ensure_photos
@@ -241,7 +242,7 @@ def input_wait(dataset: tf.data.Dataset, step_ms: float, steps: int) -> dict[str
 def summarize(samples: dict[str, list[dict]]) -> dict:
     rates = {name: [s["examples_per_second"] for s in values]
              for name, values in samples.items()}
-    summary = {name: {"median": statistics.median(r), "best": max(r), "worst": min(r),
+    summary = {name: {**spread(r, higher_is_better=True),
                       "cpu_ms_per_example_median": statistics.median(
                           s["cpu_ms_per_example"] for s in samples[name])}
                for name, r in rates.items()}

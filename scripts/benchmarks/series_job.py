@@ -21,7 +21,7 @@ Times exclude interpreter start and imports: the reference times itself after it
 imports, the job's time is the wall time of ``pipelines.timeseries.run()`` (options,
 graph construction, tf.Transform, every stage, the manifest), each written to a JSON
 file by the process measured. Rows/s is input rows over that time. Each command runs
-as the only child of a fresh wrapper process (scripts/benchmarks/memory.py's), whose
+as the only child of a fresh wrapper process (harness.peak_rss_command), whose
 resource.getrusage(RUSAGE_CHILDREN).ru_maxrss after the child exits is the child's
 exact peak RSS. --rounds rounds alternate the runners; a sample taken while other
 processes used more than --max_foreign cores is retried (up to --retries times), each
@@ -72,6 +72,7 @@ from harness import (
     code_version,
     interleaved,
     machine,
+    measure,
     output_summary,
     quiet_sample,
     read_json,
@@ -80,7 +81,6 @@ from harness import (
     write_json,
     write_result,
 )
-from memory import measure
 
 from reader import contract
 
@@ -225,7 +225,7 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
 
 def _measured(command: list[str], log: str, result_path: str, what: str,
               code_dir: str = REPO_ROOT) -> dict:
-    """memory.measure(command) and the JSON the command wrote to ``result_path``;
+    """harness.measure(command) and the JSON the command wrote to ``result_path``;
     the command runs in ``code_dir`` with that checkout's packages."""
     if os.path.exists(result_path):
         os.remove(result_path)
