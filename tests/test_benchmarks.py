@@ -173,3 +173,9 @@ def test_the_peak_memory_of_a_command_is_its_own_largest_process(tmp_path):
     subprocess.run(harness.peak_rss_command([sys.executable, "-c", "pass"], log, small),
                    check=True)
     assert harness.read_peak_rss(small)["peak_rss_mib"] < 100
+
+
+def test_rounds_interleave_every_variant_the_first_rotating():
+    assert [harness.rotated(["a", "b", "c"], r) for r in range(4)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert list(harness.interleaved(["a", "b"], 2)) == [(0, "a"), (0, "b"), (1, "b"), (1, "a")]

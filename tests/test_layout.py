@@ -104,6 +104,17 @@ def test_readme_stays_short():
     assert length <= MAX_README_LINES, f"README.md has {length} lines"
 
 
+# scripts/ holds what a user runs; what measures lives in scripts/benchmarks/.
+MAX_SCRIPTS = 12
+MEASURING_PREFIXES = ("measure_", "profile_", "benchmark_", "bench_", "check_")
+
+
+def test_scripts_top_level_is_what_a_user_runs():
+    files = sorted(p.name for p in (REPO / "scripts").iterdir() if p.is_file())
+    assert len(files) <= MAX_SCRIPTS, files
+    assert not [f for f in files if f.startswith(MEASURING_PREFIXES)], files
+
+
 def test_etl_function_bodies_stay_short():
     long_functions = {
         f"{path.relative_to(REPO)}:{node.lineno} {node.name}": body_lines(node)

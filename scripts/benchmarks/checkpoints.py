@@ -26,14 +26,13 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import harness
 import tensorflow as tf
-from harness import Benchmark, add_result_flags, machine, write_result
-from reader_throughput import build_dataset
 
 import reader
 from reader import pipeline, resume
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="checkpoints",
     measures="the size and time of a make_dataset iterator's checkpoint",
     quick=("--work_dir", "{quick_dir}/reader", "--num_images", "200", "--batches", "3",
@@ -64,17 +63,16 @@ def measure(data_dir: str, batch_size: int, batches: int, settle_s: float,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work_dir", default="/tmp/reader_throughput")
-    parser.add_argument("--num_images", type=int, default=1600)
-    parser.add_argument("--num_shards", type=int, default=8)
-    parser.add_argument("--batch_size", type=int, default=32)
+    harness.add_image_dataset_flags(parser, work_dir="/tmp/reader_throughput",
+                                    num_images=1600, batch_size=32)
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--settle_s", type=float, default=2.0)
     parser.add_argument("--small_buffer", type=int, default=256)
-    add_result_flags(parser, "checkpoints", "images_<num_images>")
+    harness.add_result_flags(parser, "checkpoints", "images_<num_images>")
     args = parser.parse_args()
 
-    data_dir = build_dataset(args.work_dir, args.num_images, args.num_shards)
+    data_dir = harness.image_dataset(args.work_dir, args.num_images, args.num_shards,
+                                     "reader_dataset")
     info = reader.open_dataset(data_dir)
     configs = {
         "default": {},
@@ -96,7 +94,7 @@ def main() -> None:
     size = int(info.preprocessing["image_size"])
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(),
+        "machine": harness.machine(),
         "data": {"records": records,
                  "mean_record_bytes": info.manifest["splits"]["train"]["num_bytes"]
                  // records, "image_size": size,
@@ -109,7 +107,7 @@ def main() -> None:
         "small_buffer": args.small_buffer,
         "checkpoints": results,
     }
-    write_result(args.out, args.setting or f"images_{args.num_images}", result)
+    harness.write_result(args.out, args.setting or f"images_{args.num_images}", result)
     print(f"wrote {args.out}")
 
 

@@ -87,29 +87,12 @@ import time
 import urllib.request
 from typing import Any
 
+import harness
 import psutil
-from harness import (
-    MIB,
-    REPO_ROOT,
-    Benchmark,
-    add_result_flags,
-    add_sampling_flags,
-    busy_cpu_seconds,
-    code_version,
-    job_env,
-    machine,
-    output_summary,
-    own_cpu_seconds,
-    read_manifest,
-    result_path,
-    wait_for_quiet,
-    warm_page_cache,
-    write_result,
-)
 from sample_photos import describe, ensure_photos
 from series_job import ensure_input
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="clusters",
     measures="both jobs on local Flink and Spark clusters against the default runner",
     quick=("--quick", "--work_dir", "{quick_dir}/clusters", "--out", "{quick_dir}/clusters.json"),
@@ -120,7 +103,7 @@ JOBS = {"images": "pipelines.images", "timeseries": "pipelines.timeseries"}
 RUNNERS = ("flink", "direct_mp2")
 DIRECT_MP2 = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
 FLINK_ROLES = collections.Counter({"jobmanager": 1, "taskmanager": 2, "worker_pool": 1})
-FLINK_SH = os.path.join(REPO_ROOT, "scripts", "flink.sh")
+FLINK_SH = os.path.join(harness.REPO_ROOT, "scripts", "flink.sh")
 # pipelines.images.INTRA_OP_THREADS_ENV, which its run_ops_on_one_thread_each() sets to
 # 1 unless set; not imported, so that this process stays without TensorFlow and Beam.
 INTRA_OP_THREADS_ENV = "TF_NUM_INTRAOP_THREADS"
@@ -138,7 +121,7 @@ FULL = {"num_images": 2000, "series": 375, "hours": 8000, "rounds": 3, "retries"
 def flink_sh(command: str) -> tuple[str, str]:
     """``bash scripts/flink.sh COMMAND``'s stdout and stderr; exits with them on
     failure."""
-    proc = subprocess.run(["bash", FLINK_SH, command], cwd=REPO_ROOT, capture_output=True,
+    proc = subprocess.run(["bash", FLINK_SH, command], cwd=harness.REPO_ROOT, capture_output=True,
                           text=True, timeout=1800)
     if proc.returncode != 0:
         sys.exit(f"scripts/flink.sh {command} failed ({proc.returncode}):\n"
@@ -370,7 +353,7 @@ def run_job(command: list[str], output_dir: str, log_prefix: str,
     end: list[float] = []
     with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(command, cwd=REPO_ROOT, env=job_env(), stdout=out,
+        proc = subprocess.Popen(command, cwd=harness.REPO_ROOT, env=harness.job_env(), stdout=out,
                                 stderr=err, stdin=subprocess.DEVNULL)
 
     def wait() -> None:
@@ -406,13 +389,13 @@ def run_job(command: list[str], output_dir: str, log_prefix: str,
                  f"{'present' if os.path.exists(manifest_path) else 'missing'} "
                  f"(logs: {log_prefix}.std*)\nstdout tail:\n{_tail(stdout_path, 2000)}\n"
                  f"stderr tail:\n{_tail(stderr_path, 6000)}")
-    manifest = read_manifest(output_dir)
+    manifest = harness.read_manifest(output_dir)
     return {"wall_s": round(wall, 3),
             "startup_s": None if startup is None else round(startup, 3),
-            "peak_mib": round(sampler.peak_total / MIB, 1),
-            "peak_launcher_mib": round(sampler.peak_launcher / MIB, 1),
-            "peak_cluster_mib": round(sampler.peak_cluster / MIB, 1),
-            "idle_cluster_mib": round(sum(idle_by_role.values()) / MIB, 1),
+            "peak_mib": round(sampler.peak_total / harness.MIB, 1),
+            "peak_launcher_mib": round(sampler.peak_launcher / harness.MIB, 1),
+            "peak_cluster_mib": round(sampler.peak_cluster / harness.MIB, 1),
+            "idle_cluster_mib": round(sum(idle_by_role.values()) / harness.MIB, 1),
             "mib_by_role": {role: {"idle": _mib(idle_by_role.get(role)),
                                    "at_peak": _mib(sampler.at_peak_by_role.get(role)),
                                    "peak": _mib(sampler.peak_by_role[role])}
@@ -420,11 +403,11 @@ def run_job(command: list[str], output_dir: str, log_prefix: str,
             "processes_at_peak": sampler.peak_processes,
             "max_processes": sampler.max_processes,
             "memory_samples": sampler.samples,
-            "inputs": manifest["inputs"], **output_summary(manifest)}
+            "inputs": manifest["inputs"], **harness.output_summary(manifest)}
 
 
 def _mib(value: int | None) -> float | None:
-    return None if value is None else round(value / MIB, 1)
+    return None if value is None else round(value / harness.MIB, 1)
 
 
 def measured_run(command: list[str], output_dir: str, tft_dir: str, log_prefix: str,
@@ -435,8 +418,8 @@ def measured_run(command: list[str], output_dir: str, tft_dir: str, log_prefix: 
     attempts: list[float] = []
     for attempt in range(args.retries + 1):
         if args.max_wait:
-            wait_for_quiet(args.max_foreign, args.max_wait)
-        warm_page_cache(inputs)
+            harness.wait_for_quiet(args.max_foreign, args.max_wait)
+        harness.warm_page_cache(inputs)
         for folder in (output_dir, tft_dir):
             shutil.rmtree(folder, ignore_errors=True)
         other_jobs = None
@@ -444,14 +427,15 @@ def measured_run(command: list[str], output_dir: str, tft_dir: str, log_prefix: 
             cluster.check_alive()
             other_jobs = cluster.running_jobs()
         cluster_roots = cluster.pids if cluster is not None else []
-        busy0, own0 = busy_cpu_seconds(), own_cpu_seconds()
+        busy0, own0 = harness.busy_cpu_seconds(), harness.own_cpu_seconds()
         cluster0 = trees_cpu_seconds(cluster_roots) if cluster_roots else 0.0
         record = run_job(command, output_dir, f"{log_prefix}_try{attempt}",
                          cluster.roles if cluster is not None else {},
                          args.job_timeout)
         cluster_cpu = (trees_cpu_seconds(cluster_roots) - cluster0) if cluster_roots else 0.0
-        own = own_cpu_seconds() - own0
-        foreign = max(0.0, busy_cpu_seconds() - busy0 - own - cluster_cpu) / record["wall_s"]
+        own = harness.own_cpu_seconds() - own0
+        busy = harness.busy_cpu_seconds() - busy0
+        foreign = max(0.0, busy - own - cluster_cpu) / record["wall_s"]
         record.update(cpu_s=round(own + cluster_cpu, 2), cluster_cpu_s=round(cluster_cpu, 2),
                       foreign_cores=round(foreign, 3))
         if cluster is not None:
@@ -535,7 +519,7 @@ def main() -> None:
     parser.add_argument("--work_dir", default="/tmp/bench_clusters",
                         help="Inputs are generated (and reused) here; outputs and logs "
                              "go under it.")
-    add_result_flags(parser, "clusters", "images_<num_images>_series_<series>x<hours>")
+    harness.add_result_flags(parser, "clusters", "images_<num_images>_series_<series>x<hours>")
     parser.add_argument("--quick", action="store_true",
                         help="Tiny inputs (40 photos, 10 x 2,000 rows), one round, no "
                              "retries or waiting for a quiet machine, unless given.")
@@ -554,7 +538,7 @@ def main() -> None:
                         help="Comma-separated, of %(default)s.")
     parser.add_argument("--runners", default=",".join(RUNNERS),
                         help="Comma-separated, of %(default)s.")
-    add_sampling_flags(parser, rounds=FULL["rounds"])
+    harness.add_sampling_flags(parser, rounds=FULL["rounds"])
     parser.add_argument("--max_wait", type=float, default=None,
                         help=f"Seconds to wait for a quiet machine before each run "
                              f"(default {FULL['max_wait']:.0f}; --quick 0).")
@@ -566,7 +550,7 @@ def main() -> None:
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    if args.quick and args.out == result_path("clusters"):  # Not a result: not in the docs.
+    if args.quick and args.out == harness.result_path("clusters"):  # Not a result: not in the docs.
         args.out = os.path.join(args.work_dir, "clusters.json")
     jobs = [j for j in args.jobs.split(",") if j]
     runners = [r for r in args.runners.split(",") if r]
@@ -603,10 +587,9 @@ def main() -> None:
                       f"starts gets the latter", flush=True)
         runner_flags = {"flink": cluster.flags if cluster else [], "direct_mp2": list(DIRECT_MP2)}
         for r in range(args.rounds):
-            order = runners[r % len(runners):] + runners[:r % len(runners)]
             for job in jobs:
                 source, files = job_inputs[job]
-                for runner in order:
+                for runner in harness.rotated(runners, r):
                     key = f"{job}/{runner}"
                     output_dir = os.path.join(out_root, f"{job}_{runner}")
                     tft_dir = os.path.join(out_root, f"{job}_{runner}.tft")
@@ -635,8 +618,8 @@ def main() -> None:
     series_rows = samples.get("timeseries/" + runners[0], [{}])[0].get("inputs")
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(tf_num_intraop_threads=os.environ[INTRA_OP_THREADS_ENV]),
-        "code": code_version(),
+        "machine": harness.machine(tf_num_intraop_threads=os.environ[INTRA_OP_THREADS_ENV]),
+        "code": harness.code_version(),
         "rounds": args.rounds,
         "quick": args.quick,
         "max_foreign_cores": args.max_foreign,
@@ -675,7 +658,7 @@ def main() -> None:
         },
     }
     print_table(result)
-    write_result(args.out, args.setting or (
+    harness.write_result(args.out, args.setting or (
         f"images_{args.num_images}_series_{args.series}x{args.hours}"), result)
     print(f"wrote {args.out}")
 

@@ -46,24 +46,11 @@ import shutil
 import statistics
 import time
 
+import harness
 import numpy as np
 import series_job as series_bench
-from harness import (
-    MIB,
-    Benchmark,
-    add_result_flags,
-    add_sampling_flags,
-    code_version,
-    interleaved,
-    machine,
-    output_summary,
-    read_manifest,
-    read_settings,
-    timed_job_command,
-    write_result,
-)
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="covariates",
     measures="forecasting with covariates (M5-shaped) against a pandas + NumPy script",
     quick=("--work_dir", "{quick_dir}/m5", "--series", "50", "--days", "200", "--rounds", "1",
@@ -268,12 +255,12 @@ def run_job(input_path: str, out: str, log: str, flags: dict, extra: list[str]) 
     argv = [f"--input={input_path}", f"--output_dir={out}", "--overwrite",
             *(f"--{k}={v}" for k, v in {**ROLES, **flags}.items()), *extra]
     result = series_bench._measured(
-        timed_job_command("pipelines.timeseries", argv, timings_path), log, timings_path,
+        harness.timed_job_command("pipelines.timeseries", argv, timings_path), log, timings_path,
         "job")
     del result["import_s"]
     seconds = result.pop("job_s")
-    manifest = read_manifest(out)
-    summary = output_summary(manifest)
+    manifest = harness.read_manifest(out)
+    summary = harness.output_summary(manifest)
     shutil.rmtree(out, ignore_errors=True)
     return {**result, "seconds": seconds, "rows": manifest["inputs"],
             "windows": {s: manifest["splits"][s]["num_records"] for s in manifest["splits"]},
@@ -291,7 +278,7 @@ def main() -> None:
     parser.add_argument("--window_size", type=int, default=28)
     parser.add_argument("--shift", type=int, default=7)
     parser.add_argument("--horizon", type=int, default=7)
-    add_sampling_flags(parser, rounds=1)
+    harness.add_sampling_flags(parser, rounds=1)
     parser.add_argument("--max_wait", type=float, default=300)
     parser.add_argument("--min_ratio", type=float, default=1.5)
     parser.add_argument("--max_peak_gb", type=float, default=2.0)
@@ -304,7 +291,7 @@ def main() -> None:
                         help="Time the job only, against the reference samples of this "
                              "setting's entry in --out (an earlier run on the same input).")
     parser.add_argument("--work_dir", default="/tmp/bench_m5")
-    add_result_flags(parser, "covariates", "<series>x<days>, and _quoted with --quoted")
+    harness.add_result_flags(parser, "covariates", "<series>x<days>, and _quoted with --quoted")
     args = parser.parse_args()
 
     if series_bench.ran_reference(args, reference):
@@ -324,11 +311,11 @@ def main() -> None:
     }
     samples: dict[str, list[dict]] = {name: [] for name in runners}
     if args.reference_from:  # An earlier run's reference samples, same input.
-        earlier = read_settings(args.out)[args.reference_from]
+        earlier = harness.read_settings(args.out)[args.reference_from]
         assert earlier["input"]["rows"] == args.series * args.days, "another input"
         samples["reference"] = earlier["samples"]["reference"]
         del runners["reference"]
-    for r, name in interleaved(list(runners), args.rounds):
+    for r, name in harness.interleaved(list(runners), args.rounds):
         record = series_bench.sample(lambda name=name, r=r: runners[name](r), args)
         samples[name].append(record)
         print(f"round {r + 1}/{args.rounds} {name:<9} {record['seconds']:7.2f} s "
@@ -353,7 +340,7 @@ def main() -> None:
         "ratio_to_arrays_only": {"value": round(arrays_s / job_s, 3), "min": args.min_ratio,
                                  "pass": arrays_s / job_s >= args.min_ratio},
         "peak": {"value_mib": peak, "max_bytes": args.max_peak_gb * 1e9,
-                 "pass": peak * MIB <= args.max_peak_gb * 1e9},
+                 "pass": peak * harness.MIB <= args.max_peak_gb * 1e9},
         "same_output": {"pass": same},
     }
     print(f"job {job_s:.1f} s (peak RSS {peak:.0f} MiB), reference {reference_s:.1f} s "
@@ -361,10 +348,10 @@ def main() -> None:
           f"{median('reference', 'peak_rss_mib'):.0f} MiB)")
     for name, target in targets.items():
         print(f"target {name}: {target} -> {'PASS' if target['pass'] else 'FAIL'}")
-    write_result(args.out, args.setting or (
+    harness.write_result(args.out, args.setting or (
         f"{args.series}x{args.days}" + ("_quoted" if args.quoted else "")), {
-        "script": "scripts/benchmarks/covariates.py", "machine": machine(),
-        "code": code_version(), "date": time.strftime("%Y-%m-%d"),
+        "script": "scripts/benchmarks/covariates.py", "machine": harness.machine(),
+        "code": harness.code_version(), "date": time.strftime("%Y-%m-%d"),
         "input": {"series": args.series, "days": args.days, "rows": first["rows"],
                   "quoted": args.quoted,
                   "bytes": os.path.getsize(data)},

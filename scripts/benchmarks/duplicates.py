@@ -41,26 +41,10 @@ import statistics
 import subprocess
 import tempfile
 
-from harness import (
-    SHARD_STEP_STAGE,
-    Benchmark,
-    add_result_flags,
-    add_sampling_flags,
-    code_version,
-    interleaved,
-    job_env,
-    machine,
-    peak_rss_command,
-    quiet_sample,
-    read_json,
-    read_manifest,
-    read_peak_rss,
-    timed_job_command,
-    write_result,
-)
+import harness
 from sample_photos import describe, ensure_tree
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="duplicates",
     measures="the image job with its duplicate report (and drop) against it without",
     quick=("--work_dir", "{quick_dir}/photos", "--num_images", "40", "--rounds", "1", "--modes",
@@ -76,9 +60,9 @@ PARTS = ("shard_step_s", "search_s", "rest_s")
 
 def job_parts(job_s: float, stages: dict[str, float]) -> dict[str, float]:
     """The job's seconds in the shard step, the duplicate search and the rest."""
-    shard = sum(t for name, t in stages.items() if SHARD_STEP_STAGE in name)
+    shard = sum(t for name, t in stages.items() if harness.SHARD_STEP_STAGE in name)
     search = sum(t for name, t in stages.items()
-                 if SEARCH_STAGES in name and SHARD_STEP_STAGE not in name)
+                 if SEARCH_STAGES in name and harness.SHARD_STEP_STAGE not in name)
     return {"shard_step_s": round(shard, 2), "search_s": round(search, 2),
             "rest_s": round(job_s - shard - search, 2)}
 
@@ -92,15 +76,15 @@ def start_variant(tree: str, work: str, label: str, flags: list[str],
     mode = label.partition("#")[0]
     argv = [f"--input={tree}", f"--output_dir={out}", f"--cross_split_duplicates={mode}",
             *flags]
-    command = peak_rss_command(
-        timed_job_command("pipelines.images", argv,
-                          os.path.join(work, f"timings_{label}.json")),
+    command = harness.peak_rss_command(
+        harness.timed_job_command("pipelines.images", argv,
+                                  os.path.join(work, f"timings_{label}.json")),
         os.path.join(work, f"{label}.log"), os.path.join(work, f"{label}.rss.json"))
     pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
     # Output to files, not pipes: a run waited for second must never block on a full
     # pipe while the first is read.
     with open(os.path.join(work, f"{label}.wrapper.log"), "w") as output:
-        return subprocess.Popen(command, env=job_env(), stdout=output,
+        return subprocess.Popen(command, env=harness.job_env(), stdout=output,
                                 stderr=subprocess.STDOUT, preexec_fn=pin)
 
 
@@ -109,13 +93,13 @@ def finish_variant(work: str, label: str, proc: subprocess.Popen) -> dict:
     if proc.wait() != 0:
         with open(os.path.join(work, f"{label}.wrapper.log")) as f:
             raise RuntimeError(f"{label}: the measuring wrapper failed:\n{f.read()[-4000:]}")
-    status = read_peak_rss(os.path.join(work, f"{label}.rss.json"))
+    status = harness.read_peak_rss(os.path.join(work, f"{label}.rss.json"))
     if status["rc"] != 0:
         with open(os.path.join(work, f"{label}.log"), errors="replace") as f:
             raise RuntimeError(f"{label} failed:\n{f.read()[-4000:]}")
-    manifest = read_manifest(os.path.join(work, f"out_{label}"))
+    manifest = harness.read_manifest(os.path.join(work, f"out_{label}"))
     found = manifest.get("duplicates") or {}
-    timed = read_json(os.path.join(work, f"timings_{label}.json"))
+    timed = harness.read_json(os.path.join(work, f"timings_{label}.json"))
     return {"job_s": timed["job_s"], "job_cpu_s": round(timed["job_cpu_s"], 2),
             **job_parts(timed["job_s"], timed["stages"]),
             "peak_rss_mib": status["peak_rss_mib"],
@@ -198,14 +182,14 @@ def main() -> None:
     parser.add_argument("--num_images", type=int, default=20000)
     parser.add_argument("--photos", default="web")
     parser.add_argument("--modes", default=",".join(MODES))
-    add_result_flags(parser, "duplicates", "<photos>_<num_images>, and _side_by_side with "
-                     "--side_by_side")
+    harness.add_result_flags(parser, "duplicates", "<photos>_<num_images>, and _side_by_side with "
+                             "--side_by_side")
     parser.add_argument("job_flags", nargs="*", help="Extra image job flags (after --).")
     parser.add_argument("--side_by_side", action="store_true",
                         help="Run a round's modes at the same time, each on a CPU of its "
                              "own (as many CPUs as modes); a mode named twice is an A/A "
                              "check (its second run is labelled MODE#2).")
-    add_sampling_flags(parser, rounds=2)
+    harness.add_sampling_flags(parser, rounds=2)
     args = parser.parse_args()
     labels = unique_labels(args.modes.split(","))
     if args.side_by_side and len(labels) > len(os.sched_getaffinity(0)):
@@ -218,9 +202,9 @@ def main() -> None:
     if args.side_by_side:
         rounds = [(r, labels) for r in range(args.rounds)]
     else:
-        rounds = [(r, [label]) for r, label in interleaved(labels, args.rounds)]
+        rounds = [(r, [label]) for r, label in harness.interleaved(labels, args.rounds)]
     for round_index, together in rounds:
-        sample, tries = quiet_sample(
+        sample, tries = harness.quiet_sample(
             lambda together=together, r=round_index: run_round(
                 tree, work, together, args.job_flags, r if args.side_by_side else None),
             args.max_foreign, args.retries, max_wait_s=120)
@@ -235,14 +219,14 @@ def main() -> None:
     result = {
         "what": "image job with --cross_split_duplicates=off / report / drop, same photos",
         "date": datetime.date.today().isoformat(),
-        "machine": machine(), "code": code_version(),
+        "machine": harness.machine(), "code": harness.code_version(),
         "input": describe(tree), "num_images": args.num_images,
         "job_flags": args.job_flags, "rounds": args.rounds,
         "side_by_side": args.side_by_side,
         "summary": summarise(samples, args.num_images),
         "samples": samples, "foreign_cores_per_try": attempts,
     }
-    write_result(args.out, args.setting or (
+    harness.write_result(args.out, args.setting or (
         f"{args.photos}_{args.num_images}" + ("_side_by_side" if args.side_by_side else "")),
         result)
     print(json.dumps(result["summary"], indent=1))

@@ -198,13 +198,17 @@ def add_sampling_flags(parser: argparse.ArgumentParser, rounds: int) -> None:
                         help="Retries of a sample taken under more foreign load.")
 
 
+def rotated(names: Sequence[str], r: int) -> list[str]:
+    """``names`` in round ``r``'s order: starting from the ``r``-th (mod its length)."""
+    first = r % len(names)
+    return [*names[first:], *names[:first]]
+
+
 def interleaved(names: Sequence[str], rounds: int) -> Iterator[tuple[int, str]]:
-    """(round, name) for every name in every round, the first name rotating by round,
-    so that slow spells of a shared machine hit every variant alike."""
-    names = list(names)
+    """(round, name) for every name in every round, the first name rotating by round
+    (:func:`rotated`), so that slow spells of a shared machine hit every variant alike."""
     for r in range(rounds):
-        first = r % len(names)
-        for name in names[first:] + names[:first]:
+        for name in rotated(list(names), r):
             yield r, name
 
 
@@ -338,6 +342,37 @@ def measure(command: list[str], log_path: str, code_dir: str = REPO_ROOT) -> dic
             raise RuntimeError(f"the measuring wrapper failed:\n{proc.stderr[-3000:]}")
         return read_peak_rss(result_path)
 
+
+
+def add_image_dataset_flags(parser: argparse.ArgumentParser, *, work_dir: str,
+                            num_images: int, batch_size: int) -> None:
+    """The flags of a benchmark that reads an :func:`image_dataset`: ``--work_dir``,
+    ``--num_images``, ``--num_shards`` and the reader's ``--batch_size``."""
+    parser.add_argument("--work_dir", default=work_dir,
+                        help="Photos and the dataset built from them are kept here.")
+    parser.add_argument("--num_images", type=int, default=num_images)
+    parser.add_argument("--num_shards", type=int, default=8)
+    parser.add_argument("--batch_size", type=int, default=batch_size)
+
+
+def image_dataset(work_dir: str, num_images: int, num_shards: int, name: str,
+                  *flags: str) -> str:
+    """Web-size photos (kept in ``work_dir``) → the image job's 224 px records, all in
+    train, with ``flags``, in ``<work_dir>/<name>_<num_images>_<num_shards>``; returns
+    that folder. The job runs in its own process, once: a finished dataset is reused."""
+    from sample_photos import ensure_photos
+
+    os.makedirs(work_dir, exist_ok=True)
+    photos = ensure_photos(work_dir, num_images, verbose=True)
+    out = os.path.join(work_dir, f"{name}_{num_images}_{num_shards}")
+    if os.path.exists(os.path.join(out, "manifest.json")):
+        return out
+    command = [sys.executable, "-m", "pipelines.images", f"--input={photos}",
+               f"--output_dir={out}", "--split_fractions=1,0,0",
+               f"--num_shards={num_shards}", "--image_size=224", *flags, "--overwrite"]
+    print("building the dataset:", " ".join(command), flush=True)
+    subprocess.run(command, cwd=REPO_ROOT, env=job_env(), check=True)
+    return out
 
 
 def float64_mean_and_std(values: Any) -> tuple[Any, Any]:
@@ -498,9 +533,9 @@ QUICK_DIR = os.path.join(tempfile.gettempdir(), "benchmarks_quick")
 
 @dataclasses.dataclass(frozen=True)
 class Benchmark:
-    """What a benchmark module declares at its top level, as ``BENCHMARK = Benchmark(
-    name=..., measures=..., quick=(...))``, in literals: the entry point reads it
-    without importing the module (and TensorFlow with it).
+    """What a benchmark module declares at its top level, as ``BENCHMARK =
+    harness.Benchmark(name=..., measures=..., quick=(...))``, in literals: the entry
+    point reads it without importing the module (and TensorFlow with it).
 
     ``name`` is the module's name; ``measures`` one line for ``--list``; ``quick`` the
     arguments of a run that only checks the benchmark works (a small input, one round,

@@ -113,26 +113,8 @@ from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import harness
 import tensorflow as tf
-from harness import (
-    REPO_ROOT,
-    Benchmark,
-    Panel,
-    add_result_flags,
-    add_sampling_flags,
-    code_commit,
-    interleaved,
-    job_env,
-    machine,
-    plot_rates,
-    quiet_sample,
-    read_json,
-    read_manifest,
-    spread,
-    timed_job_command,
-    warm_page_cache,
-    write_result,
-)
 from PIL import Image, ImageOps
 from sample_photos import KINDS, describe, ensure_tree
 
@@ -142,7 +124,7 @@ from etl.images.shards import default_gzip_level
 from pipelines.images import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each
 from reader import contract
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="image_job",
     measures="the image job's steady state against TF ops alone and a Pillow process pool",
     quick=("--work_dir", "{quick_dir}/photos", "--num_images", "40", "--tiny_images", "4",
@@ -398,7 +380,7 @@ def check_costs(payloads: list[bytes], image_size: int, quality: int, rounds: in
     for name, fn in passes.items():
         samples = []
         for _ in range(rounds):
-            measured, _ = quiet_sample(fn, max_foreign, retries)
+            measured, _ = harness.quiet_sample(fn, max_foreign, retries)
             samples.append({"cpu_ms_per_image": 1000 * measured.own_cpu
                             / measured.extra["images"],
                             "foreign_cores": measured.foreign_cores, **measured.extra})
@@ -418,7 +400,7 @@ def check_costs(payloads: list[bytes], image_size: int, quality: int, rounds: in
 
 
 def _run(command: list[str], code_dir: str) -> None:
-    proc = subprocess.run(command, cwd=code_dir, env=job_env(code_dir),
+    proc = subprocess.run(command, cwd=code_dir, env=harness.job_env(code_dir),
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"job failed ({code_dir}, {command[-1]}):\n"
@@ -437,10 +419,10 @@ def run_job(code_dir: str, argv: list[str], output_dir: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         timings = os.path.join(tmp, "timings.json")
         start = time.perf_counter()
-        _run(timed_job_command("pipelines.images", argv, timings), code_dir)
+        _run(harness.timed_job_command("pipelines.images", argv, timings), code_dir)
         process_s = time.perf_counter() - start
-        result = read_json(timings)
-    return {**result, "rejected": read_manifest(output_dir)["rejected"]["count"],
+        result = harness.read_json(timings)
+    return {**result, "rejected": harness.read_manifest(output_dir)["rejected"]["count"],
             "process_s": process_s}
 
 
@@ -456,7 +438,7 @@ def main() -> None:
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(),
                                                            "bench_photos"),
                         help="Generated photos are kept (and reused) here.")
-    add_result_flags(parser, "image_job", "<photos>_<num_images>, e.g. web_20000")
+    harness.add_result_flags(parser, "image_job", "<photos>_<num_images>, e.g. web_20000")
     parser.add_argument("--photos", choices=KINDS, default="web",
                         help="The input's kind (scripts/benchmarks/sample_photos.py): web-size "
                              "(~65 KB) or camera-size, 12 or 24 megapixels.")
@@ -467,7 +449,7 @@ def main() -> None:
                              "same kind). Default: 20 web photos, 6 camera photos.")
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--jpeg_quality", type=int, default=95)
-    add_sampling_flags(parser, rounds=3)
+    harness.add_sampling_flags(parser, rounds=3)
     parser.add_argument("--variants", default=DEFAULT_VARIANTS,
                         help=f"Comma-separated, or 'all': {', '.join(ALL_VARIANTS)}.")
     parser.add_argument("--goal", type=float, default=GOAL_VS_REFERENCE,
@@ -528,25 +510,25 @@ def main() -> None:
         "b_seeds": (lambda: seeds_loop(big_files, big_root,
                                        os.path.join(out, "seeds.tfrecord.gz")),
                     big_files),
-        "c_job": (job(REPO_ROOT, "c", big_root), big_files),
-        "c_job_tiny": (job(REPO_ROOT, "c_tiny", tiny_root), tiny_files),
-        "c_job_command_tiny": (lambda: run_command(REPO_ROOT, job_argv("c_cmd", tiny_root)),
+        "c_job": (job(harness.REPO_ROOT, "c", big_root), big_files),
+        "c_job_tiny": (job(harness.REPO_ROOT, "c_tiny", tiny_root), tiny_files),
+        "c_job_command_tiny": (lambda: run_command(harness.REPO_ROOT, job_argv("c_cmd", tiny_root)),
                                tiny_files),
-        "d_job_mp2": (job(REPO_ROOT, "d", big_root, *mp2), big_files),
-        "d_job_mp2_tiny": (job(REPO_ROOT, "d_tiny", tiny_root, *mp2), tiny_files),
-        "e_job_gzip6": (job(REPO_ROOT, "e", big_root, "--gzip_level=6"), big_files),
-        "e_job_gzip6_tiny": (job(REPO_ROOT, "e_tiny", tiny_root, "--gzip_level=6"),
+        "d_job_mp2": (job(harness.REPO_ROOT, "d", big_root, *mp2), big_files),
+        "d_job_mp2_tiny": (job(harness.REPO_ROOT, "d_tiny", tiny_root, *mp2), tiny_files),
+        "e_job_gzip6": (job(harness.REPO_ROOT, "e", big_root, "--gzip_level=6"), big_files),
+        "e_job_gzip6_tiny": (job(harness.REPO_ROOT, "e_tiny", tiny_root, "--gzip_level=6"),
                              tiny_files),
-        "g_job_lenient": (job(REPO_ROOT, "g", big_root, "--lenient_decoding"), big_files),
-        "g_job_lenient_tiny": (job(REPO_ROOT, "g_tiny", tiny_root, "--lenient_decoding"),
+        "g_job_lenient": (job(harness.REPO_ROOT, "g", big_root, "--lenient_decoding"), big_files),
+        "g_job_lenient_tiny": (job(harness.REPO_ROOT, "g_tiny", tiny_root, "--lenient_decoding"),
                                tiny_files),
-        "h_job_no_exif": (job(REPO_ROOT, "h", big_root, "--ignore_exif_orientation"),
+        "h_job_no_exif": (job(harness.REPO_ROOT, "h", big_root, "--ignore_exif_orientation"),
                           big_files),
-        "h_job_no_exif_tiny": (job(REPO_ROOT, "h_tiny", tiny_root,
+        "h_job_no_exif_tiny": (job(harness.REPO_ROOT, "h_tiny", tiny_root,
                                    "--ignore_exif_orientation"), tiny_files),
-        "i_job_no_statistics": (job(REPO_ROOT, "i", big_root, "--statistics=off"),
+        "i_job_no_statistics": (job(harness.REPO_ROOT, "i", big_root, "--statistics=off"),
                                 big_files),
-        "i_job_no_statistics_tiny": (job(REPO_ROOT, "i_tiny", tiny_root,
+        "i_job_no_statistics_tiny": (job(harness.REPO_ROOT, "i_tiny", tiny_root,
                                          "--statistics=off"), tiny_files),
     }
     if args.baseline_dir:
@@ -562,10 +544,11 @@ def main() -> None:
 
     ceiling_pass(data, args.image_size, args.jpeg_quality)  # Warm-up: pools, tracing.
     samples: dict[str, list[dict]] = {name: [] for name in variants}
-    for r, name in interleaved(list(variants), args.rounds):
+    for r, name in harness.interleaved(list(variants), args.rounds):
         fn, files = variants[name]
-        sample, attempts = quiet_sample(fn, args.max_foreign, args.retries,
-                                        before=functools.partial(warm_page_cache, files))
+        sample, attempts = harness.quiet_sample(
+            fn, args.max_foreign, args.retries,
+            before=functools.partial(harness.warm_page_cache, files))
         record = {"wall_s": sample.wall, "cpu_s": sample.own_cpu,
                   "foreign_cores": sample.foreign_cores, "attempts_foreign": attempts,
                   **sample.extra}
@@ -578,10 +561,11 @@ def main() -> None:
     result = summarize(samples, args, len(big_files), describe(big_root),
                        describe(tiny_root), costs)
     print_table(result)
-    settings = write_result(args.out, args.setting or f"{args.photos}_{args.num_images}", result)
+    settings = harness.write_result(
+        args.out, args.setting or f"{args.photos}_{args.num_images}", result)
     chart = os.path.splitext(args.out)[0] + ".png"
-    plot_rates(chart, [panel(name, entry) for name, entry in settings.items()],
-               unit="images / s", value_format=".1f")
+    harness.plot_rates(chart, [panel(name, entry) for name, entry in settings.items()],
+                       unit="images / s", value_format=".1f")
     print(f"wrote {args.out} and {chart}")
 
 
@@ -610,7 +594,7 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
     times = {name: [_seconds(name, s) for s in recs] for name, recs in samples.items()}
     rates: dict[str, dict[str, float]] = {}
     for name in (k for k in times if not k.endswith("_tiny")):
-        rates[name] = {key: n / seconds for key, seconds in spread(
+        rates[name] = {key: n / seconds for key, seconds in harness.spread(
             times[name], higher_is_better=False).items()}
     cpu_ms = {name: 1000 * statistics.median(s["cpu_s"] for s in samples[name]) / n
               for name in rates}
@@ -669,10 +653,10 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
                                      and loss["median"] <= args.max_check_cost)
     rejected = {name: sorted({s.get("rejected") for s in recs})
                 for name, recs in samples.items() if recs and "rejected" in recs[0]}
-    commit = code_commit()
+    commit = harness.code_commit()
     return {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(tf_num_intraop_threads=os.environ[INTRA_OP_THREADS_ENV]),
+        "machine": harness.machine(tf_num_intraop_threads=os.environ[INTRA_OP_THREADS_ENV]),
         "code_commit": commit,
         "input": {"kind": args.photos, "images": n, "tiny_images": args.tiny_images,
                   "photos": photos, "tiny_photos": tiny_photos,
@@ -807,7 +791,7 @@ def print_table(result: dict) -> None:
               f"{'PASS' if goal['pass'] else 'FAIL'}")
 
 
-def panel(setting: str, result: dict) -> Panel:
+def panel(setting: str, result: dict) -> harness.Panel:
     """The chart panel of one setting's result: each variant's rate overall and, for
     the jobs, in the steady state."""
     labels, medians, bests = [], [], []
@@ -827,9 +811,9 @@ def panel(setting: str, result: dict) -> Panel:
         line = (goal * reference["images_per_second"],
                 f"goal: {goal} x {reference['variant']} (median)")
     data = result["input"]
-    return Panel(f"{setting}: {_describe_input(data)} -> {data['image_size']} px JPEG, "
-                 f"{result['machine']['cpu_cores']} cores, {result['date']}",
-                 labels, medians, bests, line)
+    return harness.Panel(f"{setting}: {_describe_input(data)} -> {data['image_size']} px JPEG, "
+                         f"{result['machine']['cpu_cores']} cores, {result['date']}",
+                         labels, medians, bests, line)
 
 
 if __name__ == "__main__":

@@ -55,20 +55,10 @@ import sys
 import tempfile
 import time
 
-from harness import (
-    MIB,
-    Benchmark,
-    add_result_flags,
-    code_version,
-    machine,
-    measure,
-    output_summary,
-    read_manifest,
-    write_result,
-)
+import harness
 from sample_photos import KINDS, describe, ensure_tree
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="memory",
     measures="the image job's peak memory as the input grows",
     quick=("--work_dir", "{quick_dir}/photos", "--sizes", "20,40", "--out",
@@ -128,7 +118,7 @@ def targets(runs: list[dict], sizes: list[int], max_growth: float,
                             "pass": ok and ratio <= max_growth}
     result["peak"] = {
         str(n): {"peak_rss_mib": r["peak_rss_mib"],
-                 "pass": r["rc"] == 0 and r["peak_rss_mib"] * MIB <= max_peak_gb * 1e9}
+                 "pass": r["rc"] == 0 and r["peak_rss_mib"] * harness.MIB <= max_peak_gb * 1e9}
         for n, r in jobs.items()}
     result["pass"] = (all(p["pass"] for p in result["peak"].values())
                       and result.get("growth", {}).get("pass", True))
@@ -157,7 +147,7 @@ def main() -> None:
                                                            "bench_photos"),
                         help="Generated photos are kept (and reused) here.")
     parser.add_argument("--keep_outputs", action="store_true")
-    add_result_flags(parser, "memory", "<photos>_<sizes joined by _>")
+    harness.add_result_flags(parser, "memory", "<photos>_<sizes joined by _>")
     args = parser.parse_args()
 
     kind = args.photos
@@ -183,7 +173,7 @@ def main() -> None:
     if not args.no_control:
         log = os.path.join(log_dir, "imports_only.log")
         report({"images": 0, "config": "imports_only", "log": log,
-                **measure([sys.executable, "-c", "import pipelines.images"], log)})
+                **harness.measure([sys.executable, "-c", "import pipelines.images"], log)})
     for count in sizes:
         root = ensure_tree(args.work_dir, count, kind, verbose=True)
         inputs[str(count)] = describe(root)
@@ -196,9 +186,9 @@ def main() -> None:
                        f"--output_dir={output_dir}", "--overwrite", *flags, *job_flags]
             print(f"{count:>7} images  {config:<17} running (log: {log})", flush=True)
             run = {"images": count, "config": config, "command": command[1:], "log": log,
-                   **measure(command, log)}
+                   **harness.measure(command, log)}
             if run["rc"] == 0:
-                run.update(output_summary(read_manifest(output_dir)))
+                run.update(harness.output_summary(harness.read_manifest(output_dir)))
             else:
                 print(_log_tail(log), file=sys.stderr)
             report(run)
@@ -207,7 +197,7 @@ def main() -> None:
         if not args.no_control:
             log = os.path.join(log_dir, f"beam_control_{name}.log")
             report({"images": count, "config": "beam_control", "log": log,
-                    **measure([sys.executable, "-c", _CONTROL, str(count),
+                    **harness.measure([sys.executable, "-c", _CONTROL, str(count),
                                str(args.control_record_bytes)], log)})
 
     verdict = targets(runs, sizes, args.max_growth, args.max_peak_gb)
@@ -218,7 +208,8 @@ def main() -> None:
               f"{'PASS' if growth['pass'] else 'FAIL'}")
     for count, peak in verdict["peak"].items():
         print(f"target: peak at {count} <= {args.max_peak_gb} GB "
-              f"({args.max_peak_gb * 1e9 / MIB:.0f} MiB): {peak['peak_rss_mib']:.1f} MiB -> "
+              f"({args.max_peak_gb * 1e9 / harness.MIB:.0f} MiB): "
+              f"{peak['peak_rss_mib']:.1f} MiB -> "
               f"{'PASS' if peak['pass'] else 'FAIL'}")
     for config in dict.fromkeys(r["config"] for r in runs if r["images"]):
         by_size = {r["images"]: r["peak_rss_mib"] for r in runs
@@ -230,8 +221,8 @@ def main() -> None:
 
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(),
-        "code": code_version(),
+        "machine": harness.machine(),
+        "code": harness.code_version(),
         "photos": kind,
         "inputs": inputs,
         "job_flags": job_flags,
@@ -252,8 +243,8 @@ def main() -> None:
                             "-> GroupByKey -> GroupByKey -> count, default runner",
         },
     }
-    write_result(args.out, args.setting or f"{args.photos}_{'_'.join(map(str, sizes))}",
-                 result)
+    harness.write_result(args.out, args.setting or f"{args.photos}_{'_'.join(map(str, sizes))}",
+                         result)
     print(f"{'all targets PASS' if verdict['pass'] else 'some target FAILED'}; "
           f"wrote {args.out}")
 

@@ -43,27 +43,14 @@ import tempfile
 import time
 from typing import Any
 
-from harness import (
-    REPO_ROOT,
-    Benchmark,
-    add_result_flags,
-    add_sampling_flags,
-    code_version,
-    interleaved,
-    job_env,
-    machine,
-    quiet_sample,
-    read_json,
-    timed_job_command,
-    write_result,
-)
+import harness
 from sample_photos import describe, ensure_tree
 from series_job import ensure_input
 
-sys.path.insert(0, REPO_ROOT)
+sys.path.insert(0, harness.REPO_ROOT)
 from tests.gcs_server import GcsServer, download_tree, upload_tree
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="object_store",
     measures="both jobs writing to a local GCS server against writing to disk",
     quick=("--work_dir", "{quick_dir}/gcs", "--num_images", "40", "--series", "10", "--hours",
@@ -126,12 +113,13 @@ def run_job(module: str, argv: list[str], env: dict[str, str], log: str) -> dict
     with tempfile.TemporaryDirectory() as tmp:
         timings = os.path.join(tmp, "timings.json")
         with open(log, "w") as out:
-            proc = subprocess.run(timed_job_command(module, argv, timings), cwd=REPO_ROOT,
-                                  env=env, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.run(harness.timed_job_command(module, argv, timings),
+                                  cwd=harness.REPO_ROOT, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             with open(log, errors="replace") as f:
                 raise RuntimeError(f"{module} failed:\n{f.read()[-3000:]}")
-        return read_json(timings)
+        return harness.read_json(timings)
 
 
 def main() -> None:
@@ -141,8 +129,8 @@ def main() -> None:
     parser.add_argument("--photos", default="web", choices=("web", "camera12", "camera24"))
     parser.add_argument("--series", type=int, default=370)
     parser.add_argument("--hours", type=int, default=2190)
-    add_result_flags(parser, "object_store", "images_<num_images>_series_<series>x<hours>")
-    add_sampling_flags(parser, rounds=3)
+    harness.add_result_flags(parser, "object_store", "images_<num_images>_series_<series>x<hours>")
+    harness.add_sampling_flags(parser, rounds=3)
     parser.add_argument("--max_wait", type=float, default=120)
     args = parser.parse_args()
 
@@ -153,7 +141,7 @@ def main() -> None:
     shutil.rmtree(server_root, ignore_errors=True)
     with GcsServer(server_root) as server:
         config = tempfile.mkdtemp()
-        env = {k: v for k, v in job_env().items() if k != "GOOGLE_APPLICATION_CREDENTIALS"}
+        env = {k: v for k, v in harness.job_env().items() if k != "GOOGLE_APPLICATION_CREDENTIALS"}
         env.update(server.hermetic_environment(config))
         os.environ.update(server.hermetic_environment(config))
         server.create_bucket(BUCKET)
@@ -178,7 +166,7 @@ def main() -> None:
                                                     *SERIES_FLAGS]),
         }
         samples: dict[str, list[dict]] = {name: [] for name in VARIANTS}
-        for r, name in interleaved(VARIANTS, args.rounds):
+        for r, name in harness.interleaved(VARIANTS, args.rounds):
             module, argv = commands[name]
 
             def one(name=name, module=module, argv=argv, r=r) -> dict:
@@ -188,8 +176,8 @@ def main() -> None:
                 return {**timings, "requests": dict(server.requests(mark)),
                         "server_cpu_s": round(server.cpu_seconds() - server_cpu, 2)}
 
-            measured, attempts = quiet_sample(one, args.max_foreign, args.retries,
-                                              max_wait_s=args.max_wait)
+            measured, attempts = harness.quiet_sample(one, args.max_foreign, args.retries,
+                                                      max_wait_s=args.max_wait)
             record = {**measured.extra, "foreign_cores": attempts[-1]}
             samples[name].append(record)
             print(f"round {r + 1}/{args.rounds} {name:<12} {record['job_s']:7.2f} s  "
@@ -204,15 +192,15 @@ def main() -> None:
             download_tree(server, BUCKET, job, copy)
             same[job] = _shard_digests(copy) == _shard_digests(os.path.join(out, job))
             assert same[job], f"{job}: the gs:// shards differ from the local ones"
-    images = read_json(os.path.join(out, "images", "manifest.json"))["inputs"]
-    rows = read_json(os.path.join(out, "series", "manifest.json"))["inputs"]
+    images = harness.read_json(os.path.join(out, "images", "manifest.json"))["inputs"]
+    rows = harness.read_json(os.path.join(out, "series", "manifest.json"))["inputs"]
     result = summarize(samples, images, rows)
-    result.update({"date": time.strftime("%Y-%m-%d"), "machine": machine(),
-                   "code": code_version(), "same_shards": same, "reads_alone": reads,
+    result.update({"date": time.strftime("%Y-%m-%d"), "machine": harness.machine(),
+                   "code": harness.code_version(), "same_shards": same, "reads_alone": reads,
                    "input": {"photos": describe(photos), "series_rows": rows,
                              "series_bytes": os.path.getsize(series)},
                    "samples": samples})
-    write_result(args.out, args.setting or (
+    harness.write_result(args.out, args.setting or (
         f"images_{args.num_images}_series_{args.series}x{args.hours}"), result)
     for job, figures in result["jobs"].items():
         print(f"{job}: gcs / disk {figures['ratio_median']:.2f} x (best rounds "

@@ -61,33 +61,17 @@ import os
 import pickle
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import harness
 import numpy as np
 import psutil
-from harness import (
-    MIB,
-    REPO_ROOT,
-    Benchmark,
-    add_result_flags,
-    add_sampling_flags,
-    code_version,
-    interleaved,
-    job_env,
-    machine,
-    quiet_sample,
-    read_json,
-    read_manifest,
-    spread,
-    write_result,
-)
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="random_access",
     measures="ShardedRecords' random access without TensorFlow against make_dataset",
     quick=("--work_dir", "{quick_dir}/random_access", "--num_images", "200", "--rounds", "1",
@@ -108,35 +92,15 @@ _RSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
 # --- the data --------------------------------------------------------------------------
 
-def build_dataset(work_dir: str, num_images: int, num_shards: int) -> str:
-    """Photos (kept in work_dir) → the image job's uncompressed 224 px records; returns
-    the dataset dir. The job runs in its own process, once: a finished dataset is
-    reused."""
-    from sample_photos import ensure_photos
-
-    os.makedirs(work_dir, exist_ok=True)
-    photos = ensure_photos(work_dir, num_images, verbose=True)
-    out = os.path.join(work_dir, f"random_access_{num_images}_{num_shards}")
-    if os.path.exists(os.path.join(out, "manifest.json")):
-        return out
-    command = [sys.executable, "-m", "pipelines.images", f"--input={photos}",
-               f"--output_dir={out}", "--split_fractions=1,0,0",
-               f"--num_shards={num_shards}", "--image_size=224", "--compression=none",
-               "--overwrite"]
-    print("building the dataset:", " ".join(command), flush=True)
-    subprocess.run(command, cwd=REPO_ROOT, env=job_env(), check=True)
-    return out
-
-
 def shard_paths(data_dir: str) -> list[str]:
     return [os.path.join(data_dir, s["path"])
-            for s in read_manifest(data_dir)["splits"]["train"]["shards"]]
+            for s in harness.read_manifest(data_dir)["splits"]["train"]["shards"]]
 
 
 def read_into_page_cache(paths: Sequence[str]) -> None:
     for path in paths:
         with open(path, "rb") as f:
-            while f.read(16 * MIB):
+            while f.read(16 * harness.MIB):
                 pass
 
 
@@ -320,10 +284,10 @@ def run_child(mode: str, data_dir: str, batch_size: int, seed: int, workers: int
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * _RSS_UNIT
     with open(result_path, "w") as f:
         json.dump({**timing, **out, "tensorflow_imported": "tensorflow" in sys.modules,
-                   "peak_rss_self_mib": round(own / MIB, 1),
+                   "peak_rss_self_mib": round(own / harness.MIB, 1),
                    # TensorFlow's import runs a short-lived child process too.
-                   "peak_rss_children_mib": round(children / MIB, 1),
-                   "peak_rss_workers_mib": (round(children / MIB, 1)
+                   "peak_rss_children_mib": round(children / harness.MIB, 1),
+                   "peak_rss_workers_mib": (round(children / harness.MIB, 1)
                                             if mode == "records_Np" else None)}, f)
 
 
@@ -345,7 +309,7 @@ def run_mode(mode: str, args: argparse.Namespace, data_dir: str) -> dict[str, An
             with open(log_path, errors="replace") as f:
                 raise RuntimeError(f"{mode} failed (exit {wrapped['rc']}):\n"
                                    f"{f.read()[-3000:]}")
-        return read_json(result_path)
+        return harness.read_json(result_path)
 
 
 # --- rounds and results ----------------------------------------------------------------
@@ -356,10 +320,10 @@ def measure_rounds(args: argparse.Namespace, data_dir: str) -> dict[str, list[di
         for mode in args.modes:
             run_mode(mode, args, data_dir)  # Libraries and shards into the page cache.
     samples: dict[str, list[dict]] = {mode: [] for mode in args.modes}
-    for r, mode in interleaved(args.modes, args.rounds):
-        sample, attempts = quiet_sample(lambda mode=mode: run_mode(mode, args, data_dir),
-                                        args.max_foreign, args.retries,
-                                        before=lambda: read_into_page_cache(paths))
+    for r, mode in harness.interleaved(args.modes, args.rounds):
+        sample, attempts = harness.quiet_sample(lambda mode=mode: run_mode(mode, args, data_dir),
+                                                args.max_foreign, args.retries,
+                                                before=lambda: read_into_page_cache(paths))
         s = sample.extra
         n = s["images"]
         samples[mode].append({
@@ -377,7 +341,7 @@ def measure_rounds(args: argparse.Namespace, data_dir: str) -> dict[str, list[di
 
 def summarize(samples: dict[str, list[dict]]) -> dict[str, dict]:
     def stats(values: list[float]) -> dict[str, float]:
-        return spread(values, higher_is_better=True)
+        return harness.spread(values, higher_is_better=True)
 
     summary = {}
     for mode, rounds in samples.items():
@@ -424,12 +388,9 @@ def print_table(result: dict) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work_dir", default="/tmp/random_access",
-                        help="Photos and the dataset built from them are kept here.")
-    add_result_flags(parser, "random_access", "images_<num_images>")
-    parser.add_argument("--num_images", type=int, default=2000)
-    parser.add_argument("--num_shards", type=int, default=8)
-    parser.add_argument("--batch_size", type=int, default=64)
+    harness.add_image_dataset_flags(parser, work_dir="/tmp/random_access", num_images=2000,
+                                    batch_size=64)
+    harness.add_result_flags(parser, "random_access", "images_<num_images>")
     parser.add_argument("--seed", type=int, default=0,
                         help="Seed of the records modes' permutation and make_dataset's.")
     parser.add_argument("--workers", type=int, default=2,
@@ -447,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help=f"Comma-separated, of {', '.join(MODES)}.")
     parser.add_argument("--warmup", type=int, default=1,
                         help="Untimed runs of every mode before the rounds.")
-    add_sampling_flags(parser, rounds=3)
+    harness.add_sampling_flags(parser, rounds=3)
     parser.add_argument("--child_mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--data_dir", help=argparse.SUPPRESS)
     parser.add_argument("--child_result", help=argparse.SUPPRESS)
@@ -464,8 +425,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from sample_photos import describe, ensure_photos
 
-    data_dir = build_dataset(args.work_dir, args.num_images, args.num_shards)
-    manifest = read_manifest(data_dir)
+    data_dir = harness.image_dataset(args.work_dir, args.num_images, args.num_shards,
+                                     "random_access", "--compression=none")
+    manifest = harness.read_manifest(data_dir)
     train = manifest["splits"]["train"]
     samples = measure_rounds(args, data_dir)
     foreign = [s["foreign_cores"] for rounds in samples.values() for s in rounds]
@@ -474,10 +436,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(numpy=np.__version__, pillow=PIL.__version__,
-                           pillow_libjpeg_turbo=features.check_feature("libjpeg_turbo"),
-                           multiprocessing_start_method=args.start_method),
-        "code": code_version(),
+        "machine": harness.machine(numpy=np.__version__, pillow=PIL.__version__,
+                                   pillow_libjpeg_turbo=features.check_feature("libjpeg_turbo"),
+                                   multiprocessing_start_method=args.start_method),
+        "code": harness.code_version(),
         "data": {"dir": data_dir, "records": train["num_records"],
                  "shards": len(train["shards"]),
                  "image_size": manifest["preprocessing"]["image_size"],
@@ -520,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         },
     }
     print_table(result)
-    write_result(args.out, args.setting or f"images_{args.num_images}", result)
+    harness.write_result(args.out, args.setting or f"images_{args.num_images}", result)
     print(f"wrote {args.out}")
 
 

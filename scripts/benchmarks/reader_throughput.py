@@ -39,35 +39,19 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import harness
 import tensorflow as tf
-from harness import (
-    REPO_ROOT,
-    Benchmark,
-    Panel,
-    add_result_flags,
-    add_sampling_flags,
-    code_commit,
-    interleaved,
-    job_env,
-    machine,
-    plot_rates,
-    quiet_sample,
-    spread,
-    write_result,
-)
 from sample_photos import describe, ensure_photos
 
 import reader
 from reader import contract
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="reader_throughput",
     measures="make_dataset's throughput against the read + decode ceiling",
     quick=("--work_dir", "{quick_dir}/reader", "--num_images", "200", "--rounds", "1", "--out",
@@ -86,24 +70,6 @@ NAMES = {
     "e_decode_only": "(e) decode-only ceiling: in-memory decode+scale",
     "e2_decode_autotune": "(e') the same with AUTOTUNE (diagnostic)",
 }
-
-
-def build_dataset(work_dir: str, num_images: int, num_shards: int) -> str:
-    """Photos (kept in work_dir) → the image job's 224 px records; returns the dataset dir.
-
-    The job runs in its own process, once: a finished dataset is reused.
-    """
-    os.makedirs(work_dir, exist_ok=True)
-    photos = ensure_photos(work_dir, num_images, verbose=True)
-    out = os.path.join(work_dir, f"reader_dataset_{num_images}_{num_shards}")
-    if os.path.exists(os.path.join(out, "manifest.json")):
-        return out
-    command = [sys.executable, "-m", "pipelines.images", f"--input={photos}",
-               f"--output_dir={out}", "--split_fractions=1,0,0",
-               f"--num_shards={num_shards}", "--image_size=224", "--overwrite"]
-    print("building the dataset:", " ".join(command), flush=True)
-    subprocess.run(command, cwd=REPO_ROOT, env=job_env(), check=True)
-    return out
 
 
 def _parse_and_decode(feature_spec: dict) -> Callable:
@@ -188,9 +154,9 @@ def measure(pipelines: dict[str, Callable[[], tf.data.Dataset]], rounds: int,
     for name in names:
         one_pass(pipelines[name]())  # Warm-up: thread pools, tracing, page cache.
     samples: dict[str, list[dict]] = {name: [] for name in names}
-    for r, name in interleaved(names, rounds):
-        sample, attempts = quiet_sample(lambda name=name: one_pass(pipelines[name]()),
-                                        max_foreign, retries)
+    for r, name in harness.interleaved(names, rounds):
+        sample, attempts = harness.quiet_sample(lambda name=name: one_pass(pipelines[name]()),
+                                                max_foreign, retries)
         n = sample.extra["examples"]
         samples[name].append({
             "examples_per_second": n / sample.wall, "wall_s": sample.wall,
@@ -242,7 +208,7 @@ def input_wait(dataset: tf.data.Dataset, step_ms: float, steps: int) -> dict[str
 def summarize(samples: dict[str, list[dict]]) -> dict:
     rates = {name: [s["examples_per_second"] for s in values]
              for name, values in samples.items()}
-    summary = {name: {**spread(r, higher_is_better=True),
+    summary = {name: {**harness.spread(r, higher_is_better=True),
                       "cpu_ms_per_example_median": statistics.median(
                           s["cpu_ms_per_example"] for s in samples[name])}
                for name, r in rates.items()}
@@ -267,19 +233,17 @@ def summarize(samples: dict[str, list[dict]]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work_dir", default="/tmp/reader_throughput",
-                        help="Photos and the dataset built from them are kept here.")
-    add_result_flags(parser, "reader_throughput", "images_<num_images>")
-    parser.add_argument("--num_images", type=int, default=4000)
-    parser.add_argument("--num_shards", type=int, default=8)
-    parser.add_argument("--batch_size", type=int, default=64)
-    add_sampling_flags(parser, rounds=9)
+    harness.add_image_dataset_flags(parser, work_dir="/tmp/reader_throughput",
+                                    num_images=4000, batch_size=64)
+    harness.add_result_flags(parser, "reader_throughput", "images_<num_images>")
+    harness.add_sampling_flags(parser, rounds=9)
     parser.add_argument("--step_ms", type=float, default=10.0)
     parser.add_argument("--step_batch_sizes", default="16,32,64",
                         help="Batch sizes for the simulated-step measurement.")
     args = parser.parse_args()
 
-    data_dir = build_dataset(args.work_dir, args.num_images, args.num_shards)
+    data_dir = harness.image_dataset(args.work_dir, args.num_images, args.num_shards,
+                                     "reader_dataset")
     info = reader.open_dataset(data_dir)
     files = info.shard_paths("train")
     spec = info.feature_spec
@@ -302,11 +266,11 @@ def main() -> None:
         dataset = reader.make_dataset(data_dir, "train", step_batch, num_epochs=None)
         waits[str(step_batch)] = input_wait(dataset, args.step_ms, steps=600)
 
-    commit = code_commit()
+    commit = harness.code_commit()
     foreign = [s["foreign_cores"] for values in samples.values() for s in values]
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(),
+        "machine": harness.machine(),
         "code_commit": commit,
         "data": {"records": info.num_records("train"), "shards": len(files),
                  "image_size": info.preprocessing["image_size"],
@@ -331,10 +295,10 @@ def main() -> None:
         },
     }
     print_table(result)
-    settings = write_result(args.out, args.setting or f"images_{args.num_images}", result)
+    settings = harness.write_result(args.out, args.setting or f"images_{args.num_images}", result)
     chart = os.path.splitext(args.out)[0] + ".png"
-    plot_rates(chart, [panel(name, entry) for name, entry in settings.items()],
-               unit="examples / s", value_format=",.0f")
+    harness.plot_rates(chart, [panel(name, entry) for name, entry in settings.items()],
+                       unit="examples / s", value_format=",.0f")
     print(f"wrote {args.out} and {chart}")
 
 
@@ -367,18 +331,18 @@ def print_table(result: dict) -> None:
               f"{100 * wait['in_memory_baseline']:.1f}%)")
 
 
-def panel(setting: str, result: dict) -> Panel:
+def panel(setting: str, result: dict) -> harness.Panel:
     """The chart panel of one setting's result: each pass's rate, and the ceiling."""
     rates = result["examples_per_second"]
     ceiling = result["combined_ceiling"]
     data = result["data"]
-    return Panel(f"{setting}: {data['records']} x {data['image_size']} px "
-                 f"{data['image_format']} records from photos, {data['shards']} shards, "
-                 f"{result['machine']['cpu_cores']} cores, batch {result['batch_size']}, "
-                 f"{result['date']}",
-                 [NAMES[k] for k in rates] + ["combined ceiling 1/(1/d + 1/e)"],
-                 [v["median"] for v in rates.values()] + [ceiling["median"]],
-                 [v["best"] for v in rates.values()] + [ceiling["best"]])
+    return harness.Panel(f"{setting}: {data['records']} x {data['image_size']} px "
+                         f"{data['image_format']} records from photos, {data['shards']} shards, "
+                         f"{result['machine']['cpu_cores']} cores, batch {result['batch_size']}, "
+                         f"{result['date']}",
+                         [NAMES[k] for k in rates] + ["combined ceiling 1/(1/d + 1/e)"],
+                         [v["median"] for v in rates.values()] + [ceiling["median"]],
+                         [v["best"] for v in rates.values()] + [ceiling["best"]])
 
 
 if __name__ == "__main__":

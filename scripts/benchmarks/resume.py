@@ -46,24 +46,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from harness import (
-    Benchmark,
-    Sample,
-    add_result_flags,
-    code_version,
-    job_env,
-    machine,
-    read_json,
-    read_manifest,
-    wait_for_quiet,
-    write_result,
-)
+import harness
 from sample_photos import describe, ensure_tree
 
 from etl.core import fault_injection
 from reader import contract
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="resume",
     measures="a killed image job rerun: the share of photos transformed again and its time",
     quick=("--work_dir", "{quick_dir}/photos", "--num_images", "200", "--tiny_images", "8",
@@ -124,7 +113,7 @@ def _state(pid: int) -> str:
 def shard_records(out: str) -> list[dict[str, Any]]:
     """The finished-shard records a killed run left in ``out``."""
     paths = sorted(glob.glob(os.path.join(out, PROGRESS_SHARDS, "*.json")))
-    return [read_json(path) for path in paths]
+    return [harness.read_json(path) for path in paths]
 
 
 def parse_resumed(stdout: str) -> tuple[int, ...]:
@@ -147,7 +136,7 @@ def _sha256(path: str) -> str:
 def output_digests(out: str) -> dict[str, str]:
     """sha256 of every shard the manifest in ``out`` lists, of the manifest and of the
     rejected-records file: what "byte-identical output" compares."""
-    paths = [shard["path"] for entry in read_manifest(out)["splits"].values()
+    paths = [shard["path"] for entry in harness.read_manifest(out)["splits"].values()
              for shard in entry["shards"]]
     paths += [contract.MANIFEST_FILENAME,
               f"{contract.ERRORS_DIRNAME}/{contract.REJECTED_FILENAME}"]
@@ -164,19 +153,19 @@ def one_round(args: argparse.Namespace, tree: str, tiny_tree: str, out_root: str
     full, killed, tiny = (os.path.join(out_root, name) for name in ("full", "killed", "tiny"))
     for path in (full, killed, tiny):
         shutil.rmtree(path, ignore_errors=True)
-    env = {name: value for name, value in job_env().items()
+    env = {name: value for name, value in harness.job_env().items()
            if name != fault_injection.PAUSE_ENV}
-    samples: dict[str, Sample] = {}
+    samples: dict[str, harness.Sample] = {}
 
     def timed(name: str, fn: Callable[[], dict]) -> dict:
         if args.quiet_wait_s:
-            wait_for_quiet(args.max_foreign, args.quiet_wait_s)
-        samples[name] = Sample(fn)
+            harness.wait_for_quiet(args.max_foreign, args.quiet_wait_s)
+        samples[name] = harness.Sample(fn)
         return samples[name].extra
 
     timed("tiny", lambda: run_job(tiny_tree, tiny, flags, env))
     timed("full", lambda: run_job(tree, full, flags, env))
-    manifest = read_manifest(full)
+    manifest = harness.read_manifest(full)
     shards = {split: len(entry["shards"]) for split, entry in manifest["splits"].items()}
     total = sum(shards.values())
     pause = f"{fault_injection.SHARD_RECORDED}:{max(1, round(args.kill_at * total))}"
@@ -236,7 +225,7 @@ def main() -> None:
                                                            "bench_photos"),
                         help="Generated photos are kept (and reused) here; the runs' "
                              "outputs and logs go to <work_dir>/resume_out.")
-    add_result_flags(parser, "resume", "web_<num_images>")
+    harness.add_result_flags(parser, "resume", "web_<num_images>")
     parser.add_argument("--num_images", type=int, default=20000)
     parser.add_argument("--tiny_images", type=int, default=32)
     parser.add_argument("--image_size", type=int, default=224)
@@ -271,9 +260,9 @@ def main() -> None:
         print(f"round {r + 1}/{args.rounds}: {json.dumps(rounds[-1]['wall_s'])}",
               flush=True)
     summary = summarize(rounds, args.goal)
-    write_result(args.out, args.setting or f"web_{args.num_images}", {
-        "date": datetime.date.today().isoformat(), "machine": machine(),
-        "code": code_version(), "input": describe(tree), "tiny_input": tiny_tree,
+    harness.write_result(args.out, args.setting or f"web_{args.num_images}", {
+        "date": datetime.date.today().isoformat(), "machine": harness.machine(),
+        "code": harness.code_version(), "input": describe(tree), "tiny_input": tiny_tree,
         "flags": {"job": flags, "kill_at": args.kill_at, "rounds": args.rounds,
                   "max_foreign": args.max_foreign, "quiet_wait_s": args.quiet_wait_s},
         "rounds": rounds, "summary": summary})

@@ -62,29 +62,12 @@ import sys
 import time
 from collections.abc import Callable
 
+import harness
 import numpy as np
-from harness import (
-    MIB,
-    REPO_ROOT,
-    Benchmark,
-    add_result_flags,
-    add_sampling_flags,
-    code_version,
-    interleaved,
-    machine,
-    measure,
-    output_summary,
-    quiet_sample,
-    read_json,
-    read_manifest,
-    timed_job_command,
-    write_json,
-    write_result,
-)
 
 from reader import contract
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="series_job",
     measures="the time-series job against a pandas + NumPy script, rows/s and peak memory",
     quick=("--work_dir", "{quick_dir}/series", "--series", "10", "--hours", "2000", "--rounds",
@@ -224,16 +207,16 @@ def reference(input_path: str, output_dir: str, window: int, shift: int, horizon
 # --- measuring -------------------------------------------------------------------------
 
 def _measured(command: list[str], log: str, result_path: str, what: str,
-              code_dir: str = REPO_ROOT) -> dict:
+              code_dir: str = harness.REPO_ROOT) -> dict:
     """harness.measure(command) and the JSON the command wrote to ``result_path``;
     the command runs in ``code_dir`` with that checkout's packages."""
     if os.path.exists(result_path):
         os.remove(result_path)
-    result = measure(command, log, code_dir)
+    result = harness.measure(command, log, code_dir)
     if result["rc"] != 0 or not os.path.exists(result_path):
         with open(log, errors="replace") as f:
             raise RuntimeError(f"{what} failed (rc {result['rc']}):\n{f.read()[-3000:]}")
-    return {**result, **read_json(result_path)}
+    return {**result, **harness.read_json(result_path)}
 
 
 def run_reference(input_path: str, out: str, log: str, flags: dict,
@@ -258,23 +241,23 @@ def ran_reference(args: argparse.Namespace, reference_fn) -> bool:
     if not args.reference:
         return False
     input_path, out, window, shift, horizon, result_path = args.reference
-    write_json(result_path, reference_fn(input_path, out, int(window), int(shift),
+    harness.write_json(result_path, reference_fn(input_path, out, int(window), int(shift),
                                          int(horizon)))
     return True
 
 
 def run_job(input_path: str, out: str, log: str, flags: dict,
-            code_dir: str = REPO_ROOT) -> dict:
+            code_dir: str = harness.REPO_ROOT) -> dict:
     """``python -m pipelines.timeseries`` of the checkout in ``code_dir``, measured."""
     timings_path = out + ".timings.json"
     argv = [f"--input={input_path}", f"--output_dir={out}", "--overwrite",
             *(f"--{k}={v}" for k, v in flags.items())]
-    result = _measured(timed_job_command("pipelines.timeseries", argv, timings_path), log,
+    result = _measured(harness.timed_job_command("pipelines.timeseries", argv, timings_path), log,
                        timings_path, "job", code_dir)
     del result["import_s"]
     seconds = result.pop("job_s")
-    manifest = read_manifest(out)
-    summary = output_summary(manifest)
+    manifest = harness.read_manifest(out)
+    summary = harness.output_summary(manifest)
     return {**result, "seconds": seconds, "rows": manifest["inputs"],
             "windows": {s: manifest["splits"][s]["num_records"] for s in manifest["splits"]},
             "mean": manifest["normalisation"]["mean"][0],
@@ -284,8 +267,8 @@ def run_job(input_path: str, out: str, log: str, flags: dict,
 
 def sample(fn: Callable[[], dict], args: argparse.Namespace) -> dict:
     """``fn()`` on a quiet machine (see harness.quiet_sample)."""
-    measured, attempts = quiet_sample(fn, args.max_foreign, args.retries,
-                                      max_wait_s=args.max_wait)
+    measured, attempts = harness.quiet_sample(fn, args.max_foreign, args.retries,
+                                              max_wait_s=args.max_wait)
     return {**measured.extra, "foreign_cores": attempts[-1], "attempts_foreign": attempts}
 
 
@@ -304,7 +287,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--window_size", type=int, default=168)
     parser.add_argument("--shift", type=int, default=24)
     parser.add_argument("--horizon", type=int, default=24)
-    add_sampling_flags(parser, rounds=3)
+    harness.add_sampling_flags(parser, rounds=3)
     parser.add_argument("--max_wait", type=float, default=300,
                         help="Seconds to wait for a quiet machine before each sample.")
     parser.add_argument("--min_ratio", type=float, default=0.5)
@@ -317,8 +300,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--baseline_label", default="",
                         help="What --baseline_dir is, recorded in the JSON.")
     parser.add_argument("--work_dir", default="/tmp/bench_series")
-    add_result_flags(parser, "series_job", "<series>x<hours>, and _and_x<scale_factor> "
-                     "without --skip_scaled")
+    harness.add_result_flags(parser, "series_job", "<series>x<hours>, and _and_x<scale_factor> "
+                             "without --skip_scaled")
     args = parser.parse_args()
     if args.baseline_dir and not os.path.isfile(
             os.path.join(args.baseline_dir, "pipelines", "timeseries.py")):
@@ -349,9 +332,9 @@ def make_runners(args: argparse.Namespace, input_path: str, work_dir: str, flags
     runners = {
         "reference": lambda r: run_reference(input_path, os.path.join(out_root, "reference"),
                                              os.path.join(logs, f"reference_{r}.log"), flags),
-        "job": job("job", REPO_ROOT),
+        "job": job("job", harness.REPO_ROOT),
         # The same job without its statistics and report (docs/KNOW_YOUR_DATA.md).
-        "job_no_statistics": job("job_no_statistics", REPO_ROOT, statistics="off"),
+        "job_no_statistics": job("job_no_statistics", harness.REPO_ROOT, statistics="off"),
     }
     if args.baseline_dir:
         runners["job_baseline"] = job("job_baseline", os.path.abspath(args.baseline_dir))
@@ -370,7 +353,7 @@ def run_rounds(runners: dict[str, Callable[[int], dict]], args: argparse.Namespa
     """--rounds interleaved rounds of every runner; the samples by runner."""
     samples: dict[str, list[dict]] = {name: [] for name in runners}
     width = max(9, *(len(name) for name in runners))
-    for r, name in interleaved(list(runners), args.rounds):
+    for r, name in harness.interleaved(list(runners), args.rounds):
         record = sample(lambda name=name, r=r: runners[name](r), args)
         samples[name].append(record)
         print_sample(f"round {r + 1}/{args.rounds} {name:<{width}}", record)
@@ -411,7 +394,7 @@ def evaluate(args: argparse.Namespace, samples: dict[str, list[dict]],
         "ratio": {"value": round(ratio, 3), "min": args.min_ratio,
                   "pass": ratio >= args.min_ratio, "goal_1x": ratio >= 1.0},
         "peak": {"value_mib": peak, "max_bytes": args.max_peak_gb * 1e9,
-                 "pass": peak * MIB <= args.max_peak_gb * 1e9},
+                 "pass": peak * harness.MIB <= args.max_peak_gb * 1e9},
         "growth": growth,
         "same_output": same_output(samples),
     }
@@ -488,8 +471,8 @@ def main() -> None:
     print_summary(args, samples, rate, best, targets, big, baseline)
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(),
-        "code": code_version(),
+        "machine": harness.machine(),
+        "code": harness.code_version(),
         "input": {"series": args.series, "hours": args.hours,
                   "rows": samples["job"][0]["rows"],
                   "bytes": os.path.getsize(base),
@@ -509,7 +492,7 @@ def main() -> None:
     }
     if baseline is not None:
         result["baseline"] = baseline
-    write_result(args.out, args.setting or (f"{args.series}x{args.hours}" + (
+    harness.write_result(args.out, args.setting or (f"{args.series}x{args.hours}" + (
         "" if args.skip_scaled else f"_and_x{args.scale_factor}")), result)
     print(f"wrote {args.out}")
 

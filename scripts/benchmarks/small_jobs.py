@@ -50,24 +50,12 @@ import tempfile
 import time
 from typing import Any
 
-from harness import (
-    REPO_ROOT,
-    Benchmark,
-    add_result_flags,
-    busy_cpu_seconds,
-    code_version,
-    interleaved,
-    job_env,
-    machine,
-    wait_for_quiet,
-    warm_page_cache,
-    write_result,
-)
+import harness
 from sample_photos import describe, ensure_photos
 
 from etl import testing
 
-BENCHMARK = Benchmark(
+BENCHMARK = harness.Benchmark(
     name="small_jobs",
     measures="a job on a dozen files against importing TensorFlow, Beam and tf.Transform",
     quick=("--quick", "--work_dir", "{quick_dir}/small_jobs", "--out",
@@ -86,7 +74,7 @@ MEASURES = ("import_only_s", "images_command_s", "images_command_over_import",
             *IN_PROCESS, "import_only_rss_mib", "images_command_rss_mib",
             "in_process_rss_mib")
 # --profile's child and phases (defined in the child), PHASE_SUM's adding up to total_s.
-PROFILE_CHILD = os.path.join(REPO_ROOT, "scripts", "benchmarks", "small_jobs_profile.py")
+PROFILE_CHILD = os.path.join(harness.REPO_ROOT, "scripts", "benchmarks", "small_jobs_profile.py")
 PROFILE_JOBS = ("images", "series")
 PHASES = ("python_start_s", "imports_s", "options_and_checks_s", "graph_s", "tft_expand_s",
           "graph_to_stages_s", "to_runner_api_s", "stages_s", "num_stages", "tft_stages_s",
@@ -114,12 +102,12 @@ def measured(command: list[str], code_dir: str, log_path: str) -> dict[str, floa
     """Runs ``command`` in ``code_dir`` (stdout dropped, stderr to ``log_path``): its wall
     s, peak RSS (os.wait4), others' cores meanwhile and time.time() just before its start."""
     with open(log_path, "w") as log:
-        busy0, epoch, start = busy_cpu_seconds(), time.time(), time.perf_counter()
-        process = subprocess.Popen(command, cwd=code_dir, env=job_env(code_dir),
+        busy0, epoch, start = harness.busy_cpu_seconds(), time.time(), time.perf_counter()
+        process = subprocess.Popen(command, cwd=code_dir, env=harness.job_env(code_dir),
                                    stdout=subprocess.DEVNULL, stderr=log)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
-        foreign = busy_cpu_seconds() - busy0 - usage.ru_utime - usage.ru_stime
+        foreign = harness.busy_cpu_seconds() - busy0 - usage.ru_utime - usage.ru_stime
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode:
         with open(log_path) as f:
@@ -178,8 +166,8 @@ def measure(versions: dict[str, str], rounds: int, photos: str, csv_path: str,
         for r in range(rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 if args.quiet_wait_s:
-                    wait_for_quiet(args.max_foreign, args.quiet_wait_s)
-                warm_page_cache(inputs)
+                    harness.wait_for_quiet(args.max_foreign, args.quiet_wait_s)
+                harness.warm_page_cache(inputs)
                 raw[name].append(run_round(name, versions[name], photos, csv_path, tmp))
                 print(f"round {r + 1}/{rounds} {name}: " + ", ".join(
                     f"{k}={raw[name][-1][k]:.2f}" for k in MEASURES[:7]), flush=True)
@@ -279,11 +267,11 @@ def measure_profile(versions: dict[str, str], rounds: int, photos: str, csv_path
         name: {job: [] for job in PROFILE_JOBS} for name in versions}
     inputs = [*glob.glob(os.path.join(photos, "*", "*.jpg")), csv_path]
     with tempfile.TemporaryDirectory(prefix="small_jobs_profile_") as tmp:
-        for r, name in interleaved(list(versions), rounds):
+        for r, name in harness.interleaved(list(versions), rounds):
             for job in PROFILE_JOBS:
                 if args.quiet_wait_s:
-                    wait_for_quiet(args.max_foreign, args.quiet_wait_s)
-                warm_page_cache(inputs)
+                    harness.wait_for_quiet(args.max_foreign, args.quiet_wait_s)
+                harness.warm_page_cache(inputs)
                 row = profile_run(name, versions[name], job, photos, csv_path, tmp)
                 raw[name][job].append(row)
                 print(f"profile round {r + 1}/{rounds} {name} {job}: " + ", ".join(
@@ -340,7 +328,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(),
                                                            "bench_small_jobs"),
                         help="Where the photos and the CSV are (made once, reused).")
-    add_result_flags(parser, "small_jobs", "profile with --profile_only, else rounds_<rounds>")
+    harness.add_result_flags(parser, "small_jobs",
+                             "profile with --profile_only, else rounds_<rounds>")
     parser.add_argument("--quiet_wait_s", type=float, default=0.0,
                         help="Before each version's round, wait up to this long for "
                              "other processes to use at most --max_foreign cores.")
@@ -358,19 +347,19 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     rounds = 1 if args.quick else args.rounds
-    versions = {"current": REPO_ROOT}
+    versions = {"current": harness.REPO_ROOT}
     if args.baseline_dir:
         versions["baseline"] = os.path.abspath(args.baseline_dir)
     os.makedirs(args.work_dir, exist_ok=True)
     photos = ensure_photos(args.work_dir, PHOTOS)
     csv_path = testing.write_series(os.path.join(
         args.work_dir, f"series_{SERIES}x{ROWS_PER_SERIES}.csv"), [ROWS_PER_SERIES] * SERIES).input
-    code = {"current": {"dir": REPO_ROOT, **code_version()}}
+    code = {"current": {"dir": harness.REPO_ROOT, **harness.code_version()}}
     if args.baseline_dir:
         code["baseline"] = baseline_version(versions["baseline"])
     result: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine(), "code": code,
+        "machine": harness.machine(), "code": code,
         "settings": {"rounds": rounds, "python": sys.executable, "imports": IMPORTS,
                      "photos": describe(photos), "series_csv": csv_path,
                      "series_rows": SERIES * ROWS_PER_SERIES, "series_flags": SERIES_FLAGS,
@@ -386,7 +375,7 @@ def main() -> None:
         result["profile"] = summarize_profile(
             measure_profile(versions, rounds, photos, csv_path, args))
         print_profile(result["profile"], list(versions))
-    write_result(args.out, args.setting or (
+    harness.write_result(args.out, args.setting or (
         "profile" if args.profile_only else f"rounds_{rounds}"), result)
     print(f"wrote {args.out}")
     if not args.profile_only:
