@@ -462,8 +462,9 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, dict[str, float | None
     result: dict[str, dict[str, float | None]] = {}
     for figure in FIGURES:
         values = [s[figure] for s in samples if s.get(figure) is not None]
-        result[figure] = {"median": round(statistics.median(values), 3) if values else None,
-                          "best": min(values) if values else None}
+        spread = harness.spread(values, higher_is_better=False) if values else None
+        result[figure] = {"median": round(spread["median"], 3) if spread else None,
+                          "best": spread["best"] if spread else None}
     return result
 
 

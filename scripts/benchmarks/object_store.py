@@ -220,8 +220,8 @@ def summarize(samples: dict[str, list[dict]], images: int, rows: int) -> dict[st
         requests = samples[f"{job}_gcs"][-1]["requests"]
         jobs[job] = {
             "inputs": units,
-            "disk_s": {"median": statistics.median(disk), "best": min(disk)},
-            "gcs_s": {"median": statistics.median(gcs), "best": min(gcs)},
+            "disk_s": harness.spread(disk, higher_is_better=False),
+            "gcs_s": harness.spread(gcs, higher_is_better=False),
             "server_cpu_s_median": statistics.median(
                 s["server_cpu_s"] for s in samples[f"{job}_gcs"]),
             "ratio_median": round(statistics.median(gcs) / statistics.median(disk), 3),

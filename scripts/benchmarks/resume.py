@@ -199,8 +199,7 @@ def one_round(args: argparse.Namespace, tree: str, tiny_tree: str, out_root: str
 
 def summarize(rounds: list[dict[str, Any]], goal: float) -> dict[str, Any]:
     """Medians and best rounds of the wall times; the worst fraction against ``goal``."""
-    walls = {name: {"median": statistics.median(r["wall_s"][name] for r in rounds),
-                    "best": min(r["wall_s"][name] for r in rounds)}
+    walls = {name: harness.spread((r["wall_s"][name] for r in rounds), higher_is_better=False)
              for name in rounds[0]["wall_s"]}
     fractions = [r["fraction_transformed"] for r in rounds]
     summary: dict[str, Any] = {

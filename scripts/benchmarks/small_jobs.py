@@ -184,8 +184,9 @@ def summarize(raw: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
         summary[name] = {}
         for key in MEASURES:
             values = [row[key] for row in rows]
-            summary[name][key] = {"median": round(statistics.median(values), 4),
-                                  "best": min(values), "rounds": values}
+            spread = harness.spread(values, higher_is_better=False)
+            summary[name][key] = {"median": round(spread["median"], 4),
+                                  "best": spread["best"], "rounds": values}
         medians = summary[name]
         summary[name]["images_command_over_import_of_medians"] = round(
             medians["images_command_s"]["median"] / medians["import_only_s"]["median"], 4)
