@@ -107,8 +107,19 @@ def main() -> None:
         "small_buffer": args.small_buffer,
         "checkpoints": results,
     }
-    harness.write_result(args.out, args.setting or f"images_{args.num_images}", result)
+    harness.write_result(args.out, args.setting or f"images_{args.num_images}", result,
+                         CHART)
     print(f"wrote {args.out}")
+
+
+def panel(setting: str, result: dict) -> harness.Panel:
+    """The chart panel of one setting: the MiB each kind of checkpoint saves."""
+    return harness.measured_once(
+        harness.setting_title(setting, result, "checkpoint size by kind"),
+        {kind: entry["bytes"] / harness.MIB for kind, entry in result["checkpoints"].items()})
+
+
+CHART = harness.Chart(panel, unit="MiB saved", value_format=".1f")
 
 
 if __name__ == "__main__":

@@ -660,8 +660,19 @@ def main() -> None:
     }
     print_table(result)
     harness.write_result(args.out, args.setting or (
-        f"images_{args.num_images}_series_{args.series}x{args.hours}"), result)
+        f"images_{args.num_images}_series_{args.series}x{args.hours}"), result, CHART)
     print(f"wrote {args.out}")
+
+
+def panel(setting: str, result: dict) -> harness.Panel:
+    """The chart panel of one setting: each job's wall time on each runner."""
+    walls = {name: entry["summary"]["wall_s"] for name, entry in result["results"].items()}
+    return harness.Panel(harness.setting_title(setting, result, "wall time by job/runner"),
+                         list(walls), [w["median"] for w in walls.values()],
+                         [w["best"] for w in walls.values()])
+
+
+CHART = harness.Chart(panel, unit="s (wall)", value_format=".1f")
 
 
 if __name__ == "__main__":

@@ -349,7 +349,8 @@ def main() -> None:
     for name, target in targets.items():
         print(f"target {name}: {target} -> {'PASS' if target['pass'] else 'FAIL'}")
     harness.write_result(args.out, args.setting or (
-        f"{args.series}x{args.days}" + ("_quoted" if args.quoted else "")), {
+        f"{args.series}x{args.days}" + ("_quoted" if args.quoted else "")), chart=CHART,
+        result={
         "script": "scripts/benchmarks/covariates.py", "machine": harness.machine(),
         "code": harness.code_version(), "date": time.strftime("%Y-%m-%d"),
         "input": {"series": args.series, "days": args.days, "rows": first["rows"],
@@ -359,6 +360,18 @@ def main() -> None:
         "reference_from": args.reference_from, "samples": samples,
         "targets": targets})
     print(f"wrote {args.out}")
+
+
+def panel(setting: str, result: dict) -> harness.Panel:
+    """The chart panel of one setting: the job's and the script's seconds."""
+    spreads = {name: harness.spread((s["seconds"] for s in samples), higher_is_better=False)
+               for name, samples in result["samples"].items()}
+    return harness.Panel(harness.setting_title(setting, result, "job and script"),
+                         list(spreads), [s["median"] for s in spreads.values()],
+                         [s["best"] for s in spreads.values()])
+
+
+CHART = harness.Chart(panel, unit="s", value_format=".0f")
 
 
 if __name__ == "__main__":

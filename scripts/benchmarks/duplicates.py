@@ -228,8 +228,19 @@ def main() -> None:
     }
     harness.write_result(args.out, args.setting or (
         f"{args.photos}_{args.num_images}" + ("_side_by_side" if args.side_by_side else "")),
-        result)
+        result, CHART)
     print(json.dumps(result["summary"], indent=1))
+
+
+def panel(setting: str, result: dict) -> harness.Panel:
+    """The chart panel of one setting: each mode's images per second."""
+    modes = result["summary"]
+    return harness.Panel(harness.setting_title(setting, result, "the image job by mode"),
+                         list(modes), [m["median_images_per_s"] for m in modes.values()],
+                         [m["best_images_per_s"] for m in modes.values()])
+
+
+CHART = harness.Chart(panel, unit="images / s", value_format=".1f")
 
 
 if __name__ == "__main__":

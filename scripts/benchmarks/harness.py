@@ -446,15 +446,17 @@ def read_settings(path: str) -> dict[str, dict[str, Any]]:
     return content["settings"]
 
 
-def write_result(path: str, setting: str, result: dict[str, Any]) -> dict[str, dict]:
+def write_result(path: str, setting: str, result: dict[str, Any], chart: Chart
+                 ) -> dict[str, dict]:
     """Stores ``result`` as the entry ``setting`` (the input it was measured on) of the
     benchmark's one results file ``path``, ``{"benchmark": <file stem>, "settings":
-    {setting: result}}``; the file's other settings, the same benchmark's current
-    results on other inputs, are kept (earlier results are in git). Returns every
-    setting's result."""
+    {setting: result}}``, and redraws the benchmark's ``chart`` beside it; the file's
+    other settings, the same benchmark's current results on other inputs, are kept
+    (earlier results are in git). Returns every setting's result."""
     settings = {**read_settings(path), setting: result}
     write_json(path, {"benchmark": os.path.splitext(os.path.basename(path))[0],
                       "settings": settings})
+    chart.draw(path, settings)
     return settings
 
 
@@ -519,6 +521,34 @@ def plot_rates(path: str, panels: Sequence[Panel], *, unit: str, value_format: s
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+@dataclasses.dataclass(frozen=True)
+class Chart:
+    """How a benchmark draws its one chart: a :class:`Panel` per setting's result
+    (``panel(setting, result)``), every panel in ``unit``."""
+
+    panel: Callable[[str, dict[str, Any]], Panel]
+    unit: str
+    value_format: str
+
+    def draw(self, results_path: str, settings: dict[str, dict[str, Any]]) -> str:
+        """Draws the chart of ``settings`` beside ``results_path`` (``.png``); its path."""
+        path = os.path.splitext(results_path)[0] + ".png"
+        plot_rates(path, [self.panel(name, result) for name, result in settings.items()],
+                   unit=self.unit, value_format=self.value_format)
+        return path
+
+
+def measured_once(title: str, values: dict[str, float]) -> Panel:
+    """A panel of figures measured once each (their median and best are the value)."""
+    return Panel(title, list(values), list(values.values()), list(values.values()))
+
+
+def setting_title(setting: str, result: dict[str, Any], what: str) -> str:
+    """A panel's title: the setting, what it shows, the machine's cores and the date."""
+    cores = (result.get("machine") or {}).get("cpu_cores", "?")
+    return f"{setting}: {what}, {cores} cores, {str(result.get('date', ''))[:10]}"
 
 
 # --- the suite: declarations, side-by-side rounds, the entry point ---------------------
@@ -608,11 +638,11 @@ def write_rates(out: str, setting: str, title: str, samples: dict[str, list[dict
               "machine": machine(), "code": code_version(), "samples": samples,
               "median": {name: r["median"] for name, r in rates.items()},
               "best": {name: r["best"] for name, r in rates.items()}}
-    settings = write_result(out, setting, result)
-    plot_rates(os.path.splitext(out)[0] + ".png", [
-        Panel(f"{name}: {entry['title']}", list(entry["median"]),
-              list(entry["median"].values()), list(entry["best"].values()))
-        for name, entry in settings.items()], unit=unit, value_format=".1f")
+    write_result(out, setting, result, Chart(
+        lambda name, entry: Panel(f"{name}: {entry['title']}", list(entry["median"]),
+                                  list(entry["median"].values()),
+                                  list(entry["best"].values())),
+        unit=unit, value_format=".1f"))
     return result
 
 

@@ -561,12 +561,9 @@ def main() -> None:
     result = summarize(samples, args, len(big_files), describe(big_root),
                        describe(tiny_root), costs)
     print_table(result)
-    settings = harness.write_result(
-        args.out, args.setting or f"{args.photos}_{args.num_images}", result)
-    chart = os.path.splitext(args.out)[0] + ".png"
-    harness.plot_rates(chart, [panel(name, entry) for name, entry in settings.items()],
-                       unit="images / s", value_format=".1f")
-    print(f"wrote {args.out} and {chart}")
+    harness.write_result(args.out, args.setting or f"{args.photos}_{args.num_images}",
+                         result, CHART)
+    print(f"wrote {args.out} and its chart")
 
 
 def _seconds(name: str, record: dict) -> float:
@@ -814,6 +811,9 @@ def panel(setting: str, result: dict) -> harness.Panel:
     return harness.Panel(f"{setting}: {_describe_input(data)} -> {data['image_size']} px JPEG, "
                          f"{result['machine']['cpu_cores']} cores, {result['date']}",
                          labels, medians, bests, line)
+
+
+CHART = harness.Chart(panel, unit="images / s", value_format=".1f")
 
 
 if __name__ == "__main__":

@@ -201,7 +201,7 @@ def main() -> None:
                              "series_bytes": os.path.getsize(series)},
                    "samples": samples})
     harness.write_result(args.out, args.setting or (
-        f"images_{args.num_images}_series_{args.series}x{args.hours}"), result)
+        f"images_{args.num_images}_series_{args.series}x{args.hours}"), result, CHART)
     for job, figures in result["jobs"].items():
         print(f"{job}: gcs / disk {figures['ratio_median']:.2f} x (best rounds "
               f"{figures['ratio_best']:.2f} x); server CPU {figures['server_cpu_s_median']} "
@@ -231,6 +231,18 @@ def summarize(samples: dict[str, list[dict]], images: int, rows: int) -> dict[st
                                    for kind, n in sorted(requests.items())},
         }
     return {"jobs": jobs}
+
+
+def panel(setting: str, result: dict) -> harness.Panel:
+    """The chart panel of one setting: each job's seconds on disk and on the server."""
+    times = {f"{job} {where}": entry[f"{where}_s"] for job, entry in result["jobs"].items()
+             for where in ("disk", "gcs")}
+    return harness.Panel(harness.setting_title(setting, result, "job seconds by store"),
+                         list(times), [t["median"] for t in times.values()],
+                         [t["best"] for t in times.values()])
+
+
+CHART = harness.Chart(panel, unit="s", value_format=".1f")
 
 
 if __name__ == "__main__":

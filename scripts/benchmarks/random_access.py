@@ -482,8 +482,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         },
     }
     print_table(result)
-    harness.write_result(args.out, args.setting or f"images_{args.num_images}", result)
+    harness.write_result(args.out, args.setting or f"images_{args.num_images}", result,
+                         CHART)
     print(f"wrote {args.out}")
+
+
+def panel(setting: str, result: dict) -> harness.Panel:
+    """The chart panel of one setting: each mode's images per second."""
+    rates = {mode: entry["images_per_second"] for mode, entry in result["modes"].items()}
+    return harness.Panel(harness.setting_title(setting, result, "reading by mode"),
+                         list(rates), [r["median"] for r in rates.values()],
+                         [r["best"] for r in rates.values()])
+
+
+CHART = harness.Chart(panel, unit="images / s", value_format=",.0f")
 
 
 if __name__ == "__main__":

@@ -295,11 +295,9 @@ def main() -> None:
         },
     }
     print_table(result)
-    settings = harness.write_result(args.out, args.setting or f"images_{args.num_images}", result)
-    chart = os.path.splitext(args.out)[0] + ".png"
-    harness.plot_rates(chart, [panel(name, entry) for name, entry in settings.items()],
-                       unit="examples / s", value_format=",.0f")
-    print(f"wrote {args.out} and {chart}")
+    harness.write_result(args.out, args.setting or f"images_{args.num_images}", result,
+                         CHART)
+    print(f"wrote {args.out} and its chart")
 
 
 def print_table(result: dict) -> None:
@@ -343,6 +341,9 @@ def panel(setting: str, result: dict) -> harness.Panel:
                          [NAMES[k] for k in rates] + ["combined ceiling 1/(1/d + 1/e)"],
                          [v["median"] for v in rates.values()] + [ceiling["median"]],
                          [v["best"] for v in rates.values()] + [ceiling["best"]])
+
+
+CHART = harness.Chart(panel, unit="examples / s", value_format=",.0f")
 
 
 if __name__ == "__main__":

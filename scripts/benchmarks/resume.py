@@ -259,7 +259,8 @@ def main() -> None:
         print(f"round {r + 1}/{args.rounds}: {json.dumps(rounds[-1]['wall_s'])}",
               flush=True)
     summary = summarize(rounds, args.goal)
-    harness.write_result(args.out, args.setting or f"web_{args.num_images}", {
+    harness.write_result(args.out, args.setting or f"web_{args.num_images}", chart=CHART,
+                         result={
         "date": datetime.date.today().isoformat(), "machine": harness.machine(),
         "code": harness.code_version(), "input": describe(tree), "tiny_input": tiny_tree,
         "flags": {"job": flags, "kill_at": args.kill_at, "rounds": args.rounds,
@@ -280,6 +281,17 @@ def main() -> None:
           f"transformed share of the rest: {summary['resumed_predicted_s_median']:.1f} s")
     print(f"  byte-identical to the full run: "
           f"{'yes' if summary['byte_identical'] else 'NO'}; results: {args.out}")
+
+
+def panel(setting: str, result: dict) -> harness.Panel:
+    """The chart panel of one setting: the wall time of each run."""
+    walls = result["summary"]["wall_s"]
+    return harness.Panel(harness.setting_title(setting, result, "wall time by run"),
+                         list(walls), [w["median"] for w in walls.values()],
+                         [w["best"] for w in walls.values()])
+
+
+CHART = harness.Chart(panel, unit="s", value_format=".1f")
 
 
 if __name__ == "__main__":

@@ -493,8 +493,19 @@ def main() -> None:
     if baseline is not None:
         result["baseline"] = baseline
     harness.write_result(args.out, args.setting or (f"{args.series}x{args.hours}" + (
-        "" if args.skip_scaled else f"_and_x{args.scale_factor}")), result)
+        "" if args.skip_scaled else f"_and_x{args.scale_factor}")), result, CHART)
     print(f"wrote {args.out}")
+
+
+def panel(setting: str, result: dict) -> harness.Panel:
+    """The chart panel of one setting: the rows per second of each runner."""
+    rates = result["rows_per_s"]
+    return harness.Panel(harness.setting_title(setting, result, "rows per second"),
+                         list(rates["median"]), list(rates["median"].values()),
+                         [rates["best"][name] for name in rates["median"]])
+
+
+CHART = harness.Chart(panel, unit="rows / s", value_format=",.0f")
 
 
 if __name__ == "__main__":

@@ -377,12 +377,27 @@ def main() -> None:
             measure_profile(versions, rounds, photos, csv_path, args))
         print_profile(result["profile"], list(versions))
     harness.write_result(args.out, args.setting or (
-        "profile" if args.profile_only else f"rounds_{rounds}"), result)
+        "profile" if args.profile_only else f"rounds_{rounds}"), result, CHART)
     print(f"wrote {args.out}")
     if not args.profile_only:
         print("goals missed (current): " + ("; ".join(missed) if missed else "none"))
     if args.check and missed:
         sys.exit(1)
+
+
+def panel(setting: str, result: dict) -> harness.Panel:
+    """The chart panel of one setting: each timed measure of each version."""
+    times = {f"{measure} ({version})": value
+             for version, measures in result.get("summary", {}).items()
+             if isinstance(measures, dict)
+             for measure, value in measures.items()
+             if measure.endswith("_s") and isinstance(value, dict)}
+    return harness.Panel(harness.setting_title(setting, result, "seconds by measure"),
+                         list(times), [t["median"] for t in times.values()],
+                         [t["best"] for t in times.values()])
+
+
+CHART = harness.Chart(panel, unit="s", value_format=".2f")
 
 
 if __name__ == "__main__":
