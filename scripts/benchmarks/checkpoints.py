@@ -112,14 +112,9 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def panel(setting: str, result: dict) -> harness.Panel:
-    """The chart panel of one setting: the MiB each kind of checkpoint saves."""
-    return harness.measured_once(
-        harness.setting_title(setting, result, "checkpoint size by kind"),
-        {kind: entry["bytes"] / harness.MIB for kind, entry in result["checkpoints"].items()})
-
-
-CHART = harness.Chart(panel, unit="MiB saved", value_format=".1f")
+CHART = harness.Chart("checkpoint size by kind", lambda result: {
+    kind: entry["bytes"] / harness.MIB for kind, entry in result["checkpoints"].items()},
+    unit="MiB saved")
 
 
 if __name__ == "__main__":

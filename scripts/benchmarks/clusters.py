@@ -664,15 +664,9 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def panel(setting: str, result: dict) -> harness.Panel:
-    """The chart panel of one setting: each job's wall time on each runner."""
-    walls = {name: entry["summary"]["wall_s"] for name, entry in result["results"].items()}
-    return harness.Panel(harness.setting_title(setting, result, "wall time by job/runner"),
-                         list(walls), [w["median"] for w in walls.values()],
-                         [w["best"] for w in walls.values()])
-
-
-CHART = harness.Chart(panel, unit="s (wall)", value_format=".1f")
+CHART = harness.Chart("wall time by job/runner", lambda result: {
+    name: entry["summary"]["wall_s"] for name, entry in result["results"].items()},
+    unit="s (wall)")
 
 
 if __name__ == "__main__":

@@ -362,16 +362,9 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def panel(setting: str, result: dict) -> harness.Panel:
-    """The chart panel of one setting: the job's and the script's seconds."""
-    spreads = {name: harness.spread((s["seconds"] for s in samples), higher_is_better=False)
-               for name, samples in result["samples"].items()}
-    return harness.Panel(harness.setting_title(setting, result, "job and script"),
-                         list(spreads), [s["median"] for s in spreads.values()],
-                         [s["best"] for s in spreads.values()])
-
-
-CHART = harness.Chart(panel, unit="s", value_format=".0f")
+CHART = harness.Chart("job and script", lambda result: {
+    name: harness.spread((s["seconds"] for s in samples), higher_is_better=False)
+    for name, samples in result["samples"].items()}, unit="s", value_format=".0f")
 
 
 if __name__ == "__main__":

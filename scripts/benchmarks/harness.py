@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import psutil
@@ -525,24 +525,33 @@ def plot_rates(path: str, panels: Sequence[Panel], *, unit: str, value_format: s
 
 @dataclasses.dataclass(frozen=True)
 class Chart:
-    """How a benchmark draws its one chart: a :class:`Panel` per setting's result
-    (``panel(setting, result)``), every panel in ``unit``."""
+    """How a benchmark draws its one chart, a panel per setting's result: titled
+    ``what``, a bar pair per label of ``figures(result)``, ``{label: {"median", "best",
+    ...}}`` or ``{label: value}`` for figures measured once; or, with ``panel``, the
+    panel that ``panel(setting, result)`` makes. Every panel is in ``unit``."""
 
-    panel: Callable[[str, dict[str, Any]], Panel]
-    unit: str
-    value_format: str
+    what: str = ""
+    figures: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None
+    unit: str = ""
+    value_format: str = ".1f"
+    panel: Callable[[str, dict[str, Any]], Panel] | None = None
+
+    def panel_of(self, setting: str, result: dict[str, Any]) -> Panel:
+        """The panel of one setting's result."""
+        if self.panel is not None:
+            return self.panel(setting, result)
+        assert self.figures is not None, "a Chart needs figures or a panel"
+        figures = self.figures(result)
+        medians = [f["median"] if isinstance(f, Mapping) else f for f in figures.values()]
+        bests = [f["best"] if isinstance(f, Mapping) else f for f in figures.values()]
+        return Panel(setting_title(setting, result, self.what), list(figures), medians, bests)
 
     def draw(self, results_path: str, settings: dict[str, dict[str, Any]]) -> str:
         """Draws the chart of ``settings`` beside ``results_path`` (``.png``); its path."""
         path = os.path.splitext(results_path)[0] + ".png"
-        plot_rates(path, [self.panel(name, result) for name, result in settings.items()],
+        plot_rates(path, [self.panel_of(name, result) for name, result in settings.items()],
                    unit=self.unit, value_format=self.value_format)
         return path
-
-
-def measured_once(title: str, values: dict[str, float]) -> Panel:
-    """A panel of figures measured once each (their median and best are the value)."""
-    return Panel(title, list(values), list(values.values()), list(values.values()))
 
 
 def setting_title(setting: str, result: dict[str, Any], what: str) -> str:
@@ -638,11 +647,9 @@ def write_rates(out: str, setting: str, title: str, samples: dict[str, list[dict
               "machine": machine(), "code": code_version(), "samples": samples,
               "median": {name: r["median"] for name, r in rates.items()},
               "best": {name: r["best"] for name, r in rates.items()}}
-    write_result(out, setting, result, Chart(
-        lambda name, entry: Panel(f"{name}: {entry['title']}", list(entry["median"]),
-                                  list(entry["median"].values()),
-                                  list(entry["best"].values())),
-        unit=unit, value_format=".1f"))
+    write_result(out, setting, result, Chart(unit=unit, panel=lambda name, entry: Panel(
+        f"{name}: {entry['title']}", list(entry["median"]), list(entry["median"].values()),
+        list(entry["best"].values()))))
     return result
 
 

@@ -813,7 +813,7 @@ def panel(setting: str, result: dict) -> harness.Panel:
                          labels, medians, bests, line)
 
 
-CHART = harness.Chart(panel, unit="images / s", value_format=".1f")
+CHART = harness.Chart(panel=panel, unit="images / s", value_format=".1f")
 
 
 if __name__ == "__main__":

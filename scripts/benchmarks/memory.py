@@ -249,15 +249,10 @@ def main() -> None:
           f"wrote {args.out}")
 
 
-def panel(setting: str, result: dict) -> harness.Panel:
-    """The chart panel of one setting: each run's peak RSS (one run each)."""
-    return harness.measured_once(
-        harness.setting_title(setting, result, "peak RSS by run"),
-        {f"{run['config']}, {run['images']} images": run["peak_rss_mib"]
-         for run in result["runs"] if "peak_rss_mib" in run})
-
-
-CHART = harness.Chart(panel, unit="MiB (peak RSS)", value_format=",.0f")
+CHART = harness.Chart("peak RSS by run (one run each)", lambda result: {
+    f"{run['config']}, {run['images']} images": run["peak_rss_mib"]
+    for run in result["runs"] if "peak_rss_mib" in run},
+    unit="MiB (peak RSS)", value_format=",.0f")
 
 
 if __name__ == "__main__":

@@ -233,16 +233,9 @@ def summarize(samples: dict[str, list[dict]], images: int, rows: int) -> dict[st
     return {"jobs": jobs}
 
 
-def panel(setting: str, result: dict) -> harness.Panel:
-    """The chart panel of one setting: each job's seconds on disk and on the server."""
-    times = {f"{job} {where}": entry[f"{where}_s"] for job, entry in result["jobs"].items()
-             for where in ("disk", "gcs")}
-    return harness.Panel(harness.setting_title(setting, result, "job seconds by store"),
-                         list(times), [t["median"] for t in times.values()],
-                         [t["best"] for t in times.values()])
-
-
-CHART = harness.Chart(panel, unit="s", value_format=".1f")
+CHART = harness.Chart("job seconds by store", lambda result: {
+    f"{job} {where}": entry[f"{where}_s"] for job, entry in result["jobs"].items()
+    for where in ("disk", "gcs")}, unit="s")
 
 
 if __name__ == "__main__":

@@ -343,7 +343,7 @@ def panel(setting: str, result: dict) -> harness.Panel:
                          [v["best"] for v in rates.values()] + [ceiling["best"]])
 
 
-CHART = harness.Chart(panel, unit="examples / s", value_format=",.0f")
+CHART = harness.Chart(panel=panel, unit="examples / s", value_format=",.0f")
 
 
 if __name__ == "__main__":

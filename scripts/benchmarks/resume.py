@@ -283,15 +283,8 @@ def main() -> None:
           f"{'yes' if summary['byte_identical'] else 'NO'}; results: {args.out}")
 
 
-def panel(setting: str, result: dict) -> harness.Panel:
-    """The chart panel of one setting: the wall time of each run."""
-    walls = result["summary"]["wall_s"]
-    return harness.Panel(harness.setting_title(setting, result, "wall time by run"),
-                         list(walls), [w["median"] for w in walls.values()],
-                         [w["best"] for w in walls.values()])
-
-
-CHART = harness.Chart(panel, unit="s", value_format=".1f")
+CHART = harness.Chart("wall time by run", lambda result: result["summary"]["wall_s"],
+                      unit="s")
 
 
 if __name__ == "__main__":

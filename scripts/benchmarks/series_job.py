@@ -497,15 +497,10 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def panel(setting: str, result: dict) -> harness.Panel:
-    """The chart panel of one setting: the rows per second of each runner."""
-    rates = result["rows_per_s"]
-    return harness.Panel(harness.setting_title(setting, result, "rows per second"),
-                         list(rates["median"]), list(rates["median"].values()),
-                         [rates["best"][name] for name in rates["median"]])
-
-
-CHART = harness.Chart(panel, unit="rows / s", value_format=",.0f")
+CHART = harness.Chart("rows per second", lambda result: {
+    name: {"median": median, "best": result["rows_per_s"]["best"][name]}
+    for name, median in result["rows_per_s"]["median"].items()},
+    unit="rows / s", value_format=",.0f")
 
 
 if __name__ == "__main__":

@@ -385,19 +385,10 @@ def main() -> None:
         sys.exit(1)
 
 
-def panel(setting: str, result: dict) -> harness.Panel:
-    """The chart panel of one setting: each timed measure of each version."""
-    times = {f"{measure} ({version})": value
-             for version, measures in result.get("summary", {}).items()
-             if isinstance(measures, dict)
-             for measure, value in measures.items()
-             if measure.endswith("_s") and isinstance(value, dict)}
-    return harness.Panel(harness.setting_title(setting, result, "seconds by measure"),
-                         list(times), [t["median"] for t in times.values()],
-                         [t["best"] for t in times.values()])
-
-
-CHART = harness.Chart(panel, unit="s", value_format=".2f")
+CHART = harness.Chart("seconds by measure", lambda result: {
+    f"{measure} ({version})": value for version, measures in result["summary"].items()
+    if isinstance(measures, dict) for measure, value in measures.items()
+    if measure.endswith("_s") and isinstance(value, dict)}, unit="s", value_format=".2f")
 
 
 if __name__ == "__main__":
