@@ -343,7 +343,6 @@ def measure(command: list[str], log_path: str, code_dir: str = REPO_ROOT) -> dic
         return read_peak_rss(result_path)
 
 
-
 def add_image_dataset_flags(parser: argparse.ArgumentParser, *, work_dir: str,
                             num_images: int, batch_size: int) -> None:
     """The flags of a benchmark that reads an :func:`image_dataset`: ``--work_dir``,
@@ -464,9 +463,9 @@ def add_result_flags(parser: argparse.ArgumentParser, name: str, setting: str) -
     """``--out``, benchmark ``name``'s results file, and ``--setting``, the entry a run
     is stored as (``setting`` says its default, which names the run's input)."""
     parser.add_argument("--out", default=result_path(name),
-                        help="The benchmark's results file (a chart, if it draws one, "
-                             "goes beside it as .png); this run is its --setting entry, "
-                             "the other settings are kept.")
+                        help="The benchmark's results file (its chart goes beside it "
+                             "as .png); this run is its --setting entry, the other "
+                             "settings are kept.")
     parser.add_argument("--setting", default=None,
                         help=f"The entry this run is stored as. Default: {setting}.")
 
@@ -540,7 +539,8 @@ class Chart:
         """The panel of one setting's result."""
         if self.panel is not None:
             return self.panel(setting, result)
-        assert self.figures is not None, "a Chart needs figures or a panel"
+        if self.figures is None:
+            raise ValueError("A Chart needs figures or a panel.")
         figures = self.figures(result)
         medians = [f["median"] if isinstance(f, Mapping) else f for f in figures.values()]
         bests = [f["best"] if isinstance(f, Mapping) else f for f in figures.values()]
