@@ -165,27 +165,6 @@ def quiet_sample(fn: Callable[[], dict], max_foreign: float, retries: int, *,
     return sample, attempts
 
 
-def add_photo_folder_flags(parser: argparse.ArgumentParser, *, max_photos: int,
-                           rounds: int) -> None:
-    """The flags of a script that measures the image ops on a folder of JPEGs:
-    ``--input``, ``--image_size``, ``--max_photos``, ``--rounds`` and ``--out``."""
-    parser.add_argument("--input", required=True, help="A folder of JPEGs (any depth).")
-    parser.add_argument("--image_size", type=int, default=224)
-    parser.add_argument("--max_photos", type=int, default=max_photos)
-    parser.add_argument("--rounds", type=int, default=rounds)
-    parser.add_argument("--out", default=None, help="Write the results to this JSON.")
-
-
-def photo_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
-    """The first ``--max_photos`` JPEGs under ``--input``, in path order; a usage
-    error when there are none."""
-    files = sorted(glob.glob(os.path.join(args.input, "**", "*.jpg"), recursive=True))
-    files = files[:args.max_photos]
-    if not files:
-        parser.error(f"No .jpg files under {args.input!r}.")
-    return files
-
-
 def add_sampling_flags(parser: argparse.ArgumentParser, rounds: int) -> None:
     """Adds --rounds (default ``rounds``), --max_foreign and --retries: the arguments
     of :func:`interleaved` and :func:`quiet_sample`."""
