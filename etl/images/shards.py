@@ -65,10 +65,10 @@ BATCH_BYTES = 16 * 1024 * 1024
 # Image shards' zlib level without --gzip_level. Deflate removes the tables every JPEG
 # repeats and the example's feature names, and next to nothing of compressed pixels,
 # so from these sizes up it saves too little to pay for its CPU time
-# (scripts/measure_gzip_levels.py and docs/benchmarks/gzip_levels.json, in git at 6b89e51;
-# docs/FORMAT.md): JPEG and PNG
-# records are stored in the GZIP container (level 0, which every reader reads
-# unchanged); smaller ones, and raw pixels, are deflated.
+# (scripts/measure_gzip_levels.py and docs/benchmarks/gzip_levels.json, in git at
+# 6b89e51; docs/FORMAT.md): JPEG and PNG records are stored in the GZIP container
+# (level 0, which every reader reads unchanged); smaller ones, and raw pixels, are
+# deflated.
 STORE_FROM_IMAGE_SIZE = {contract.JPEG: 192, contract.PNG: 64}
 
 
