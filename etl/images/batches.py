@@ -73,10 +73,10 @@ class Loaded:
 @dataclasses.dataclass(frozen=True)
 class Finished:
     """One image after :class:`FinishImages`: its stored bytes, the ``uint8 [32, 32]``
-    thumbnail of the pixels they encode (``codec.hash_thumbnail``, before a lossy
-    encode), the EXIF orientation that turned it (1: as stored) and the ``uint8
-    [64, 64, 3]`` thumbnail of the whole upright image the quality measures read
-    (``codec.quality_thumbnail``)."""
+    grayscale thumbnail of the pixels they encode (before a lossy encode), which the
+    perceptual hash reads, the EXIF orientation that turned it (1: as stored) and
+    the ``uint8 [32, 32, 3]`` colour thumbnail it is made from, which the quality
+    measures read (``codec.thumbnails``)."""
 
     stored: bytes
     thumbnail: np.ndarray
@@ -93,9 +93,9 @@ class FinishImages:
     ``tf.map_fn`` over the images): a call per image costs more interpreter time than
     the image's own resize (or a small PNG's decode). :meth:`decode` is
     ``transform_fn``'s own decode, for the images the job does not decode itself, a
-    batch of them a call too. Without ``thumbnails`` (no duplicate report), the
-    hash thumbnails are zeros; without ``quality`` (no statistics), the quality
-    thumbnails are. Thread-safe.
+    batch of them a call too. With neither ``thumbnails`` (the duplicate report)
+    nor ``quality`` (the statistics), the thumbnails are zeros; either takes both,
+    from one resize. Thread-safe.
     """
 
     def __init__(self, config: ImagePreprocessing, thumbnails: bool = True,
@@ -114,17 +114,15 @@ class FinishImages:
                 image = tf.reshape(buffer[offsets[i]:offsets[i] + height * width * 3],
                                    tf.stack([height, width, 3]))
                 image.set_shape([None, None, 3])
-                resized, orientation = codec.upright_resized(
+                pixels, orientation = codec.finish_pixels(
                     image, heads[i], size,
                     apply_exif_orientation=config.apply_exif_orientation,
                     source_shape=tf.cast(shapes[i, 2:4], tf.int32),
                     ratio=tf.cast(shapes[i, 4], tf.int32))
-                pixels = codec.center_crop(resized, size)
+                grey, colour = (codec.thumbnails(pixels) if thumbnails or quality else (
+                    tf.zeros(thumbnail, tf.uint8), tf.zeros(quality_shape, tf.uint8)))
                 return (codec.encode(pixels, config.image_format, config.jpeg_quality),
-                        codec.hash_thumbnail(pixels) if thumbnails
-                        else tf.zeros(thumbnail, tf.uint8), orientation,
-                        codec.quality_thumbnail(resized) if quality
-                        else tf.zeros(quality_shape, tf.uint8))
+                        grey, orientation, colour)
 
             return tf.map_fn(one, tf.range(tf.shape(offsets)[0]), fn_output_signature=(
                 tf.TensorSpec([], tf.string), tf.TensorSpec(thumbnail, tf.uint8),

@@ -258,56 +258,46 @@ def finish_pixels(image: tf.Tensor, image_bytes: tf.Tensor, size: int, *,
     The orientation (1..8) is read from ``image_bytes`` (the file's bytes, or at least
     its first ``exif.EXIF_SCAN_BYTES``), 1 when ``apply_exif_orientation`` is False.
     """
-    resized, orientation = upright_resized(image, image_bytes, size,
-                                           apply_exif_orientation=apply_exif_orientation,
-                                           source_shape=source_shape, ratio=ratio)
-    return center_crop(resized, size), orientation
-
-
-def upright_resized(image: tf.Tensor, image_bytes: tf.Tensor, size: int, *,
-                    apply_exif_orientation: bool = True,
-                    source_shape: tf.Tensor | None = None, ratio: tf.Tensor | int = 1
-                    ) -> tuple[tf.Tensor, tf.Tensor]:
-    """:func:`finish_pixels` before its crop: the whole image resized and upright
-    (:func:`resize_upright`) and its EXIF orientation."""
     orientation = (exif.read_orientation(image_bytes) if apply_exif_orientation
                    else tf.constant(1, tf.int32))
     resized = resize_upright(image, size, orientation if apply_exif_orientation else None,
                              source_shape=source_shape, ratio=ratio)
-    return resized, orientation
+    return center_crop(resized, size), orientation
 
 
+# The stored image's one thumbnail, 32 x 32: its gray levels are what the perceptual
+# hash reads (etl.images.image_hashes), its colours what the quality measures read
+# (etl.images.quality).
+HASH_THUMBNAIL_SIZE = QUALITY_THUMBNAIL_SIZE
 
 
-def quality_thumbnail(resized: tf.Tensor) -> tf.Tensor:
-    """:func:`resize_upright`'s whole, upright image → ``uint8 [64, 64, 3]``
-    (``QUALITY_THUMBNAIL_SIZE``, what ``etl.images.quality`` measures), area
-    averaged (``ResizeArea``; the aspect is not kept): what the image-quality
-    measures read. The whole image, not the stored crop, as a person judging the
-    photo sees it; cleanvision measures sharpness at this size too."""
-    small = tf.image.resize(resized, [QUALITY_THUMBNAIL_SIZE] * 2, method="area")
-    return tf.cast(tf.clip_by_value(tf.round(small), 0.0, 255.0), tf.uint8)
-
-
-# The perceptual hash's thumbnail (etl.images.image_hashes): 32 x 32 gray levels.
-HASH_THUMBNAIL_SIZE = 32
-
-
-def hash_thumbnail(image: tf.Tensor) -> tf.Tensor:
-    """``uint8 [h, w, 3]`` → the ``uint8 [32, 32]`` grayscale thumbnail its perceptual
-    hash is computed from: each channel area-averaged to 32 x 32 (``ResizeArea``:
-    the mean of the pixels each thumbnail pixel covers, which also low-passes the
-    image as the recipe's blur would), then ITU-R 601 luma
-    (0.299 R + 0.587 G + 0.114 B), rounded. ``imagehash.phash`` resizes with
-    Lanczos, which cost 1.1 ms of CPU per 224 px image here (a fifth of the job's
-    cost per web photo) against under 0.3 ms for this; on 304 sample photos the two
-    hashes were equal for 72 % and within 2 bits for 95 %."""
+def thumbnails(image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``uint8 [h, w, 3]`` (the stored pixels) → its ``uint8 [32, 32]`` grayscale
+    thumbnail, which its perceptual hash is computed from, and the ``uint8 [32, 32,
+    3]`` colour thumbnail it is made from, which the image-quality measures read:
+    each channel area-averaged to 32 x 32 (``ResizeArea``: the mean of the pixels
+    each thumbnail pixel covers, which also low-passes the image as the hash
+    recipe's blur would); the gray levels are its ITU-R 601 luma (0.299 R + 0.587 G
+    + 0.114 B); both rounded. ``imagehash.phash`` resizes with Lanczos, which cost
+    1.1 ms of CPU per 224 px image here (a fifth of the job's cost per web photo)
+    against under 0.3 ms for this; on 304 sample photos the two hashes were equal
+    for 72 % and within 2 bits for 95 %. One resize serves both: the measures add
+    only the colour thumbnail's rounding to the hash's cost."""
     # uint8 in: ResizeArea sums each pixel as a float itself, so a float32 copy of
     # the whole image first would only cost memory and time.
     small = tf.image.resize(image, [HASH_THUMBNAIL_SIZE, HASH_THUMBNAIL_SIZE],
                             method="area")
     luma = tf.linalg.matvec(small, tf.constant([0.299, 0.587, 0.114], tf.float32))
-    return tf.cast(tf.clip_by_value(tf.round(luma), 0.0, 255.0), tf.uint8)
+    return _to_uint8(luma), _to_uint8(small)
+
+
+def _to_uint8(values: tf.Tensor) -> tf.Tensor:
+    return tf.cast(tf.clip_by_value(tf.round(values), 0.0, 255.0), tf.uint8)
+
+
+def hash_thumbnail(image: tf.Tensor) -> tf.Tensor:
+    """The grayscale thumbnail of :func:`thumbnails` alone."""
+    return thumbnails(image)[0]
 
 
 def finish(image: tf.Tensor, image_bytes: tf.Tensor, size: int, image_format: str,

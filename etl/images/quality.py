@@ -1,10 +1,11 @@
-"""Image-quality measures from a 64 x 64 thumbnail, and cleanvision's flag rules on them.
+"""Image-quality measures from a 32 x 32 thumbnail, and cleanvision's flag rules on them.
 
-The shard step's graph gives each written image's ``uint8 [64, 64, 3]`` quality
-thumbnail: the upright whole image (before the centre crop), area-averaged to 64 x 64,
-its aspect not kept. :func:`measure_quality` takes a batch of them (NumPy only, on the
-shard step's transform threads; vectorised across the batch, a few hundredths of a
-millisecond per image) and gives per image:
+The shard step's graph gives each written image's ``uint8 [32, 32, 3]`` quality
+thumbnail: the stored image area-averaged to 32 x 32, the colour thumbnail whose gray
+levels the perceptual hash reads (``codec.thumbnails``), so one resize serves both.
+:func:`measure_quality` takes a batch of them (NumPy only, on the shard step's
+transform threads; vectorised across the batch, about a hundredth of a millisecond per
+image) and gives per image:
 
 * ``brightness``, ``brightness_p5``, ``brightness_p99``: the mean and the 5th / 99th
   percentiles (NumPy's default ``linear`` definition, Hyndman-Fan type 7) of the per-pixel
@@ -15,10 +16,10 @@ millisecond per image) and gives per image:
   Pillow's ``convert("L")``: ITU-R 601 luma ``(19595 R + 38470 G + 7471 B + 2^15) >> 16``.
 * ``sharpness``: cleanvision's blur measure, ``sqrt(var(FIND_EDGES(L)))``, Pillow's
   3 x 3 edge kernel (8 in the centre, -1 around it) clipped to 0..255 as Pillow's
-  filter does, over the 62 x 62 interior only: Pillow copies the 1-pixel border
+  filter does, over the 30 x 30 interior only: Pillow copies the 1-pixel border
   unfiltered, so cleanvision's value mixes the border's grey levels into the edges
-  (a flat mid-grey image scores about 25 there, not 0). cleanvision also measures at
-  64 px (its longer side; here both sides).
+  (a flat mid-grey image scores about 25 there, not 0). cleanvision measures at 64
+  px (its longer side), so it sees blur half as wide.
 * ``entropy``: Pillow's ``Image.entropy()`` of the RGB thumbnail, in bits: over the
   768-bin concatenation of the three band histograms (at most log2(768) = 9.58; one
   flat colour gives log2(3) = 1.58).
@@ -51,7 +52,7 @@ import numpy as np
 
 from reader import contract
 
-QUALITY_THUMBNAIL_SIZE = 64
+QUALITY_THUMBNAIL_SIZE = 32
 QUALITY_FACTS = ("brightness", "brightness_p5", "brightness_p99", "contrast", "sharpness",
                  "entropy", "chroma")
 # Decimal places of the facts written: far below any threshold's resolution, far above

@@ -86,12 +86,18 @@ def write_planted_input(root: pathlib.Path, test_factor: float = 0.55) -> dict[s
 
 def reference_facts(path: pathlib.Path) -> dict[str, float]:
     """Size, brightness and contrast of a source file by Pillow and NumPy: upright,
-    RGB, area-averaged to 64 x 64 (the size the job measures at)."""
+    RGB, the shorter side resized to 224, its centre 224 x 224 (the stored image)
+    area-averaged to 32 x 32 (the size the job measures at)."""
     with Image.open(path) as image:
         mode = image.mode
         upright = ImageOps.exif_transpose(image).convert("RGB")
     width, height = upright.size
-    small = np.asarray(upright.resize((64, 64), Image.Resampling.BOX), np.float64)
+    scale = 224 / min(width, height)
+    resized = upright.resize((round(width * scale), round(height * scale)),
+                             Image.Resampling.BILINEAR, reducing_gap=2.0)
+    left, top = ((side - 224) // 2 for side in resized.size)
+    stored = resized.crop((left, top, left + 224, top + 224))
+    small = np.asarray(stored.resize((32, 32), Image.Resampling.BOX), np.float64)
     hsp = np.sqrt(small ** 2 @ np.array([0.241, 0.691, 0.068])) / 255
     luma = small @ np.array([0.299, 0.587, 0.114]) / 255
     return {"width": width, "height": height, "mode": mode, "brightness": hsp.mean(),
@@ -158,8 +164,8 @@ def test_facts_match_pillow_and_numpy_on_the_source_files(planted_run):
         stats = feature[name].num_stats
         assert (stats.mean, stats.min, stats.max) == (
             pytest.approx(np.mean(values), rel=1e-12), min(values), max(values))
-    # The job's 64 px thumbnail is resized by TensorFlow from a 224 px image, the
-    # reference's by Pillow from the file: they agree to about a hundredth.
+    # The job's 32 px thumbnail is resized by TensorFlow, the reference's by Pillow:
+    # they agree to about a hundredth.
     for name in ("brightness", "contrast"):
         values = np.array([ref[name] for ref in references.values()])
         assert feature[name].num_stats.mean == pytest.approx(values.mean(), abs=0.01), name

@@ -19,7 +19,7 @@ SIDE = quality.QUALITY_THUMBNAIL_SIZE
 
 
 def _reference(thumbnail: np.ndarray) -> dict[str, float]:
-    """Each measure of one ``uint8 [64, 64, 3]`` thumbnail, from its definition."""
+    """Each measure of one ``uint8 [32, 32, 3]`` thumbnail, from its definition."""
     pixels = thumbnail.astype(np.float64)
     brightness = np.sqrt(0.241 * pixels[..., 0] ** 2 + 0.691 * pixels[..., 1] ** 2
                          + 0.068 * pixels[..., 2] ** 2) / 255
@@ -77,8 +77,8 @@ def test_measure_quality_batch_equals_one_at_a_time():
 
 def test_measure_quality_empty_batch_and_wrong_shape():
     assert quality.measure_quality(np.zeros((0, SIDE, SIDE, 3), np.uint8)) == []
-    with pytest.raises(ValueError, match=r"uint8 \[n, 64, 64, 3\].*\(2, 32, 32, 3\)"):
-        quality.measure_quality(np.zeros((2, 32, 32, 3), np.uint8))
+    with pytest.raises(ValueError, match=r"uint8 \[n, 32, 32, 3\].*\(2, 64, 64, 3\)"):
+        quality.measure_quality(np.zeros((2, 64, 64, 3), np.uint8))
     with pytest.raises(ValueError, match="float32"):
         quality.measure_quality(np.zeros((1, SIDE, SIDE, 3), np.float32))
 
@@ -96,7 +96,8 @@ def test_image_quality_to_dict_rounds_every_fact():
 
 def _facts(data: bytes) -> dict:
     """A file's facts as the job takes them, with Pillow standing in for its resizes:
-    upright RGB, shorter side 224 (bilinear), then 64 x 64 (box)."""
+    upright RGB, shorter side 224 (bilinear), the centre 224 x 224 (the stored
+    image), then 32 x 32 (box)."""
     with Image.open(io.BytesIO(data)) as image:
         mode = image.mode
         upright = ImageOps.exif_transpose(image).convert("RGB")
@@ -104,7 +105,9 @@ def _facts(data: bytes) -> dict:
     scale = 224 / min(width, height)
     resized = upright.resize((round(width * scale), round(height * scale)),
                              Image.Resampling.BILINEAR, reducing_gap=2.0)
-    thumbnail = np.asarray(resized.resize((SIDE, SIDE), Image.Resampling.BOX))
+    left, top = ((side - 224) // 2 for side in resized.size)
+    stored = resized.crop((left, top, left + 224, top + 224))
+    thumbnail = np.asarray(stored.resize((SIDE, SIDE), Image.Resampling.BOX))
     (measured,) = quality.measure_quality(thumbnail[None])
     return {"width": width, "height": height, "mode": mode, **measured.to_dict(),
             "thumbnail": thumbnail}
@@ -124,7 +127,8 @@ def _files() -> dict[str, bytes]:
     photos = {name: sample_photo(index, size) for name, (index, size) in CLEAN.items()}
     photo = photos["clean0"].astype(np.float64)
     flat = np.full((260, 300, 3), (90, 160, 60), np.float64)
-    blurred = Image.fromarray(photos["clean1"]).filter(ImageFilter.GaussianBlur(10))
+    # 16 px of 260: 2 pixels of the 32 px thumbnail, a blur the rule finds.
+    blurred = Image.fromarray(photos["clean1"]).filter(ImageFilter.GaussianBlur(16))
     return {**{name: encode_image(p, "jpeg") for name, p in photos.items()},
             "dark": encode_image((photo * 0.15).round().astype(np.uint8), "jpeg"),
             "light": encode_image((255 - 0.02 * (255 - photo)).round().astype(np.uint8),
