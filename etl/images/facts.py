@@ -2,12 +2,13 @@
 
 The shard step takes these *facts* beside the stored image (``etl.images.shards``):
 the size and format its file declares, its EXIF orientation, and the quality
-measures of the 64 x 64 thumbnail the shard step's graph makes of the whole upright
-image (``codec.quality_thumbnail``, ``etl.images.quality``), with its labels and
-targets. They leave the shard step as one ``ShardFacts`` per shard, JSON fields in
-record order, beside the duplicate signatures when those are taken too; the
-statistics, the quality flags and the report are made of them
-(``etl.images.describe``), so no image is read or decoded a second time.
+measures of the 32 x 32 thumbnail of the stored image the shard step's graph makes,
+the one whose gray levels the perceptual hash reads (``codec.thumbnails``,
+``etl.images.quality``), with its labels and targets. They leave the shard step as
+one ``ShardFacts`` per shard, JSON fields in record order, beside the duplicate
+signatures when those are taken too; the statistics, the quality flags and the
+report are made of them (``etl.images.describe``), so no image is read or decoded a
+second time.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ facts written are the same.
 
 :func:`image_flags` applies cleanvision's seven rules (``FLAG_NAMES``) to one image's
 facts, with thresholds measured on this thumbnail (:class:`FlagThresholds`, from
-``scripts/measure_quality_thresholds.py``, in git at ``6b89e51``); ``odd_size`` compares
+``scripts/measure_quality_thresholds.py``, in git at ``8c088d6``); ``odd_size`` compares
 ``sqrt(width * height)`` with :func:`size_bounds` of the whole dataset. Flags report;
 they never drop an image.
 """
@@ -200,30 +200,31 @@ GRAYSCALE_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B"
 @dataclasses.dataclass(frozen=True)
 class FlagThresholds:
     """The flag rules' thresholds (:func:`image_flags` says how each is used), chosen
-    by ``scripts/measure_quality_thresholds.py`` (in git at ``6b89e51``) on 500 clean
+    by ``scripts/measure_quality_thresholds.py`` (in git at ``8c088d6``) on 500 clean
     photos (200 crops of the sample photos, 300 web photos; docs/KNOW_YOUR_DATA.md) and
     planted problems.
     Where they differ from cleanvision's defaults, and why:
 
     * ``dark``: p99 < 0.22 (cleanvision 0.32). The darkest clean photos (dim,
-      out-of-focus foliage) reach 0.248; a photo scaled by f <= 0.2 (2.3 stops or more
+      out-of-focus foliage) reach 0.252; a photo scaled by f <= 0.2 (2.3 stops or more
       under-exposed) stays below 0.2, whatever its content (b scales with the pixels).
-    * ``light``: p5 > 0.96 (0.95). All-sky crops reach 0.959; a photo washed out as
+    * ``light``: p5 > 0.96 (0.95). All-sky crops reach 0.954; a photo washed out as
       ``255 - f (255 - v)`` with f < 0.04 is above (b >= 1 - f at every pixel).
     * ``blurry``: sharpness < 20 with contrast >= 0.11. cleanvision flags a low edge
       score unless the grey histogram is narrow (std of its 256 bin counts > 19.85);
-      for 4096 pixels of a Gaussian histogram that is a contrast below 0.11, and it
-      keeps dark, washed-out and blank images from being called blurry. 20 flags 0.3 %
-      of the clean photos (out-of-focus crops) and most blurs of a radius of 1
-      thumbnail pixel or more; a thumbnail of 64 px cannot see finer blur.
+      for its 4096 pixels of a Gaussian histogram that is a contrast below 0.11, and
+      it keeps dark, washed-out and blank images from being called blurry. The clean
+      photos this applies to measure >= 25.9; 20 finds most blurs of a radius of 1
+      thumbnail pixel or more (7 px of a 224 px image); a thumbnail of 32 px cannot
+      see finer blur.
     * ``low_information``: entropy < 4.0 bits (3.0 at full size). The thumbnail's area
       average removes most of a blank image's noise: flat colours with noise of sigma
-      1-4 levels measure <= 3.32 bits (sigma 8 still < 4), clean photos >= 4.70.
+      1-4 levels measure <= 2.88 bits (sigma 12 still < 4), clean photos >= 4.54.
     * ``odd_size``: 3 IQRs, on the log size (:func:`size_bounds`).
     * ``odd_aspect_ratio``: 0.35, cleanvision's.
     * ``grayscale``: a grey mode, or chroma < 0.01 (cleanvision: mode L only). RGB
       JPEGs of grey photos decode to equal channels (chroma 0 at quality 30-95);
-      clean photos measure >= 0.08.
+      clean photos measure >= 0.078.
     """
 
     dark_brightness_p99: float = 0.22
