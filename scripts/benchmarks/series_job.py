@@ -378,6 +378,16 @@ def median_of(records: list[dict], key: str) -> float:
     return statistics.median(s[key] for s in records)
 
 
+def statistics_by_round(samples: dict[str, list[dict]]) -> list[float]:
+    """job ÷ job_no_statistics rows/s round by round: the two runs of a round follow
+    each other, so a machine whose speed drifts over the minutes of the benchmark
+    moves both alike, which the ratio of the medians (of runs in different rounds)
+    does not undo."""
+    # The same rows both ways: the ratio of rates is the inverse ratio of times.
+    return [round(without["seconds"] / with_["seconds"], 3) for with_, without in zip(
+        samples["job"], samples["job_no_statistics"], strict=True)]
+
+
 def evaluate(args: argparse.Namespace, samples: dict[str, list[dict]],
              big: dict | None) -> dict:
     """The targets; the growth target is marked not run without the scaled run."""
@@ -418,8 +428,10 @@ def print_summary(args: argparse.Namespace, samples: dict[str, list[dict]],
         print(f"{name:<{width}} median {rate[name]:>10,.0f} rows/s (best {best[name]:,.0f}), "
               f"{median_of(records, 'seconds'):.2f} s, peak RSS "
               f"{median_of(records, 'peak_rss_mib'):.0f} MiB")
+    by_round = statistics_by_round(samples)
     print(f"with statistics / without: {rate['job'] / rate['job_no_statistics']:.3f} x "
-          f"(median rows/s)")
+          f"(median rows/s); round by round {', '.join(f'{r:.3f}' for r in by_round)} "
+          f"(median {statistics.median(by_round):.3f})")
     if baseline is not None:
         print(f"current / baseline ({baseline['label'] or baseline['dir']}, "
               f"{baseline['commit'][:10] or 'commit unknown'}): "
@@ -486,6 +498,8 @@ def main() -> None:
         # With the statistics and report (the default) over without (--statistics=off).
         "statistics_cost": {
             "rows_per_s_on_over_off": round(rate["job"] / rate["job_no_statistics"], 3),
+            "by_round": statistics_by_round(samples),
+            "by_round_median": statistics.median(statistics_by_round(samples)),
             "peak_rss_on_over_off": round(median_of(samples["job"], "peak_rss_mib")
                                           / median_of(samples["job_no_statistics"],
                                                       "peak_rss_mib"), 3)},
