@@ -295,11 +295,6 @@ def _to_uint8(values: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.clip_by_value(tf.round(values), 0.0, 255.0), tf.uint8)
 
 
-def hash_thumbnail(image: tf.Tensor) -> tf.Tensor:
-    """The grayscale thumbnail of :func:`thumbnails` alone."""
-    return thumbnails(image)[0]
-
-
 def finish(image: tf.Tensor, image_bytes: tf.Tensor, size: int, image_format: str,
            jpeg_quality: int, *, apply_exif_orientation: bool = True,
            source_shape: tf.Tensor | None = None, ratio: tf.Tensor | int = 1) -> tf.Tensor:

@@ -12,7 +12,7 @@
 * ``phash``: the 64-bit perceptual hash of the upright image as the dataset stores
   it (resized, EXIF-turned and centre-cropped, before a lossy encode: the pixels both
   decode paths meet in), for re-encodes and resizes. The standard DCT recipe of
-  ``imagehash.phash`` on a 32x32 grayscale thumbnail (``codec.hash_thumbnail``, in
+  ``imagehash.phash`` on a 32x32 grayscale thumbnail (``codec.thumbnails``, in
   the shard step's graph: an area average, then ITU-R 601 luma, where imagehash
   resizes with Lanczos at several times the cost), 2-D DCT-II, the 8x8 lowest
   frequencies against their median. The DCT is done in integers, so the bits are
@@ -126,8 +126,8 @@ def batch_hashes(data: Sequence[bytes], decoded: Sequence[np.ndarray],
                  orientations: Sequence[int], thumbnails: np.ndarray) -> list[ImageHashes]:
     """The signatures of each file of ``data``, decoded to ``uint8 [h, w, 3]`` pixels
     as stored (``decoded``, turned upright by its EXIF orientation for their hash),
-    with the thumbnails ``[n, 32, 32]`` of their stored images
-    (``codec.hash_thumbnail``)."""
+    with the grayscale thumbnails ``[n, 32, 32]`` of their stored images
+    (``codec.thumbnails``)."""
     phashes = perceptual_hashes(thumbnails)
     return [ImageHashes(hashlib.sha256(file).hexdigest(),
                         pixels_xxh128(upright(pixels, orientation)), phash, blank)

@@ -16,11 +16,17 @@ from PIL import Image
 from etl.images import codec, image_hashes
 from tests.image_fixtures import pillow_exif_transpose, random_pixels
 
-_thumbnail = tf.function(codec.hash_thumbnail)
+_thumbnails = tf.function(codec.thumbnails)
 
 
 def thumbnail(pixels: np.ndarray) -> np.ndarray:
-    return _thumbnail(tf.constant(np.ascontiguousarray(pixels))).numpy()
+    """The grayscale thumbnail the hash reads."""
+    return thumbnails(pixels)[0]
+
+
+def thumbnails(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    grey, colour = _thumbnails(tf.constant(np.ascontiguousarray(pixels)))
+    return grey.numpy(), colour.numpy()
 
 
 def phash_hex(pixels: np.ndarray) -> str:
@@ -36,12 +42,18 @@ def _photos() -> list[np.ndarray]:
                                     (37, 11, 301, 157), (200, 300, 64, 96))]
 
 
-def box_thumbnail(pixels: np.ndarray) -> np.ndarray:
-    """The recipe's thumbnail computed independently, for sides that are multiples of
-    32: each 32x32 cell's mean (float64), then ITU-R 601 luma, rounded."""
+def cell_means(pixels: np.ndarray) -> np.ndarray:
+    """Each of the 32 x 32 cells' mean colour (float64), for sides that are
+    multiples of 32."""
     n = pixels.shape[0] // 32
-    means = pixels.astype(np.float64).reshape(32, n, 32, n, 3).mean((1, 3))
-    return np.clip(np.round(means @ [0.299, 0.587, 0.114]), 0, 255).astype(np.uint8)
+    return pixels.astype(np.float64).reshape(32, n, 32, n, 3).mean((1, 3))
+
+
+def box_thumbnail(pixels: np.ndarray) -> np.ndarray:
+    """The recipe's thumbnail computed independently: each cell's mean, then ITU-R
+    601 luma, rounded."""
+    return np.clip(np.round(cell_means(pixels) @ [0.299, 0.587, 0.114]), 0, 255
+                   ).astype(np.uint8)
 
 
 def _golden_inputs() -> dict[str, np.ndarray]:
@@ -79,6 +91,14 @@ def test_thumbnail_is_the_mean_of_each_cell_in_luma():
     for pixels in [*_golden_inputs().values(), random_pixels(2, 96, 96)]:
         difference = thumbnail(pixels).astype(int) - box_thumbnail(pixels).astype(int)
         # float32 in the graph, float64 here: a rounding apart at most.
+        assert np.abs(difference).max() <= 1
+
+
+def test_colour_thumbnail_the_quality_measures_read_is_each_cells_mean_colour():
+    for pixels in [*_golden_inputs().values(), random_pixels(3, 224, 224)]:
+        _, colour = thumbnails(pixels)
+        assert colour.shape == (32, 32, 3) and colour.dtype == np.uint8
+        difference = colour.astype(int) - np.round(cell_means(pixels)).astype(int)
         assert np.abs(difference).max() <= 1
 
 
