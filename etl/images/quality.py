@@ -52,6 +52,7 @@ import numpy as np
 
 from reader import contract
 
+# The side of the perceptual hash's thumbnail (imagehash's recipe), which the measures share.
 QUALITY_THUMBNAIL_SIZE = 32
 QUALITY_FACTS = ("brightness", "brightness_p5", "brightness_p99", "contrast", "sharpness",
                  "entropy", "chroma")
