@@ -103,8 +103,8 @@ class FinishImages:
         import tensorflow as tf
 
         size = config.image_size
-        thumbnail = [codec.HASH_THUMBNAIL_SIZE] * 2
-        quality_shape = [codec.QUALITY_THUMBNAIL_SIZE] * 2 + [3]
+        thumbnail = [codec.QUALITY_THUMBNAIL_SIZE] * 2  # the hash's and the measures'
+        quality_shape = [*thumbnail, 3]
 
         def finish(buffer: tf.Tensor, offsets: tf.Tensor, shapes: tf.Tensor,
                    heads: tf.Tensor) -> tuple[tf.Tensor, ...]:

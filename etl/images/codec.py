@@ -260,15 +260,9 @@ def finish_pixels(image: tf.Tensor, image_bytes: tf.Tensor, size: int, *,
     """
     orientation = (exif.read_orientation(image_bytes) if apply_exif_orientation
                    else tf.constant(1, tf.int32))
-    resized = resize_upright(image, size, orientation if apply_exif_orientation else None,
-                             source_shape=source_shape, ratio=ratio)
-    return center_crop(resized, size), orientation
-
-
-# The stored image's one thumbnail, 32 x 32: its gray levels are what the perceptual
-# hash reads (etl.images.image_hashes), its colours what the quality measures read
-# (etl.images.quality).
-HASH_THUMBNAIL_SIZE = QUALITY_THUMBNAIL_SIZE
+    return resize_and_center_crop(image, size,
+                                  orientation if apply_exif_orientation else None,
+                                  source_shape=source_shape, ratio=ratio), orientation
 
 
 def thumbnails(image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -285,8 +279,7 @@ def thumbnails(image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     only the colour thumbnail's rounding to the hash's cost."""
     # uint8 in: ResizeArea sums each pixel as a float itself, so a float32 copy of
     # the whole image first would only cost memory and time.
-    small = tf.image.resize(image, [HASH_THUMBNAIL_SIZE, HASH_THUMBNAIL_SIZE],
-                            method="area")
+    small = tf.image.resize(image, [QUALITY_THUMBNAIL_SIZE] * 2, method="area")
     luma = tf.linalg.matvec(small, tf.constant([0.299, 0.587, 0.114], tf.float32))
     return _to_uint8(luma), _to_uint8(small)
 
