@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
-from etl.core import accounting, resume, sharding, splits, storage, versions
-from etl.core.output_dir import prepare_output_dir
+from etl.core import accounting, resume, run_lock, sharding, splits, storage, versions
+from etl.core.output_dir import check_output_path, prepare_output_dir
 from etl.core.shard_files import DEFAULT_GZIP_LEVEL, ShardFormat, check_gzip_level
 from pipelines import failures, held_reports, runner_defaults, summary
 from reader import contract
@@ -144,9 +144,11 @@ class DatasetOptions(PipelineOptions):
                  "as it comes, and still end with the one-line error.")
         parser.add_argument(
             "--tft_temp_dir",
-            help="tf.Transform scratch directory, written through TensorFlow's own "
-                 "filesystem; also where the transform output is loaded from and the "
-                 "time-series job spills rows. Must be shared storage (gs://...) on "
+            help="Folder for tf.Transform's scratch files, written through "
+                 "TensorFlow's own filesystem; also where the transform output is "
+                 "loaded from and the time-series job spills rows. The run works in "
+                 "a folder of its own inside it (tfrecord-etl-<hash of --output_dir>) "
+                 "and removes only that. Must be shared storage (gs://...) on "
                  "Dataflow. Default: <output_dir>/tmp, or a local temp folder when "
                  "--output_dir is an object store and the runner is local "
                  "(docs/RUNNING_AT_SCALE.md).")
@@ -219,8 +221,11 @@ class OutputSettings:
             compression=contract.check_compression(options.compression),
             gzip_level=check_gzip_level(
                 default_gzip_level if options.gzip_level is None else options.gzip_level),
-            tft_temp_dir=(options.tft_temp_dir or runner_defaults.default_tft_temp_dir(
-                options.output_dir, options)),
+            tft_temp_dir=(runner_defaults.scratch_dir(options.tft_temp_dir,
+                                                      options.output_dir)
+                          if options.tft_temp_dir else
+                          runner_defaults.default_tft_temp_dir(options.output_dir,
+                                                               options)),
             overwrite=options.overwrite,
             max_error_fraction=options.max_error_fraction,
             resume=not options.no_resume,
@@ -274,22 +279,26 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
         return {}
     started = time.monotonic()
     version = getattr(job, "version", versions.FIRST_VERSION)
-    prepare_output_dir(job.output.output_dir, job.output.overwrite, job.output.resume,
-                       append=version.appends)
-    pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, job)
-    try:
-        result = runner_defaults.run_to_completion(pipeline)
-    except Exception as e:
-        # Every runner reports a failed step in its own words; a withheld dataset
-        # is recognised by the record the manifest step left, with its type.
-        withheld = accounting.read_failure(job.output.output_dir)
-        if withheld is not None:
-            raise withheld from e
-        raise
-    elapsed = time.monotonic() - started
-    runner_defaults.remove_temp_dir(job.output.tft_temp_dir)
-    resume.remove_progress(job.output.output_dir)
+    check_output_path(job.output.output_dir)
+    # The lock first: nothing in the folder is read for a decision, or changed,
+    # while another run may be changing it.
+    with run_lock.RunLock.acquire(job.output.output_dir):
+        prepare_output_dir(job.output.output_dir, job.output.overwrite,
+                           job.output.resume, append=version.appends)
+        pipeline = beam.Pipeline(options=options)
+        build_pipeline(pipeline, job)
+        try:
+            result = runner_defaults.run_to_completion(pipeline)
+        except Exception as e:
+            # Every runner reports a failed step in its own words; a withheld dataset
+            # is recognised by the record the manifest step left, with its type.
+            withheld = accounting.read_failure(job.output.output_dir)
+            if withheld is not None:
+                raise withheld from e
+            raise
+        elapsed = time.monotonic() - started
+        runner_defaults.remove_temp_dir(job.output.tft_temp_dir)
+        resume.remove_progress(job.output.output_dir)
     manifest = versions.read_manifest(job.output.output_dir)
     counts = summary.run_counts(result)
     if manifest.get("dataset_version", 1) < version.number:

@@ -101,8 +101,16 @@ def default_tft_temp_dir(output_dir: str, options: PipelineOptions) -> str:
     any object store and what costs no requests."""
     if not storage.is_remote(output_dir) or runs_on_remote_workers(options):
         return storage.join(output_dir, "tmp")
+    return scratch_dir(tempfile.gettempdir(), output_dir)
+
+
+def scratch_dir(parent: str, output_dir: str) -> str:
+    """The run's own scratch folder under a folder it shares (``--tft_temp_dir``, the
+    system's temp folder): named after ``output_dir``, so that a rerun finds it and
+    runs into other output folders do not, and removed at the end without touching
+    anything else in ``parent``."""
     name = hashlib.sha256(output_dir.encode()).hexdigest()[:16]
-    return storage.join(tempfile.gettempdir(), f"tfrecord-etl-{name}")
+    return storage.join(parent, f"tfrecord-etl-{name}")
 
 
 def run_to_completion(pipeline: Pipeline) -> PipelineResult:

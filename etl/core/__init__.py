@@ -13,5 +13,7 @@
 8. ``accounting``: the pieces of a job's check: errors, reconciliation, error fraction.
 9. ``manifest``, ``publish``: the tail every job ends with, the manifest written last;
    ``fingerprint``, ``resume``: what a run will produce, and the shards a rerun keeps.
-10. ``output_dir``, ``fault_injection``: preparing the output, test pause points.
+10. ``output_dir``, ``run_lock`` (with ``conditional_writes``), ``fault_injection``:
+    whose the output folder is and what a run may delete there, one run per folder,
+    test pause points.
 """

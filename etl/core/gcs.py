@@ -77,9 +77,10 @@ def _blob(path: str) -> Any:
     return _client().bucket(bucket).blob(name)
 
 
-def subfolders(path: str) -> list[str]:
-    """Names of the "folders" right under the prefix ``path``: one listing with a
-    ``/`` delimiter (a request per 1,000 names), not every object under it.
+def _list_one_level(path: str) -> tuple[list[str], list[str]]:
+    """The names of the "folders" and of the objects right under the prefix ``path``:
+    one listing with a ``/`` delimiter (a request per 1,000 names), not every object
+    under it. An object named like the folder itself (a console's) is left out.
 
     Raises:
         OSError: for a failed request.
@@ -89,12 +90,33 @@ def subfolders(path: str) -> list[str]:
 
     bucket, prefix = gcsio.parse_gcs_path(path.rstrip("/") + "/", object_optional=True)
     listing = _client().list_blobs(bucket, prefix=prefix, delimiter="/")
+    files = []
     try:
-        for _ in listing.pages:
-            pass
+        for page in listing.pages:
+            files += [blob.name[len(prefix):] for blob in page if blob.name != prefix]
     except exceptions.GoogleAPICallError as e:
         raise OSError(f"Cannot list {path!r}: {e}") from e
-    return sorted(name[len(prefix):].rstrip("/") for name in listing.prefixes)
+    return sorted(name[len(prefix):].rstrip("/") for name in listing.prefixes), files
+
+
+def subfolders(path: str) -> list[str]:
+    """Names of the "folders" right under the prefix ``path``, sorted.
+
+    Raises:
+        OSError: for a failed request.
+    """
+    return _list_one_level(path)[0]
+
+
+def entries(path: str) -> list[str]:
+    """Names of everything right under the prefix ``path``, sorted; a folder's with a
+    trailing ``/``.
+
+    Raises:
+        OSError: for a failed request.
+    """
+    folders, files = _list_one_level(path)
+    return sorted([f"{name}/" for name in folders] + files)
 
 
 def read(path: str, max_bytes: int | None = None) -> bytes:
@@ -162,3 +184,80 @@ def delete(path: str) -> None:
         pass
     except exceptions.GoogleAPICallError as e:
         raise OSError(f"Cannot delete {path!r}: {e}") from e
+
+
+def _precondition_failed() -> type[Exception]:
+    from google.api_core import exceptions
+
+    return exceptions.PreconditionFailed
+
+
+def create_new(path: str, data: bytes) -> int | None:
+    """Uploads ``data`` as the object ``path`` only if there is none (the precondition
+    ``ifGenerationMatch=0``: of two writers, exactly one succeeds); returns the new
+    object's generation, None if an object was there.
+
+    Raises:
+        OSError: for a failed request.
+    """
+    return write_if_generation(path, data, 0)
+
+
+def write_if_generation(path: str, data: bytes, generation: int) -> int | None:
+    """Uploads ``data`` as ``path`` if its generation is still ``generation`` (0: no
+    object); returns the new generation, None if the object changed meanwhile.
+
+    Raises:
+        OSError: for a failed request.
+    """
+    from google.api_core import exceptions
+
+    blob = _blob(path)
+    try:
+        blob.upload_from_string(data, content_type="application/octet-stream",
+                                if_generation_match=generation)
+    except (_precondition_failed(), exceptions.NotFound):
+        return None
+    except exceptions.GoogleAPICallError as e:
+        raise OSError(f"Cannot write {path!r}: {e}") from e
+    return int(blob.generation)
+
+
+def read_with_generation(path: str) -> tuple[bytes, int] | None:
+    """The object's bytes and the generation they are of; None if there is none.
+
+    Raises:
+        OSError: for a failed request.
+    """
+    from google.api_core import exceptions
+
+    blob = _blob(path)
+    try:
+        found = blob.bucket.get_blob(blob.name)
+        if found is None:
+            return None
+        return (found.download_as_bytes(raw_download=True,
+                                        if_generation_match=found.generation),
+                int(found.generation))
+    except (exceptions.NotFound, _precondition_failed()):
+        return None  # Gone or replaced between the two requests.
+    except exceptions.GoogleAPICallError as e:
+        raise OSError(f"Cannot read {path!r}: {e}") from e
+
+
+def delete_if_generation(path: str, generation: int) -> bool:
+    """Deletes ``path`` if its generation is still ``generation``; False if it is gone
+    or was replaced.
+
+    Raises:
+        OSError: for a failed request.
+    """
+    from google.api_core import exceptions
+
+    try:
+        _blob(path).delete(if_generation_match=generation)
+    except (exceptions.NotFound, _precondition_failed()):
+        return False
+    except exceptions.GoogleAPICallError as e:
+        raise OSError(f"Cannot delete {path!r}: {e}") from e
+    return True

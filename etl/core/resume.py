@@ -34,7 +34,7 @@ import apache_beam as beam
 
 from etl.core import fingerprint, singletons, storage
 from etl.core.dead_letters import Rejection
-from etl.core.shard_files import FileFacts
+from etl.core.shard_files import FileFacts, is_shard_file
 from reader import contract
 
 PROGRESS_DIRNAME = "progress"
@@ -179,11 +179,13 @@ def _undo_renames(output_dir: str) -> None:
 
 
 def _split_files(output_dir: str) -> list[str]:
-    """Every file under the split folders, relative to ``output_dir``."""
+    """The files under the split folders named like a run's shards, relative to
+    ``output_dir``: what a run may delete there (a user's other files stay)."""
     found = []
     for split in contract.SPLITS:
         folder = storage.join(output_dir, split)
-        found += [storage.join(split, name) for name in storage.relative_files(folder)]
+        found += [storage.join(split, name) for name in storage.relative_files(folder)
+                  if is_shard_file(name)]
     return sorted(found)
 
 

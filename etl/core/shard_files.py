@@ -21,6 +21,7 @@ import concurrent.futures
 import dataclasses
 import gzip
 import io
+import re
 from collections.abc import Iterable
 from typing import Any, BinaryIO
 
@@ -32,6 +33,21 @@ from reader import contract
 DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
 # Framed records are deflated a chunk at a time, the GIL released for each chunk.
 DEFLATE_CHUNK_BYTES = 1 << 20
+
+
+# A shard file's name as our jobs write it, in a split folder: final
+# (``<name>-<split>-00000-of-00003``), pending (``<name>-<split>-pending-00000``), a
+# record index beside either, and any of them still being written.
+_SPLIT_NAMES = "|".join(map(re.escape, contract.SPLITS))
+_SHARD_FILE = re.compile(
+    rf"[^/]+-(?:{_SPLIT_NAMES})-(?:pending-\d{{5}}|\d{{5}}-of-\d{{5}})\.tfrecord(?:\.gz)?"
+    rf"(?:{re.escape(contract.INDEX_SUFFIX)})?(?:{re.escape(storage.INCOMPLETE_SUFFIX)})?")
+
+
+def is_shard_file(name: str) -> bool:
+    """True for a file name in a split folder that a run of ours writes (what a run
+    may delete there); False for anything else, a user's file named otherwise."""
+    return _SHARD_FILE.fullmatch(name) is not None
 
 
 def check_gzip_level(level: int) -> int:

@@ -397,3 +397,19 @@ def make_folder(folder: str) -> None:  # A local folder; an object store has non
 
 
 resolves_inside = local_tree.resolves_inside  # Links followed; URIs as written.
+
+
+def entries(folder: str) -> list[str]:
+    """Names of what is directly under ``folder``, sorted, a folder's with a trailing
+    ``/``; none if there is no such folder. On GCS one delimited listing, however
+    many objects lie deeper."""
+    folder = folder.rstrip("/")
+    if not is_remote(folder):
+        if not os.path.isdir(folder):
+            return []
+        return sorted(entry.name + ("/" if entry.is_dir() else "")
+                      for entry in os.scandir(folder))
+    if _scheme(folder) == "gs":
+        return gcs.entries(folder)
+    return sorted({name.split("/", 1)[0] + ("/" if "/" in name else "")
+                   for name in relative_files(folder)})

@@ -13,13 +13,19 @@ import json
 import os
 import re
 import shutil
+import socket
 
 import pytest
 
-from etl.core import fault_injection, resume
+from etl.core import fault_injection, resume, run_lock
 from reader import contract
 from tests import image_fixtures
-from tests.job_commands import kill_job, kill_when_stopped, start_job_to_pause
+from tests.job_commands import (
+    kill_job,
+    kill_when_stopped,
+    start_job_to_pause,
+    wait_until_stopped,
+)
 from tests.job_runs import (
     REPORT_DUPLICATES,
     TEST_IMAGE_SIZE,
@@ -40,6 +46,9 @@ AT_70 = f"{fault_injection.SHARD_WRITING}:9"
 BEFORE_MANIFEST = fault_injection.MANIFEST_WRITING
 FOR_OTHER_OPTION = "copy of the ~30 % run"
 OTHER_OPTION = "--jpeg_quality=80"
+# What a second run started on the ~30 % run's folder while it was frozen met:
+# [error message, the frozen run's pid, whether the folder was left unchanged].
+SECOND_RUN: list = []
 SUMMARY_LINE = re.compile(r"resumed: (\d+) shard\(s\) kept from the interrupted run, "
                           r"(\d+) transformed \((\d+) inputs\)")
 
@@ -88,6 +97,7 @@ def reruns(kill_input, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Re
     flipped); a copy of the ~30 % one is rerun with another option."""
     root = tmp_path_factory.mktemp("killed")
     started = {}
+    second_run = SECOND_RUN
     for point in (AT_30, AT_70, BEFORE_MANIFEST):
         out = str(root / point.replace(":", "_"))
         started[point] = out, start_job_to_pause(
@@ -95,6 +105,15 @@ def reruns(kill_input, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Re
     killed = {}
     try:
         for point, (out, process) in started.items():
+            if point == AT_30:
+                # A second run while the first holds the folder: refused, the
+                # first's files untouched.
+                wait_until_stopped(process)
+                before = files_under(out)
+                with pytest.raises(run_lock.LockHeldError) as refused:
+                    run_images_job(kill_input, out, *FLAGS)
+                second_run[:] = [str(refused.value), process.pid,
+                                 before == files_under(out)]
             kill_when_stopped(process)
             killed[point] = out, files_under(out), _records(out)
     finally:
@@ -184,3 +203,22 @@ def test_a_changed_option_starts_clean_in_one_line(reruns, uninterrupted):
     assert lines == [expected], run.stderr
     assert run.kept_transformed_inputs() == (0, 0, 0)
     assert output_digests(run.out) != output_digests(uninterrupted[0])
+
+
+def test_a_second_run_on_a_held_folder_refuses_naming_the_holder(reruns):
+    message, pid, unchanged = SECOND_RUN
+    assert message.startswith(f"--output_dir {reruns[AT_30].out!r} is in use by "
+                              f"another run (host {socket.gethostname()}, pid {pid}, "
+                              f"started "), message
+    assert unchanged
+
+
+@pytest.mark.parametrize("point", [AT_30, AT_70, BEFORE_MANIFEST])
+def test_a_killed_runs_lock_is_taken_over_in_one_line(reruns, point):
+    run = reruns[point]
+    lines = [line for line in run.stderr.splitlines() if line.startswith("[lock]")]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"[lock] taking over {run.out} from an earlier run (host "
+        f"{socket.gethostname()}, pid "), run.stderr
+    assert lines[0].endswith("its process no longer exists.")
+    assert not os.path.exists(run_lock.lock_path(run.out))  # Released at the end.
