@@ -28,7 +28,7 @@ from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import Rejection
 from etl.core.inputs import InputsEntry, count_one
 from etl.core.publish import ManifestSpec, PublishDataset
-from etl.timeseries import accounting, buckets, calendar, categories, summary
+from etl.timeseries import accounting, buckets, calendar, categories, ranges, summary
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries import roles as roles_lib
 from etl.timeseries import series as ts_series
@@ -130,6 +130,11 @@ class TimeSeriesOptions(common.DatasetOptions, PipelineOptions):
                                  + ",".join(calendar.FEATURES) + ".")
         parser.add_argument("--target_transform", choices=roles_lib.TARGET_TRANSFORMS,
                             help="Applied to the targets before scaling (default none).")
+        common.add_mib_argument(
+            parser, "--max_line_mb", ranges.DEFAULT_MAX_LINE_BYTES,
+            "Longest CSV or JSON Lines line read, in MiB (at most "
+            f"{ranges.MAX_LINE_BYTES_LIMIT // 2**20}); a longer one stops the job, "
+            "naming it. Default %(default)s.")
 
 
 def _is_labels_file(value: str) -> bool:
@@ -254,7 +259,13 @@ class TimeSeriesJob:
         roles = column_roles(options, values)
         columns = Columns(options.series_id_column, options.timestamp_column, roles.reals,
                           roles.categoricals)
-        input_plan = InputPlan.from_pattern(options.input, columns)
+        max_line_bytes = common.mib_to_bytes(options.max_line_mb)
+        if not 0 < max_line_bytes <= ranges.MAX_LINE_BYTES_LIMIT:
+            raise ValueError(f"--max_line_mb must be above 0 and at most "
+                             f"{ranges.MAX_LINE_BYTES_LIMIT // 2**20}, got "
+                             f"{options.max_line_mb:g}.")
+        input_plan = InputPlan.from_pattern(options.input, columns,
+                                            max_line_bytes=max_line_bytes)
         labels_file = labels_path(options)
         classification = labels_file is not None
         labels, label_rejections = ({}, [])

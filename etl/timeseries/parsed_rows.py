@@ -5,7 +5,7 @@ column-wise path here only decides rows it provably decides the same way (number
 matching a plain decimal pattern, numeric Arrow types, timestamps parsed once per
 distinct value by ``parse_timestamp`` itself); every other row goes through
 ``parse_row``, so rejections, their messages and the row accounting are exactly the
-row path's.
+row path's (both paths cut a key or message past ``MAX_REJECTION_TEXT`` characters).
 """
 
 from __future__ import annotations
@@ -33,6 +33,16 @@ from etl.timeseries.time_texts import DATETIME_BIT, NUMERIC_BIT
 # RE2 patterns (pyarrow.compute): a plain decimal number, a missing-value word.
 _PLAIN_NUMBER = r"^ *[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)? *$"
 _MISSING_WORD = r"^ *((?i)nan|null|none|na|n/a)? *$"
+# A rejection's key and message quote the series id, timestamp or value they hold,
+# which a long line makes megabytes long; the dead letter and the manifest's examples
+# keep this many characters of them (a malformed line shows its first 200).
+MAX_REJECTION_TEXT = 1000
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_REJECTION_TEXT:
+        return text
+    return f"{text[:MAX_REJECTION_TEXT]}... ({len(text)} characters)"
 
 
 @dataclasses.dataclass
@@ -81,6 +91,9 @@ class RowsBuilder:
 
     def add_result(self, position: int, result: Row | Rejection) -> None:
         if isinstance(result, Rejection):
+            if max(len(result.key), len(result.message)) > MAX_REJECTION_TEXT:
+                result = dataclasses.replace(result, key=_cut(result.key),
+                                             message=_cut(result.message))
             self.rejections.append(result)
         else:
             self._slow.append((position, result))

@@ -5,7 +5,8 @@ that stands for parsing each line alone (simple CSV fields; JSON objects whose c
 types read back as ``json.loads`` gives them); ``parsed_rows.add_table`` validates
 those columns. Every other line (non-ASCII CSV, quotes inside a field, JSON Lines
 that are not plain, lines that fail) is parsed alone by ``etl.core.text_rows`` and
-``parse_row``.
+``parse_row``. pyarrow reads a block of 1 MiB at a time and refuses a line that
+spans a whole one, so a range holding a longer line is read in blocks sized to it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,21 @@ import pyarrow as pa
 from etl.core import dead_letters, storage, text_rows
 from etl.core.dead_letters import Rejection
 from etl.timeseries.parsed_rows import ParsedRows, RowsBuilder, add_table
-from etl.timeseries.ranges import POSITION_FILE_STRIDE, InputRange, read_owned_lines
+from etl.timeseries.ranges import (
+    DEFAULT_MAX_LINE_BYTES,
+    POSITION_FILE_STRIDE,
+    InputRange,
+    line_too_long,
+    long_line,
+    read_owned_lines,
+)
 from etl.timeseries.sources import Columns, parse_row
 
 _BOM_BYTES = text_rows.BOM.encode()
+# pyarrow's CSV and JSON readers parse blocks of this many bytes (their default); a
+# line longer than a block may span a whole one, which they refuse ("straddling
+# object straddles two block boundaries").
+ARROW_BLOCK_BYTES = 1 << 20
 # A CSV line the column-wise path reads: printable ASCII without quotes, so its
 # fields are exactly its comma-separated parts (and Python's strip() removes only
 # spaces from them).
@@ -69,17 +81,41 @@ def _line_spans(block: bytes) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends
 
 
-def _read_plain_csv(data: bytes, num_columns: int, needed: Mapping[str, int]
-                    ) -> dict[str, pa.Array] | None:
+def arrow_block_size(block: bytes, first_line: int, path: str,
+                     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> int | None:
+    """The block size pyarrow reads ``block``'s lines in (the first is line
+    ``first_line`` of ``path``): None, its default, when none is longer than a
+    block; else the smallest multiple of a block longer than the longest line.
+
+    Raises:
+        ValueError: for a line longer than ``max_line_bytes``, naming it and the flag.
+    """
+    longest = long_line(block, min(ARROW_BLOCK_BYTES, max_line_bytes) + 1)
+    if longest is None:
+        return None
+    index, length = longest
+    if length > max_line_bytes:
+        raise line_too_long(path, first_line + index, max_line_bytes)
+    if length <= ARROW_BLOCK_BYTES:
+        return None
+    return (length // ARROW_BLOCK_BYTES + 1) * ARROW_BLOCK_BYTES
+
+
+def _read_plain_csv(data: bytes, num_columns: int, needed: Mapping[str, int],
+                    block_size: int | None = None) -> dict[str, pa.Array] | None:
     """pyarrow's parse of simple, well-formed CSV lines (no header), or None when any
-    line is not a row of ``num_columns`` fields."""
+    line is not a row of ``num_columns`` fields. ``block_size``: see
+    ``arrow_block_size``."""
     import pyarrow.csv as pa_csv
 
     names = [f"f{i}" for i in range(num_columns)]
+    read_options = pa_csv.ReadOptions(column_names=names)
+    if block_size is not None:
+        read_options.block_size = block_size
     try:
         table = pa_csv.read_csv(
             pa.py_buffer(data),
-            read_options=pa_csv.ReadOptions(column_names=names),
+            read_options=read_options,
             parse_options=pa_csv.ParseOptions(quote_char='"' if b'"' in data else False,
                                               double_quote=False,
                                               newlines_in_values=False,
@@ -106,8 +142,10 @@ def _is_plain_block(block: bytes) -> bool:
 
 
 def csv_block_rows(block: bytes, first_line: int, header: tuple[str, ...],
-                   columns: Columns, file_index: int, path: str) -> ParsedRows:
-    """The rows of ``block`` (whole CSV data lines; the first is line ``first_line``)."""
+                   columns: Columns, file_index: int, path: str,
+                   block_size: int | None = None) -> ParsedRows:
+    """The rows of ``block`` (whole CSV data lines; the first is line ``first_line``),
+    read by pyarrow in blocks of ``block_size`` (``arrow_block_size``)."""
     builder = RowsBuilder(columns)
     base = file_index * POSITION_FILE_STRIDE
 
@@ -121,7 +159,7 @@ def csv_block_rows(block: bytes, first_line: int, header: tuple[str, ...],
         return builder.build()
     if len(header) >= 2 and (_is_plain_block(block) or (
             b'"' in block and _is_simple_block(block, len(header)))):
-        table = _read_plain_csv(block, len(header), needed)
+        table = _read_plain_csv(block, len(header), needed, block_size)
         count = block.count(b"\n") + (not block.endswith(b"\n"))
         if table is not None and len(table[columns.series_id]) == count:
             add_table(builder, table, columns,
@@ -152,7 +190,8 @@ def csv_block_rows(block: bytes, first_line: int, header: tuple[str, ...],
         else:
             builder.add_result(position, parse_row(row, columns, source_of(position)))
     if plain_lines:
-        table = _read_plain_csv(b"\n".join(plain_lines), len(header), needed)
+        table = _read_plain_csv(b"\n".join(plain_lines), len(header), needed,
+                                block_size)
         if table is None:  # Not expected: each line passed the plain-row check above.
             raise ValueError(f"pyarrow could not read simple lines of {path!r}.")
         add_table(builder, table, columns,
@@ -175,23 +214,30 @@ _JSON_EXACT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_i
                      pa.types.is_boolean, pa.types.is_null)
 
 
-def _read_plain_jsonl(block: bytes, columns: Columns) -> dict[str, pa.Array] | None:
+def _read_plain_jsonl(block: bytes, columns: Columns, block_size: int | None = None
+                      ) -> dict[str, pa.Array] | None:
     """pyarrow's parse of ``block``'s needed columns (one JSON object per line), or
     None when it cannot stand for parsing each line alone: a line pyarrow skips or
-    refuses, a nested value, a type that hides what a line held (above)."""
+    refuses, a nested value, a type that hides what a line held (above).
+    ``block_size``: see ``arrow_block_size``."""
     import pyarrow.json as pa_json
 
     count = block.count(b"\n") + (not block.endswith(b"\n"))
     needed = list(columns.names)
+    read_options = pa_json.ReadOptions()
+    if block_size is not None:
+        read_options.block_size = block_size
     try:
-        table = pa_json.read_json(pa.py_buffer(block))
+        table = pa_json.read_json(pa.py_buffer(block), read_options=read_options)
         # pyarrow turns strings that look like dates into timestamps: read those
         # columns again as the strings they are.
         dated = [name for name in needed if name in table.column_names
                  and pa.types.is_temporal(table.schema.field(name).type)]
         if dated:
-            table = pa_json.read_json(pa.py_buffer(block), parse_options=pa_json.ParseOptions(
-                explicit_schema=pa.schema([(name, pa.string()) for name in dated])))
+            table = pa_json.read_json(
+                pa.py_buffer(block), read_options=read_options,
+                parse_options=pa_json.ParseOptions(
+                    explicit_schema=pa.schema([(name, pa.string()) for name in dated])))
     except pa.ArrowInvalid:
         return None
     if table.num_rows != count:  # pyarrow skips blank lines; they are no rows here either,
@@ -212,14 +258,16 @@ def _read_plain_jsonl(block: bytes, columns: Columns) -> dict[str, pa.Array] | N
 
 
 def jsonl_block_rows(block: bytes, first_line: int, columns: Columns, file_index: int,
-                     path: str, strip_bom: bool) -> ParsedRows:
-    """The rows of ``block`` (whole JSON Lines; the first is line ``first_line``)."""
+                     path: str, strip_bom: bool, block_size: int | None = None
+                     ) -> ParsedRows:
+    """The rows of ``block`` (whole JSON Lines; the first is line ``first_line``),
+    read by pyarrow in blocks of ``block_size`` (``arrow_block_size``)."""
     builder = RowsBuilder(columns)
     base = file_index * POSITION_FILE_STRIDE
     plain = block
     while strip_bom and plain.startswith(_BOM_BYTES):
         plain = plain[len(_BOM_BYTES):]
-    table = _read_plain_jsonl(plain, columns) if plain else None
+    table = _read_plain_jsonl(plain, columns, block_size) if plain else None
     if table is not None:
         count = len(table[columns.series_id])
         add_table(builder, table, columns,
@@ -265,22 +313,28 @@ def parquet_group_rows(task: InputRange, columns: Columns) -> ParsedRows:
 
 
 def parse_range_rows(task: InputRange, first_line: int, fmt: str, columns: Columns,
-                     header: tuple[str, ...]) -> ParsedRows:
+                     header: tuple[str, ...],
+                     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> ParsedRows:
     """The rows of one range of a ``fmt`` file.
 
     ``first_line`` is the number of the range's first line (1 + the line breaks
     before the range); unused for Parquet. ``header`` is the CSV file's header.
+
+    Raises:
+        ValueError: for a line longer than ``max_line_bytes`` (which the driver
+            finds first in a local file: ``ranges.find_long_line``).
     """
     if fmt == "parquet":
         return parquet_group_rows(task, columns)
-    block, skipped = read_owned_lines(task)
+    block, skipped = read_owned_lines(task, max_line_bytes)
     first_line += skipped
+    block_size = arrow_block_size(block, first_line, task.path, max_line_bytes)
     if fmt == "csv":
         if task.start == 0:  # The header line.
             cut = block.find(b"\n")
             block = b"" if cut < 0 else block[cut + 1:]
             first_line += 1
         return csv_block_rows(block, first_line, header, columns, task.file_index,
-                              task.path)
+                              task.path, block_size)
     return jsonl_block_rows(block, first_line, columns, task.file_index, task.path,
-                            strip_bom=task.start == 0)
+                            strip_bom=task.start == 0, block_size=block_size)

@@ -4,12 +4,19 @@ A text file (CSV, JSON Lines) is cut into byte ranges; a range owns the lines th
 *start* inside it. A Parquet file is cut into its row groups. Line numbers
 (``<file>:<line>`` in dead letters) come from a first pass that counts the line
 breaks of every range (``count_line_breaks``, ``first_line_numbers``).
+
+A line may be up to ``--max_line_mb`` long (``DEFAULT_MAX_LINE_BYTES``, its line break
+aside); ``find_long_line`` finds a longer one in a local file before the job runs, a
+probe every ``max_line_bytes / 2`` bytes, and ``long_line`` in a range's bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import IO
+
+import numpy as np
 
 from etl.core import storage
 from etl.timeseries.sources import Columns, check_columns
@@ -20,6 +27,17 @@ RANGE_BYTES = 32 * 1024 * 1024
 POSITION_FILE_STRIDE = 1 << 40
 
 _READ_TAIL_BYTES = 64 * 1024
+
+_MIB = 1024 * 1024
+# The longest line (bytes, its line break aside) a job reads by default, and the
+# most --max_line_mb may allow: pyarrow's block, which must hold the longest line
+# of a range (etl/timeseries/parsing.py), is an int32.
+DEFAULT_MAX_LINE_BYTES = 64 * _MIB
+MAX_LINE_BYTES_LIMIT = 1024 * _MIB
+# What the line-length check reads at a time: a probe first, then the rest of a
+# window in which the probe found no line break.
+_PROBE_BYTES = 64 * 1024
+_SCAN_BYTES = 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,9 +107,13 @@ def first_line_numbers(counts: list[tuple[tuple[int, int], int]]) -> dict[tuple[
     return before
 
 
-def read_owned_lines(task: InputRange) -> tuple[bytes, int]:
+def read_owned_lines(task: InputRange, max_line_bytes: int | None = None
+                     ) -> tuple[bytes, int]:
     """The lines that start in ``[start, end)``, and how many line breaks precede the
-    first of them inside the range (0, or 1 when the range starts mid-line)."""
+    first of them inside the range (0, or 1 when the range starts mid-line).
+
+    With ``max_line_bytes``, the last line is read past the range's end only until it
+    is found longer than that (then it is cut, and still longer)."""
     with storage.open_read(task.path) as f:
         skipped = 0
         if task.start > 0:
@@ -110,7 +132,8 @@ def read_owned_lines(task: InputRange) -> tuple[bytes, int]:
         # Finish the last line, which may end after the range.
         if data and not data.endswith(b"\n") and task.end > task.start:
             tail = []
-            while True:
+            tail_bytes = 0
+            while max_line_bytes is None or tail_bytes <= max_line_bytes:
                 more = f.read(_READ_TAIL_BYTES)
                 if not more:
                     break
@@ -119,5 +142,110 @@ def read_owned_lines(task: InputRange) -> tuple[bytes, int]:
                     tail.append(more[:cut + 1])
                     break
                 tail.append(more)
+                tail_bytes += len(more)
             data += b"".join(tail)
     return data, skipped
+
+
+def line_too_long(path: str, line: int, max_line_bytes: int) -> ValueError:
+    """The error for line ``line`` of ``path``, longer than ``max_line_bytes``."""
+    return ValueError(
+        f"Line {line} of {path!r} is longer than --max_line_mb={max_line_bytes / _MIB:g} "
+        f"({max_line_bytes} bytes): raise --max_line_mb (at most "
+        f"{MAX_LINE_BYTES_LIMIT // _MIB}) to read it.")
+
+
+def long_line(block: bytes, min_length: int) -> tuple[int, int] | None:
+    """``(index, length)`` of the longest line of ``block`` (length: its bytes, the
+    line break aside; index: 0 for the first line) when it is ``min_length`` bytes or
+    longer, else None.
+
+    Cheap when no line is: every ``min_length // 2`` bytes a search for a line break
+    that ordinary lines end at once; only when one finds none are the lines measured.
+    """
+    window = max(1, min_length // 2)
+    # A line of 2 * window - 1 bytes or more spans a whole window at a multiple of
+    # window; each window holding a line break bounds every line to fewer bytes.
+    if all(block.find(b"\n", start, start + window) >= 0
+           for start in range(0, len(block) - window + 1, window)):
+        return None
+    breaks = np.flatnonzero(np.frombuffer(block, np.uint8) == ord("\n"))
+    lengths = np.diff(np.concatenate([[-1], breaks, [len(block)]])) - 1
+    index = int(np.argmax(lengths))
+    length = int(lengths[index])
+    return (index, length) if length >= min_length else None
+
+
+def _has_line_break(f: IO[bytes], start: int, end: int) -> bool:
+    """Whether bytes ``[start, end)`` of ``f`` hold a line break."""
+    f.seek(start)
+    size = _PROBE_BYTES
+    while start < end:
+        data = f.read(min(size, end - start))
+        if not data:
+            return False
+        if b"\n" in data:
+            return True
+        start += len(data)
+        size = _SCAN_BYTES
+    return False
+
+
+def _line_span(f: IO[bytes], start: int, end: int, size: int, max_bytes: int
+               ) -> tuple[int, int]:
+    """Where the line holding bytes ``[start, end)`` (no line break there) of the
+    ``size``-byte file ``f`` starts and ends (at its line break or the file's end),
+    looked for only until the line is found longer than ``max_bytes``."""
+    while start > 0 and end - start <= max_bytes:
+        step = min(_SCAN_BYTES, start)
+        f.seek(start - step)
+        cut = f.read(step).rfind(b"\n")
+        if cut >= 0:
+            start = start - step + cut + 1
+            break
+        start -= step
+    f.seek(end)
+    while end < size and end - start <= max_bytes:
+        data = f.read(_SCAN_BYTES)
+        if not data:
+            break
+        cut = data.find(b"\n")
+        if cut >= 0:
+            return start, end + cut
+        end += len(data)
+    return start, end
+
+
+def _line_breaks_before(f: IO[bytes], offset: int) -> int:
+    """How many line breaks bytes ``[0, offset)`` of ``f`` hold."""
+    f.seek(0)
+    count = 0
+    while offset > 0:
+        data = f.read(min(_SCAN_BYTES, offset))
+        if not data:
+            break
+        count += data.count(b"\n")
+        offset -= len(data)
+    return count
+
+
+def find_long_line(path: str, size: int, max_line_bytes: int) -> int | None:
+    """The number (1-based) of the first line of the ``size``-byte text file at
+    ``path`` longer than ``max_line_bytes`` (its line break aside), or None.
+
+    Reads a probe of 64 KiB every ``max_line_bytes // 2 + 1`` bytes (nothing in a
+    smaller file): a longer line spans a whole such window, and a window of
+    ordinary lines shows a line break in its first bytes. Only a window without
+    one is read whole, and the line across it measured.
+    """
+    window = max_line_bytes // 2 + 1
+    if size < window:
+        return None
+    with storage.open_read(path) as f:
+        for start in range(0, size - window + 1, window):
+            if _has_line_break(f, start, start + window):
+                continue
+            first, end = _line_span(f, start, start + window, size, max_line_bytes)
+            if end - first > max_line_bytes:
+                return 1 + _line_breaks_before(f, start)
+    return None

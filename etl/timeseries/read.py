@@ -19,15 +19,18 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.transforms import window
 
-from etl.core import dead_letters, singletons, text_rows
+from etl.core import dead_letters, singletons, storage, text_rows
 from etl.core.dead_letters import Rejection
 from etl.timeseries.chunks import ChunkRef, num_buckets, spill_chunks, to_chunks
 from etl.timeseries.parsing import parse_range_rows
 from etl.timeseries.ranges import (
+    DEFAULT_MAX_LINE_BYTES,
     RANGE_BYTES,
     InputRange,
     count_line_breaks,
+    find_long_line,
     first_line_numbers,
+    line_too_long,
     plan_parquet_ranges,
     plan_text_ranges,
 )
@@ -38,14 +41,15 @@ ROW_COUNTS = "row_counts"
 
 
 def parse_range(task: InputRange, first_line: int, fmt: str, columns: Columns,
-                header: tuple[str, ...], buckets: int, spill_dir: str
+                header: tuple[str, ...], buckets: int, spill_dir: str,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
                 ) -> tuple[list[Rejection], int, list[tuple[int, ChunkRef]]]:
     """Parses one range and spills its chunks: ``(rejections, rows, (bucket, ref)s)``.
 
     ``first_line`` is the number of the range's first line (1 + the line breaks
     before the range); unused for Parquet.
     """
-    parsed = parse_range_rows(task, first_line, fmt, columns, header)
+    parsed = parse_range_rows(task, first_line, fmt, columns, header, max_line_bytes)
     path = posixpath.join(spill_dir, f"range-{task.file_index:05d}-{task.range_index:06d}.bin")
     refs = spill_chunks(to_chunks(parsed, buckets), path)
     return parsed.rejections, len(parsed.codes), refs
@@ -61,12 +65,14 @@ class ParseRange(beam.DoFn):
     """
 
     def __init__(self, fmt: str, columns: Columns, headers: Sequence[tuple[str, ...]],
-                 buckets: int, spill_dir: str) -> None:
+                 buckets: int, spill_dir: str,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self._fmt = fmt
         self._columns = columns
         self._headers = list(headers)
         self._buckets = buckets
         self._spill_dir = spill_dir
+        self._max_line_bytes = max_line_bytes
 
     def setup(self) -> None:
         self._threads = max(1, os.cpu_count() or 1)
@@ -85,7 +91,7 @@ class ParseRange(beam.DoFn):
         header = self._headers[task.file_index] if self._fmt == "csv" else ()
         self._in_flight.append(self._pool.submit(
             parse_range, task, first_line, self._fmt, self._columns, header,
-            self._buckets, self._spill_dir))
+            self._buckets, self._spill_dir, self._max_line_bytes))
         while len(self._in_flight) > self._threads:
             yield from self._emit(self._in_flight.popleft().result(), windowed=False)
 
@@ -120,19 +126,34 @@ class InputPlan:
     # (path, size, mtime) of each file, as matched: what identifies the rows for a
     # resumed run's fingerprint.
     file_stats: tuple[tuple[str, int, float], ...] = ()
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # CSV and JSON Lines
 
     @classmethod
     def from_pattern(cls, pattern: str, columns: Columns,
-                     range_bytes: int = RANGE_BYTES) -> InputPlan:
+                     range_bytes: int = RANGE_BYTES,
+                     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> InputPlan:
         """Matches the files, checks their columns and cuts them into ranges.
 
+        A local CSV or JSON Lines file is checked for a line longer than
+        ``max_line_bytes`` (``find_long_line``: a 64 KiB probe every
+        ``max_line_bytes / 2`` bytes). An object store's reader fetches 16 MiB at
+        each probe, so there the read step finds such a line instead, and the run
+        stops there with the same message.
+
         Raises:
-            ValueError: for an unknown extension, no match, or a missing column.
+            ValueError: for an unknown extension, no match, a missing column, or a
+                line longer than ``max_line_bytes``.
         """
         fmt = input_format(pattern)
         matched = matched_files(pattern)
         files = tuple(info.path for info in matched)
         sizes = {info.path: info.size for info in matched}
+        if fmt != "parquet":
+            for path in files:
+                line = None if storage.is_remote(path) else find_long_line(
+                    path, sizes[path], max_line_bytes)
+                if line is not None:
+                    raise line_too_long(path, line, max_line_bytes)
         headers: tuple[tuple[str, ...], ...] = ()
         if fmt == "csv":
             headers = tuple(text_rows.read_csv_header(path) for path in files)
@@ -144,7 +165,7 @@ class InputPlan:
             ranges = plan_text_ranges([(path, sizes[path]) for path in files], range_bytes)
         stats = tuple((info.path, info.size, info.mtime) for info in matched)
         return cls(fmt, files, headers, tuple(ranges), num_buckets(sum(sizes.values())),
-                   stats)
+                   stats, max_line_bytes)
 
 
 class ReadSeriesChunks(beam.PTransform):
@@ -173,7 +194,7 @@ class ReadSeriesChunks(beam.PTransform):
                     first_line_numbers, counts=beam.pvalue.AsList(counts)))
         return tasks | "ParseRanges" >> beam.ParDo(
             ParseRange(self._plan.fmt, self._columns, self._plan.headers,
-                       self._plan.buckets, self._spill_dir),
+                       self._plan.buckets, self._spill_dir, self._plan.max_line_bytes),
             line_breaks_before=line_breaks
         # The row counts typed as the count of parse rejections they are flattened
         # with: Flink's and Spark's runners union a Flatten's inputs only when their
