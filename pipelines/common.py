@@ -14,7 +14,16 @@ from typing import Any, TypeVar
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
-from etl.core import accounting, resume, run_lock, sharding, splits, storage, versions
+from etl.core import (
+    accounting,
+    dead_letters,
+    resume,
+    run_lock,
+    sharding,
+    splits,
+    storage,
+    versions,
+)
 from etl.core.output_dir import check_output_path, prepare_output_dir
 from etl.core.shard_files import DEFAULT_GZIP_LEVEL, ShardFormat, check_gzip_level
 from pipelines import failures, held_reports, runner_defaults, summary
@@ -309,13 +318,13 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
 
 
 class _HideWithheldTracebacks(logging.Filter):
-    """Drops the log record of a withheld dataset's exception: Beam logs a failing
-    step's exception with its traceback before re-raising it, and ``main`` reports
-    a withheld dataset in one line."""
+    """Drops the log record of a withheld dataset's exception, or of an input that
+    stops the job: Beam logs a failing step's exception with its traceback before
+    re-raising it, and ``main`` reports either in one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else record.msg
-        return not isinstance(error, accounting.WithheldError)
+        return not isinstance(error, (accounting.WithheldError, dead_letters.InputError))
 
 
 def main(run: Callable[[Sequence[str]], Any]) -> None:
@@ -345,7 +354,9 @@ def main(run: Callable[[Sequence[str]], Any]) -> None:
     try:
         run(argv)
     except (ValueError, accounting.WithheldError) as e:
-        held.release()
+        # An input found on a worker to stop the job is its line alone; what Beam
+        # held of it (a worker's own report) is dropped.
+        held.drop() if isinstance(e, dead_letters.InputError) else held.release()
         if flags.debug:
             traceback.print_exc()
         sys.exit(f"error: {e}")

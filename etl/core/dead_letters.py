@@ -51,6 +51,10 @@ IMAGE_TOO_LARGE = "image_too_large"
 DUPLICATE_KEY = "duplicate_key"
 PATH_OUTSIDE_ROOT = "path_outside_root"
 UNKNOWN_LABEL = "unknown_label"
+# A FIFO, socket or device where a file was expected (not opened: reading one can
+# block forever); a read that did not finish within the job's read timeout.
+NOT_A_REGULAR_FILE = "not_a_regular_file"
+READ_TIMED_OUT = "read_timed_out"
 # Image fidelity.
 CORRUPT_IMAGE_DATA = "corrupt_image_data"
 # Numeric targets and carried columns of image manifests.
@@ -73,7 +77,16 @@ REASONS: tuple[str, ...] = (
     WINDOW_OUT_OF_RANGE, MISSING_TARGET, INVALID_TARGET, NON_FINITE_TARGET,
     INVALID_CARRIED_VALUE, LABEL_NOT_IN_DATASET, STATIC_VARIES, MISSING_STATIC,
     NEGATIVE_UNDER_LOG1P, CALENDAR_NEEDS_DATES, CROSS_SPLIT_DUPLICATE,
+    NOT_A_REGULAR_FILE, READ_TIMED_OUT,
 )
+
+
+class InputError(ValueError):
+    """An input no dead letter can stand for (a line past ``--max_line_mb``): the job
+    stops with its message as the one ``error:`` line, wherever it is found, a
+    worker's read step included (``pipelines.common.main``)."""
+
+
 # Examples of each reason kept in the manifest and in error messages.
 EXAMPLES_PER_REASON = 3
 

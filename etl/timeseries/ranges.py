@@ -18,7 +18,7 @@ from typing import IO
 
 import numpy as np
 
-from etl.core import storage
+from etl.core import dead_letters, storage
 from etl.timeseries.sources import Columns, check_columns
 
 # Bytes of CSV / JSON Lines one read task parses (its lines: those starting inside).
@@ -147,9 +147,9 @@ def read_owned_lines(task: InputRange, max_line_bytes: int | None = None
     return data, skipped
 
 
-def line_too_long(path: str, line: int, max_line_bytes: int) -> ValueError:
+def line_too_long(path: str, line: int, max_line_bytes: int) -> dead_letters.InputError:
     """The error for line ``line`` of ``path``, longer than ``max_line_bytes``."""
-    return ValueError(
+    return dead_letters.InputError(
         f"Line {line} of {path!r} is longer than --max_line_mb={max_line_bytes / _MIB:g} "
         f"({max_line_bytes} bytes): raise --max_line_mb (at most "
         f"{MAX_LINE_BYTES_LIMIT // _MIB}) to read it.")
