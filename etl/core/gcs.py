@@ -5,7 +5,7 @@ these things, which this module does on the google-cloud-storage client Beam's
 ``gcsio`` makes (Beam's credentials and retries), one client per thread so that
 its requests reuse a connection:
 
-* **Top-level folders**: Beam lists every object under a prefix; :func:`subfolders`
+* **Top-level entries**: Beam lists every object under a prefix; :func:`entries`
   asks for the names under it up to the next ``/`` only.
 * **Small whole files** (images): Beam opens an object with a metadata request
   (``blob.reload()``), reads it in ranged requests, learns its end from one more
@@ -97,15 +97,6 @@ def _list_one_level(path: str) -> tuple[list[str], list[str]]:
     except exceptions.GoogleAPICallError as e:
         raise OSError(f"Cannot list {path!r}: {e}") from e
     return sorted(name[len(prefix):].rstrip("/") for name in listing.prefixes), files
-
-
-def subfolders(path: str) -> list[str]:
-    """Names of the "folders" right under the prefix ``path``, sorted.
-
-    Raises:
-        OSError: for a failed request.
-    """
-    return _list_one_level(path)[0]
 
 
 def entries(path: str) -> list[str]:

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import os
 import posixpath
-import shutil
 import warnings
 from collections.abc import Iterator
 from typing import IO, Any
@@ -40,15 +40,13 @@ from typing import IO, Any
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from etl.core import gcs, local_tree
+from etl.core import gcs, local_tree, timed_calls
 
 # Suffix of a local file still being written; a killed run's leftovers carry it.
 INCOMPLETE_SUFFIX = ".incomplete"
 _RAW = CompressionTypes.UNCOMPRESSED  # Never let a ".gz" name be (de)compressed.
 _COPY_CHUNK_BYTES = 8 * 1024 * 1024
-# Local files are read this much at a time (f.read(n) allocates n bytes up front): below
-# glibc's mmap threshold (128 KiB), so a short read shrinks in place on the heap.
-READ_CHUNK_BYTES = 64 * 1024
+READ_CHUNK_BYTES = local_tree.READ_CHUNK_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,41 +107,50 @@ def _match(pattern: str, limit: int | None = None) -> list[FileInfo]:
 
 # Reading.
 
+NotARegularFile = local_tree.NotARegularFile  # A FIFO, socket or device, refused.
+ReadTimedOut = timed_calls.TimedOut  # A read_bytes(..., timeout_s) given up.
+
+
 def open_read(path: str) -> IO[bytes]:
     """A binary, seekable reader of ``path``'s bytes as stored.
 
+    A local path is checked by ``stat`` before it is opened: anything but a regular
+    file is refused unopened (``NotARegularFile``). The file is then opened without
+    blocking and checked again on its descriptor, so a FIFO put in its place
+    meanwhile cannot block either.
+
     Raises:
+        NotARegularFile: if a local ``path`` is a FIFO, socket or device.
         OSError (Beam's ``BeamIOError``, or the filesystem's own): if it cannot be
             opened.
     """
+    if not is_remote(path):
+        return local_tree.open_regular(path)
     return FileSystems.open(_prepare(path), compression_type=_RAW)
 
 
-def read_bytes(path: str, max_bytes: int | None = None) -> bytes:
+def read_bytes(path: str, max_bytes: int | None = None,
+               timeout_s: float | None = None) -> bytes:
     """The bytes of ``path``, or with ``max_bytes`` at most ``max_bytes + 1`` of them
     (so a file over a limit is detected without reading it whole).
 
     A GCS object is read in one ranged GET; a local file ``READ_CHUNK_BYTES`` at a
-    time.
+    time. With ``timeout_s`` the read is given up after that many seconds (a stalled
+    mount): it raises ``ReadTimedOut``, and the read is left to a daemon thread
+    (``etl.core.timed_calls``).
 
     Raises:
+        NotARegularFile: if a local ``path`` is a FIFO, socket or device (not opened).
+        ReadTimedOut: if the read takes longer than ``timeout_s``.
         OSError: if the file cannot be read (``FileNotFoundError`` if it is not there).
     """
+    if timeout_s is not None:
+        return timed_calls.within(timeout_s, functools.partial(read_bytes, path, max_bytes),
+                                  f"Reading {path!r}")
     if _scheme(path) == "gs":
         return gcs.read(path, max_bytes)
     with open_read(path) as f:
-        if max_bytes is None:
-            return f.read()
-        chunks: list[bytes] = []
-        remaining = max_bytes + 1
-        while remaining > 0:
-            chunk = f.read(min(remaining, READ_CHUNK_BYTES))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        # One chunk (a file under READ_CHUNK_BYTES) is returned as is, without a copy.
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return local_tree.read_at_most(f, max_bytes)
 
 
 def read_text(path: str) -> str:
@@ -168,6 +175,13 @@ def exists(path: str) -> bool:
     return FileSystems.exists(_prepare(path))
 
 
+def special_kind(path: str) -> str | None:
+    """What the local ``path`` is when it is not a regular file ("FIFO (named
+    pipe)", "socket", ...: ``local_tree.special_kind``); None for a regular file,
+    nothing there, and on an object store, whose objects are files."""
+    return None if is_remote(path) else local_tree.special_kind(path)
+
+
 def stat(path: str) -> FileInfo | None:
     """Size and modification time of the file at ``path``; None if there is none."""
     if not is_remote(path):
@@ -189,14 +203,7 @@ def list_files(folder: str) -> list[FileInfo]:
     ``folder/``."""
     folder = folder.rstrip("/")
     if not is_remote(folder):
-        found = []
-        for parent, subfolders, names in os.walk(folder):
-            subfolders.sort()
-            for name in names:
-                info = stat(os.path.join(parent, name))
-                if info is not None:  # Gone since the walk saw it.
-                    found.append(info)
-        return sorted(found, key=lambda info: info.path)
+        return [FileInfo(*found) for found in local_tree.walk_files(folder)]
     return _match(_glob_escape(folder) + "/**")
 
 
@@ -247,15 +254,8 @@ def is_folder(path: str) -> bool:
 
 def subfolders(folder: str) -> list[str]:
     """Names of the folders directly under ``folder``, sorted (none if it is not a
-    folder). On an object store: the first path segments of the objects under it
-    (GCS lists just those; elsewhere the whole prefix is listed)."""
-    if not is_remote(folder):
-        return sorted(entry.name for entry in os.scandir(folder)
-                      if entry.is_dir()) if os.path.isdir(folder) else []
-    if _scheme(folder) == "gs":
-        return gcs.subfolders(folder)
-    return sorted({name.split("/", 1)[0] for name in relative_files(folder)
-                   if "/" in name})
+    folder): :func:`entries` ending in ``/``."""
+    return [name[:-1] for name in entries(folder) if name.endswith("/")]
 
 
 # Writing.
@@ -380,11 +380,7 @@ def delete_tree(folder: str) -> int:
     """Deletes every file under ``folder`` (and, on a disk, the folder); returns how
     many files there were."""
     if not is_remote(folder):
-        if not os.path.isdir(folder):
-            return 0
-        count = sum(len(names) for _, _, names in os.walk(folder))
-        shutil.rmtree(folder)
-        return count
+        return local_tree.delete_folder(folder)
     found = list_files(folder)
     for info in found:
         delete(info.path)
@@ -405,10 +401,7 @@ def entries(folder: str) -> list[str]:
     many objects lie deeper."""
     folder = folder.rstrip("/")
     if not is_remote(folder):
-        if not os.path.isdir(folder):
-            return []
-        return sorted(entry.name + ("/" if entry.is_dir() else "")
-                      for entry in os.scandir(folder))
+        return local_tree.entries(folder)
     if _scheme(folder) == "gs":
         return gcs.entries(folder)
     return sorted({name.split("/", 1)[0] + ("/" if "/" in name else "")

@@ -48,7 +48,7 @@ def image_facts(record: ImageRecord, data: bytes, source: tuple[int, int],
     duplicate signatures with ``hashes``; with ``quality``, what its statistics and
     flags are made of. ``source`` is the file's (height, width) as stored; width
     and height in the facts are upright (swapped for EXIF orientations 5-8)."""
-    facts: dict[str, Any] = {"key": record.key, "source": record.uri,
+    facts: dict[str, Any] = {"key": record.key, "source": record.source,
                              "labels": list(image_labels.label_names(record.label))}
     if hashes is not None:
         facts.update(hashes.to_dict())

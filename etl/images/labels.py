@@ -160,13 +160,33 @@ def names_not_in(label: Label, vocabulary: frozenset[str]) -> list[str]:
     return sorted(set(label_names(label)) - vocabulary)
 
 
+def vocabulary_problem(name: str) -> str | None:
+    """Why the class name ``name`` cannot be a label vocabulary entry, or None.
+
+    tf.Transform writes the vocabulary as a text file, one name a line, and leaves out
+    a name holding a line feed or carriage return (``tft.vocabulary``), which would
+    then map to -1; and a name must be UTF-8 text (a JSON ``"\\udce9"`` escape is
+    not).
+    """
+    if "\n" in name or "\r" in name:
+        return ("contains a line break: tf.Transform's label vocabulary is a text file "
+                "of one name a line, which cannot hold it")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not UTF-8 text (it holds a lone surrogate code point)"
+    return None
+
+
 def _check_name(name: Any, what: str) -> str:
     if not isinstance(name, str):
         raise RowError(dead_letters.INVALID_LABEL,
                        f"{what} {name!r} is not a string.")
-    if "\n" in name or "\r" in name:
-        raise RowError(dead_letters.INVALID_LABEL,
-                       f"{what} {name!r} contains a line break.")
+    problem = vocabulary_problem(name)
+    if problem is not None:
+        # At most 200 characters: a CSV quote left open runs a label on for many lines.
+        shown = repr(name) if len(name) <= 200 else f"{name[:200]!r}..."
+        raise RowError(dead_letters.INVALID_LABEL, f"{what} {shown} {problem}.")
     if not name.strip():
         raise RowError(dead_letters.INVALID_LABEL, f"{what} {name!r} is blank.")
     return name.strip()
@@ -177,7 +197,7 @@ def parse_label(value: Any) -> str:
 
     Raises:
         RowError: ``missing_label`` (absent or empty), ``invalid_label`` (not a string,
-            or a line break: names become lines of tf.Transform's vocabulary file).
+            or not a vocabulary entry: :func:`vocabulary_problem`).
     """
     if value is None or (isinstance(value, str) and not value.strip()):
         raise RowError(dead_letters.MISSING_LABEL, f"Label {value!r} is empty or missing.")
@@ -253,11 +273,18 @@ def parse_carried(name: str, value: Any) -> str:
     """A carried column's text, unchanged.
 
     Raises:
-        RowError: ``invalid_carried_value`` (absent, null, or not a string in JSONL).
+        RowError: ``invalid_carried_value`` (absent, null, not a string in JSONL, or
+            not UTF-8 text).
     """
     if not isinstance(value, str):
         what = "missing" if value is None else f"{value!r}, not a string"
         raise RowError(dead_letters.INVALID_CARRIED_VALUE,
                        f"Carried column {name!r} is {what}; carried columns hold text "
                        f"(write numbers as JSON strings).")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RowError(dead_letters.INVALID_CARRIED_VALUE,
+                       f"Carried column {name!r} holds {value!r}, which is not UTF-8 "
+                       f"text (a lone surrogate code point).") from None
     return value

@@ -5,15 +5,16 @@ Accepted layouts (see docs/IMAGE_JOB.md, "Input layouts"):
 * ``<root>/<class>/.../<file>``: the label is the first folder below the root.
 * ``<root>/<split>/<class>/.../<file>``: when *every* top-level folder is a split
   name (train, validation/val/valid, test), that split is used instead of hashing.
-* ``manifest.csv`` with a header row, or ``manifest.jsonl`` with one object a line:
-  columns/fields ``path`` (relative to the manifest's folder, absolute, or a URI such
-  as ``gs://...``), ``label``, and optional ``split``; ``LabelColumns`` says which
-  columns hold class labels, numeric targets and carried text
+* ``manifest.csv`` with a header row (RFC 4180 rows), or ``manifest.jsonl`` with one
+  object a line: columns/fields ``path`` (relative to the manifest's folder, absolute,
+  or a URI such as ``gs://...``), ``label``, and optional ``split``; ``LabelColumns``
+  says which columns hold class labels, numeric targets and carried text
   (``etl/images/labels.py``, docs/LABELS.md).
 
-The key of an example is its path relative to the root (folder input) or the
-``path`` value as written (manifest input), with ``/`` separators. Files and folders
-whose name starts with ``.`` are not inputs (e.g. ``.DS_Store``).
+The key of an example is its file's path relative to the root, with ``/`` separators,
+one per file however a manifest spells it; a local name's bytes that are not UTF-8 are
+escaped (docs/FORMAT.md, "Image keys"). Files and folders whose name starts with ``.``
+are not inputs (e.g. ``.DS_Store``).
 
 A local input whose real path (every symbolic link followed) lies outside the root
 (the folder, or the manifest's folder) is rejected as ``path_outside_root`` unless
@@ -32,7 +33,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import dead_letters, splits, storage, text_rows
+from etl.core import dead_letters, local_tree, splits, storage, text_rows
 from etl.core.dead_letters import Rejection
 from etl.images import labels
 from etl.images.labels import Label, LabelColumns
@@ -64,6 +65,10 @@ class ImageRecord:
     carried: tuple[str, ...] = ()
     listed: tuple[int, float] | None = None
 
+    @property
+    def source(self) -> str:  # The uri as text for files written (escaped as keys are).
+        return local_tree.escape_name(self.uri)
+
     def identity(self) -> str:
         """What of the record shapes its example (``fingerprint.unit_identity``):
         everything but the listed size and mtime, so a file rewritten in place
@@ -85,7 +90,7 @@ def assign_split(record: ImageRecord, fractions: splits.SplitFractions,
     """
     unknown = labels.names_not_in(record.label, allowed_labels or frozenset())
     if allowed_labels is not None and unknown:
-        return Rejection(key=record.key, source=record.uri, reason=dead_letters.UNKNOWN_LABEL,
+        return Rejection(key=record.key, source=record.source, reason=dead_letters.UNKNOWN_LABEL,
                          message=f"Label {', '.join(map(repr, unknown))} is not in "
                                  f"--label_vocabulary.")
     if record.split is not None:
@@ -130,15 +135,17 @@ def record_from_folder_path(path: str, root: str, split_layout: bool,
     A path whose real path lies outside ``root`` (a symbolic link, or a file under a
     linked folder, pointing elsewhere) is rejected as ``path_outside_root`` unless
     ``allow_outside_root``: a folder must not make the job read files elsewhere by
-    accident. The key and uri stay the path as listed.
+    accident. The uri stays the path as listed; the key is it relative to ``root``,
+    escaped. A class folder the label vocabulary cannot hold is ``invalid_label``.
     """
     relative = path[len(root):].lstrip("/\\").replace(os.sep, "/")
     parts = relative.split("/")
     if any(part.startswith(".") for part in parts):
         return None
+    key, source = local_tree.escape_name(relative), local_tree.escape_name(path)
     if not allow_outside_root and not storage.resolves_inside(path, root):
         return Rejection(
-            key=relative, source=path, reason=dead_letters.PATH_OUTSIDE_ROOT,
+            key=key, source=source, reason=dead_letters.PATH_OUTSIDE_ROOT,
             message=f"{relative!r} is a symbolic link (or under one) that resolves outside "
                     f"the input folder {root!r}; pass --allow_paths_outside_root to "
                     f"read it.")
@@ -148,9 +155,14 @@ def record_from_folder_path(path: str, root: str, split_layout: bool,
         parts = parts[1:]
     if len(parts) < 2:
         return Rejection(
-            key=relative, source=path, reason=dead_letters.MISSING_LABEL,
+            key=key, source=source, reason=dead_letters.MISSING_LABEL,
             message="File is not inside a class folder, so it has no label.")
-    return ImageRecord(key=relative, uri=path, label=parts[0], split=split, listed=listed)
+    label = local_tree.escape_name(parts[0])
+    problem = labels.vocabulary_problem(label)
+    if problem is not None:
+        return Rejection(key=key, source=source, reason=dead_letters.INVALID_LABEL,
+                         message=f"Class folder {label!r} {problem}; rename the folder.")
+    return ImageRecord(key=key, uri=path, label=label, split=split, listed=listed)
 
 
 def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
@@ -159,11 +171,12 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
                     ) -> ImageRecord | Rejection:
     """Validates one manifest row (already parsed into a mapping).
 
-    Paths are resolved against the manifest's folder (the input root). A path that
-    resolves outside it (``../``, an absolute path or a URI elsewhere, or a local path
-    whose real path leaves it through a symbolic link) is rejected as
+    Paths are resolved against the manifest's folder (the input root): the key is the
+    path relative to it, however written (``local_tree.resolve_under``), escaped. A
+    path that resolves outside it (``../``, an absolute path or a URI elsewhere, or a
+    local path whose real path leaves it through a symbolic link) is rejected as
     ``path_outside_root`` unless ``allow_outside_root``: a manifest must not make the
-    job read arbitrary files by accident. The key and uri stay the path as written.
+    job read arbitrary files by accident.
     """
     path = row.get(PATH_COLUMN)
     if not isinstance(path, str) or not path.strip():
@@ -171,14 +184,15 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
                          reason=dead_letters.MALFORMED_MANIFEST_ROW,
                          message=f"Row has no usable {PATH_COLUMN!r} value: {dict(row)!r}")
     path = path.strip()
-    if storage.is_remote(path) or os.path.isabs(path):
-        key = uri = path if storage.is_remote(path) else posixpath.normpath(path)
-    else:
-        key = posixpath.normpath(path.replace("\\", "/"))
-        uri = posixpath.normpath(posixpath.join(manifest_dir, key)) if not storage.is_remote(
-            manifest_dir) else f"{manifest_dir.rstrip('/')}/{key}"
-    if not allow_outside_root and (key.startswith("../") or key == ".."
-                                   or not storage.resolves_inside(uri, manifest_dir)):
+    name, uri, inside = local_tree.resolve_under(path, manifest_dir)
+    if not local_tree.is_file_name(uri):
+        return Rejection(key=source, source=source,
+                         reason=dead_letters.MALFORMED_MANIFEST_ROW,
+                         message=f"Row's {PATH_COLUMN!r} value {path!r} names no file: it "
+                                 f"holds a lone surrogate code point (a JSON \\uD800-"
+                                 f"\\uDFFF escape) that is no byte of a file name.")
+    key = local_tree.escape_name(name)
+    if not allow_outside_root and not (inside and storage.resolves_inside(uri, manifest_dir)):
         return Rejection(key=key, source=source, reason=dead_letters.PATH_OUTSIDE_ROOT,
                          message=f"{path!r} resolves outside the manifest's folder "
                                  f"{manifest_dir!r} (symbolic links followed); pass "
@@ -240,6 +254,8 @@ def check_input(input_path: str, columns: LabelColumns = labels.ONE_CLASS) -> bo
     if is_manifest(input_path):
         if not storage.exists(input_path):
             raise ValueError(f"--input {input_path!r} does not exist.")
+        if kind := storage.special_kind(input_path):  # Reading a FIFO would block.
+            raise ValueError(f"--input {input_path!r} is a {kind}, not a regular file.")
     elif not storage.is_folder(input_path):
         where = " (no object under that prefix)" if storage.is_remote(input_path) else ""
         raise ValueError(f"--input {input_path!r} does not exist{where}.")
@@ -255,7 +271,7 @@ def check_input(input_path: str, columns: LabelColumns = labels.ONE_CLASS) -> bo
     return None
 
 
-class _ParseManifestLine(beam.DoFn):
+class _ParseManifestRow(beam.DoFn):
     def __init__(self, manifest_path: str, header: tuple[str, ...] | None,
                  allow_outside_root: bool, columns: LabelColumns) -> None:
         self._manifest_path = manifest_path
@@ -264,23 +280,28 @@ class _ParseManifestLine(beam.DoFn):
         self._allow_outside_root = allow_outside_root
         self._columns = columns
 
-    def process(self, numbered_line: tuple[int, str]) -> Iterator[Any]:
-        line_number, line = numbered_line
-        if line.strip():  # Blank lines are not rows.
-            yield from self._parse(line, f"{self._manifest_path}:{line_number}")
+    def process(self, numbered: text_rows.NumberedRow) -> Iterator[Any]:
+        yield from dead_letters.route(self._parse(numbered))
 
-    def _parse(self, line: str, source: str) -> Iterator[Any]:
-        row = (text_rows.parse_jsonl_line(line) if self._header is None
-               else text_rows.parse_csv_line(line, self._header))
+    def _parse(self, numbered: text_rows.NumberedRow) -> ImageRecord | Rejection:
+        source = f"{self._manifest_path}:{numbered.line}"  # The line the row starts on.
+        where = ("line" if numbered.last_line == numbered.line
+                 else f"row (lines {numbered.line}-{numbered.last_line})")
+        row = None if numbered.problem else (
+            text_rows.parse_jsonl_line(numbered.text) if self._header is None
+            else text_rows.parse_csv_line(numbered.text, self._header))
         if row is None:
-            result: ImageRecord | Rejection = Rejection(
-                key=source, source=source, reason=dead_letters.MALFORMED_MANIFEST_ROW,
-                message=f"Cannot parse manifest line: {line[:200]!r}")
-        else:
-            result = record_from_row(row, self._manifest_dir, source,
-                                     self._allow_outside_root, self._columns,
-                                     from_csv=self._header is not None)
-        yield from dead_letters.route(result)
+            what = (f"Manifest {where} is {numbered.problem}" if numbered.problem
+                    else f"Cannot parse manifest {where}")
+            return Rejection(key=source, source=source, message=f"{what}: {numbered.text[:200]!r}",
+                             reason=dead_letters.MALFORMED_MANIFEST_ROW)
+        result = record_from_row(row, self._manifest_dir, source, self._allow_outside_root,
+                                 self._columns, from_csv=self._header is not None)
+        if isinstance(result, Rejection) and where != "line":
+            result = dataclasses.replace(
+                result, message=f"{result.message} (The row spans lines {numbered.line}-"
+                                f"{numbered.last_line}: a quoted field holds a line break.)")
+        return result
 
 
 class _FolderPathToRecord(beam.DoFn):
@@ -307,7 +328,7 @@ def _keep_first_of_duplicates(element: tuple[str, Iterable[ImageRecord]]
     yield ordered[0]
     for extra in ordered[1:]:
         yield from dead_letters.route(Rejection(
-            key=key, source=extra.uri, reason=dead_letters.DUPLICATE_KEY,
+            key=key, source=extra.source, reason=dead_letters.DUPLICATE_KEY,
             message=f"Key listed {len(ordered)} times; kept the row for {ordered[0].uri!r}."))
 
 
@@ -356,14 +377,15 @@ class ReadImageRecords(beam.PTransform):
         parsed = (
             pbegin
             | "StartManifest" >> beam.Create([path])
-            # Manifests are read line by line on a worker (not pickled into the job
-            # graph) so that large ones stay within Dataflow's graph limits.
-            | "NumberManifestLines" >> beam.FlatMap(
-                text_rows.numbered_lines, skip_header=header is not None)
-            | "ReshuffleManifestLines" >> beam.Reshuffle()
-            | "ParseManifestLines" >> beam.ParDo(
-                _ParseManifestLine(path, header, self._allow_outside_root,
-                                   self._columns)).with_outputs(
+            # Streamed row by row on a worker (not pickled into the job graph, so large
+            # manifests stay within Dataflow's graph limits): NumberedRow(line, text)
+            | "NumberManifestRows" >> beam.FlatMap(
+                text_rows.numbered_rows, skip_header=header is not None,
+                csv_quoting=header is not None)
+            | "ReshuffleManifestRows" >> beam.Reshuffle()
+            | "ParseManifestRows" >> beam.ParDo(
+                _ParseManifestRow(path, header, self._allow_outside_root,
+                                  self._columns)).with_outputs(
                     REJECTED, main="records")
         )
         unique = (

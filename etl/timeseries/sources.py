@@ -205,11 +205,19 @@ def matched_files(pattern: str) -> list[storage.FileInfo]:
     modification times.
 
     Raises:
-        ValueError: if nothing matches.
+        ValueError: if nothing matches, or a match is not a regular file (a FIFO,
+            socket or device, found by ``stat`` and never opened: reading one can
+            block forever).
     """
     files = storage.glob(pattern)
     if not files:
         raise ValueError(f"--input {pattern!r} matches no file.")
+    for info in files:
+        kind = storage.special_kind(info.path)
+        if kind is not None:
+            raise ValueError(f"--input {pattern!r} matches {info.path!r}, a {kind}, not a "
+                             f"regular file (reading one can block forever or never "
+                             f"end): remove it or narrow --input.")
     return files
 
 

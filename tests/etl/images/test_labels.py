@@ -63,6 +63,27 @@ def test_a_list_as_single_label_names_the_multi_label_flag():
         labels.ONE_CLASS.parse({"label": ["a", "b"]}, from_csv=False)
 
 
+@pytest.mark.parametrize("name", ["big\ncat", "cat\r", "\ud800", "caf\udce9"])
+def test_a_label_the_vocabulary_cannot_hold_is_invalid_and_says_why(name):
+    # tf.Transform's vocabulary file holds one name a line and drops names with line
+    # breaks; a lone surrogate (a JSON "\\ud800" escape) is no UTF-8 text.
+    why = ("contains a line break: tf.Transform's label vocabulary is a text file of one "
+           "name a line, which cannot hold it" if "\n" in name or "\r" in name else
+           "is not UTF-8 text (it holds a lone surrogate code point)")
+    assert labels.vocabulary_problem(name) == why
+    with pytest.raises(RowError) as error:
+        labels.ONE_CLASS.parse({"label": name}, from_csv=False)
+    assert (error.value.reason, str(error.value)) == ("invalid_label", f"Label {name!r} {why}.")
+    assert _reason(lambda: MULTI.parse({"tags": ["a", name]}, from_csv=False)) == \
+        "invalid_label"
+
+
+@pytest.mark.parametrize("name", ["v\x0bt", "nel\x85", "ls\u2028", "\t tab ", "%E9", "é"])
+def test_other_control_and_separator_characters_are_vocabulary_entries(name):
+    # Each round-trips through tft.vocabulary's file and its lookup: lines end at "\n".
+    assert labels.vocabulary_problem(name) is None
+
+
 # --- Numeric targets -----------------------------------------------------------------
 
 TARGETS = LabelColumns(label_column=None, target_columns=("age", "score"))
@@ -113,7 +134,7 @@ def test_carried_text_is_kept_unchanged():
     assert CARRY.parse(row, from_csv=False)[2] == (" 007 ", "a, \"b\"\nc")
 
 
-@pytest.mark.parametrize("value", [None, 7, ["a"]])
+@pytest.mark.parametrize("value", [None, 7, ["a"], "x\ud800"])
 def test_carried_value_that_is_not_text_is_rejected(value):
     row = {"label": "a", "id": value, "caption": ""}
     assert _reason(lambda: CARRY.parse(row, from_csv=False)) == "invalid_carried_value"

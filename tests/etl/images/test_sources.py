@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from etl.core import local_tree as paths
@@ -45,6 +47,25 @@ def test_record_from_folder_path_split_layout_train():
     record = sources.record_from_folder_path(f"{ROOT}/Train/dog/3.png", ROOT, True)
     assert isinstance(record, ImageRecord)
     assert (record.label, record.split) == ("dog", "train")
+
+
+def test_record_from_folder_path_escapes_bytes_that_are_not_utf8():
+    path = os.fsdecode(b"/data/images/caf\xe9/b\xff%E9.png")
+    record = sources.record_from_folder_path(path, ROOT, False)
+    # The documented rule: 0xE9 -> %E9, 0xFF -> %FF, the "%E9" of the name kept.
+    assert record == ImageRecord(key="caf%E9/b%FF%E9.png", uri=path, label="caf%E9",
+                                 split=None)
+    assert record.source == f"{ROOT}/caf%E9/b%FF%E9.png"
+
+
+@pytest.mark.parametrize("folder", ["two\nlines", "cr\r"])
+def test_record_from_folder_path_class_folder_with_a_line_break_is_invalid_label(folder):
+    result = sources.record_from_folder_path(f"{ROOT}/{folder}/1.png", ROOT, False)
+    assert isinstance(result, Rejection)
+    assert (result.key, result.reason) == (f"{folder}/1.png", "invalid_label")
+    assert result.message == (
+        f"Class folder {folder!r} contains a line break: tf.Transform's label vocabulary "
+        f"is a text file of one name a line, which cannot hold it; rename the folder.")
 
 
 def test_record_from_folder_path_file_under_root_is_missing_label():
@@ -313,13 +334,18 @@ def test_record_from_row_normalises_relative_key(path):
     assert (record.key, record.uri) == ("cat/1.png", f"{MANIFEST_DIR}/cat/1.png")
 
 
-@pytest.mark.parametrize("path", ["/abs/images/cat/1.png", "gs://bucket/cat/1.png",
-                                  "s3://bucket/a/../b.png"])
-def test_record_from_row_keeps_absolute_paths_and_uris_when_allowed(path):
+@pytest.mark.parametrize(("path", "normalised"), [
+    ("/abs/images/cat/1.png", "/abs/images/cat/1.png"),
+    ("gs://bucket/cat/1.png", "gs://bucket/cat/1.png"),
+    ("s3://bucket/a/../b.png", "s3://bucket/b.png"),
+    ("gs://bucket//a/./b.png", "gs://bucket/a/b.png"),
+])
+def test_record_from_row_keeps_absolute_paths_and_uris_normalised_when_allowed(
+        path, normalised):
     record = sources.record_from_row({"path": path, "label": "cat"},
                                            MANIFEST_DIR, SOURCE, allow_outside_root=True)
     assert isinstance(record, ImageRecord)
-    assert (record.key, record.uri) == (path, path)
+    assert (record.key, record.uri) == (normalised, normalised)
 
 
 @pytest.mark.parametrize("path", ["/abs/images/cat/1.png", "gs://bucket/cat/1.png",
@@ -332,11 +358,45 @@ def test_record_from_row_rejects_paths_outside_the_manifest_folder(path):
     assert "--allow_paths_outside_root" in rejection.message
 
 
-def test_record_from_row_accepts_absolute_path_inside_the_manifest_folder():
-    record = sources.record_from_row(
-        {"path": f"{MANIFEST_DIR}/cat/./1.png", "label": "cat"}, MANIFEST_DIR, SOURCE)
+@pytest.mark.parametrize("path", [
+    f"{MANIFEST_DIR}/cat/./1.png", f"{MANIFEST_DIR}//cat/x/../1.png",
+    "../manifests/cat/1.png", "cat/../cat/./1.png"])
+def test_record_from_row_keys_every_spelling_of_a_file_inside_the_folder_alike(path):
+    record = sources.record_from_row({"path": path, "label": "cat"}, MANIFEST_DIR, SOURCE)
     assert isinstance(record, ImageRecord)
-    assert record.uri == f"{MANIFEST_DIR}/cat/1.png"
+    assert (record.key, record.uri) == ("cat/1.png", f"{MANIFEST_DIR}/cat/1.png")
+
+
+def test_record_from_row_absolute_path_through_a_link_to_the_folder(tmp_path):
+    root = tmp_path / "manifests"
+    (root / "cat").mkdir(parents=True)
+    os.symlink(root, tmp_path / "alias")
+    record = sources.record_from_row({"path": f"{tmp_path}/alias/cat/1.png", "label": "cat"},
+                                     str(root), SOURCE)
+    assert isinstance(record, ImageRecord)
+    assert (record.key, record.uri) == ("cat/1.png", f"{tmp_path}/alias/cat/1.png")
+
+
+def test_record_from_row_jsonl_path_escaping_a_byte_names_that_file():
+    # JSON "\udce9" is how Python's json holds the byte 0xE9 of a file name.
+    name = os.fsdecode(b"cat/caf\xe9.png")
+    record = sources.record_from_row({"path": name, "label": "cat"}, MANIFEST_DIR, SOURCE,
+                                     from_csv=False)
+    assert isinstance(record, ImageRecord)
+    assert (record.key, record.uri, record.source) == (
+        "cat/caf%E9.png", f"{MANIFEST_DIR}/{name}", f"{MANIFEST_DIR}/cat/caf%E9.png")
+    assert os.fsencode(record.uri) == os.fsencode(MANIFEST_DIR) + b"/cat/caf\xe9.png"
+
+
+@pytest.mark.parametrize(("path", "manifest_dir"), [
+    ("cat/\ud800.png", MANIFEST_DIR), ("cat/\udce9.png", "gs://b/imgs"),
+    ("gs://b/imgs/\udce9.png", MANIFEST_DIR)])
+def test_record_from_row_path_no_file_name_can_be_is_malformed(path, manifest_dir):
+    result = sources.record_from_row({"path": path, "label": "cat"}, manifest_dir, SOURCE,
+                                     from_csv=False)
+    assert isinstance(result, Rejection)
+    assert (result.key, result.reason) == (SOURCE, "malformed_manifest_row")
+    assert "lone surrogate" in result.message
 
 
 def test_record_from_row_strips_label():

@@ -81,6 +81,36 @@ def test_read_image_records_rejects_duplicate_keys_keeping_one(manifest_dir):
            [("cat/a.png", "duplicate_key")])
 
 
+def test_read_image_records_csv_rows_are_rfc4180_rows_and_spellings_one_key(manifest_dir):
+    # A quoted field holding a line break continues its row; a row that is not UTF-8
+    # is malformed; an absolute and a "./" spelling of a listed file are its key again.
+    path = os.path.join(manifest_dir, "list.csv")
+    with open(path, "wb") as f:
+        f.write(b'path,label\r\ncat/a.png,cat\r\n"dog/b, c.png","big\ndog"\r\n'
+                b"cat/d.png,caf\xe9\r\n"
+                + f"{manifest_dir}/cat/a.png,cat\r\n./cat//a.png,cat\r\n".encode()
+                + b'"cat/""e"".png",cat\r\n')
+    line_break = ("Label 'big\\ndog' contains a line break: tf.Transform's label "
+                  "vocabulary is a text file of one name a line, which cannot hold it. "
+                  "(The row spans lines 3-4: a quoted field holds a line break.)")
+    not_utf8 = ("Manifest line is not UTF-8 text (byte 0xE9 on line 5): "
+                "'cat/d.png,caf\\\\xe9'")
+    duplicate = f"Key listed 3 times; kept the row for '{manifest_dir}/cat/a.png'."
+    with TestPipeline() as pipeline:
+        read, dead = pipeline | sources.ReadImageRecords(path)
+        assert_that(read, equal_to([
+            ImageRecord("cat/a.png", f"{manifest_dir}/cat/a.png", "cat", None),
+            ImageRecord('cat/"e".png', f'{manifest_dir}/cat/"e".png', "cat", None)]),
+            label="CheckRecords")
+        rejected = dead | beam.Map(lambda r: (r.key, r.source, r.reason, r.message))
+        assert_that(rejected, equal_to([
+            ("dog/b, c.png", f"{path}:3", "invalid_label", line_break),
+            (f"{path}:5", f"{path}:5", "malformed_manifest_row", not_utf8),
+            ("cat/a.png", f"{manifest_dir}/cat/a.png", "duplicate_key", duplicate),
+            ("cat/a.png", f"{manifest_dir}/cat/a.png", "duplicate_key", duplicate)]),
+            label="CheckRejected")
+
+
 def test_read_image_records_folder_labels_by_first_folder(tmp_path):
     root = os.path.abspath(str(tmp_path))
     for key in ("cat/a.png", "dog/deep/b.jpg", "stray.png"):
