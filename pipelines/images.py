@@ -53,6 +53,9 @@ if __name__ == "__main__":
 # TensorFlow reads it when it starts (its first op), in this process and in the worker
 # processes the local runner starts, which inherit the environment.
 INTRA_OP_THREADS_ENV = "TF_NUM_INTRAOP_THREADS"
+# --read_timeout_s's default: an image file (at most --max_file_mb) read in five
+# minutes is read at over 200 KiB/s; slower, its mount or device has stalled.
+DEFAULT_READ_TIMEOUT_S = 300.0
 
 
 class ImagesOptions(common.DatasetOptions, PipelineOptions):
@@ -101,6 +104,19 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
             parser, "--max_file_mb", loading.DEFAULT_MAX_FILE_BYTES,
             "Reject input files larger than this (read at most this much). Default "
             "%(default)s.")
+        common.add_mib_argument(
+            parser, "--decode_budget_mb", loading.DEFAULT_DECODE_BUDGET_BYTES,
+            "What the images one worker process decodes at once may hold, in MiB, "
+            "weighed from each header (pixels x channels, the decode's copies, the "
+            "resize's): images are batched within it, one heavier than a third of it "
+            "is decoded alone, and one heavier than all of it is rejected "
+            "(image_too_large). Default %(default)s, which decodes a 4-channel image "
+            "at the default --max_image_pixels alone (docs/IMAGE_JOB.md).")
+        parser.add_argument(
+            "--read_timeout_s", type=float, default=DEFAULT_READ_TIMEOUT_S,
+            help="Reject an input file whose read takes longer than this many seconds "
+                 "(read_timed_out: a stalled mount or device), rather than wait for it; "
+                 "0 waits without limit. Default %(default)s.")
         parser.add_argument(
             "--label_vocabulary",
             help="Optional text file, one label per line: images with any other label "
@@ -183,6 +199,8 @@ class ImageJob:
     split_layout: bool | None = None
     # The version this run publishes: the first, or (--append) the next one.
     version: versions.DatasetVersion = versions.FIRST_VERSION
+    # Seconds a file's read may take before it is given up (None: no limit).
+    read_timeout_s: float | None = None
 
     @classmethod
     def from_options(cls, options: ImagesOptions) -> ImageJob:
@@ -208,13 +226,15 @@ class ImageJob:
             limits=loading.InputLimits(
                 max_file_bytes=common.mib_to_bytes(options.max_file_mb),
                 max_image_pixels=options.max_image_pixels,
-                strict_decoding=not options.lenient_decoding),
+                strict_decoding=not options.lenient_decoding,
+                decode_budget_bytes=common.mib_to_bytes(options.decode_budget_mb)),
             allowed_labels=_read_vocabulary(options.label_vocabulary),
             allow_outside_root=options.allow_paths_outside_root,
             columns=columns,
             duplicates=DuplicateSettings(options.cross_split_duplicates,
                                          options.near_duplicate_distance),
             split_layout=split_layout,
+            read_timeout_s=_read_timeout(options.read_timeout_s),
         )
         if not options.append:
             return job
@@ -244,6 +264,17 @@ class ImageJob:
             **self.duplicates.describe(),
             "max_error_fraction": self.output.max_error_fraction,
         }
+
+
+def _read_timeout(seconds: float) -> float | None:
+    """``--read_timeout_s`` → the read time limit (0: none).
+
+    Raises:
+        ValueError: if it is negative.
+    """
+    if seconds < 0:
+        raise ValueError(f"--read_timeout_s must be >= 0 (0: no limit), got {seconds}.")
+    return seconds or None
 
 
 def _column_list(value: str | None) -> tuple[str, ...]:
@@ -346,7 +377,7 @@ def reject_labels_not_in_dataset(record: ImageRecord, vocabulary: frozenset[str]
     if not missing:
         return iter([record])
     return dead_letters.route(Rejection(
-        key=record.key, source=record.uri, reason=dead_letters.LABEL_NOT_IN_DATASET,
+        key=record.key, source=record.source, reason=dead_letters.LABEL_NOT_IN_DATASET,
         message=f"Label {', '.join(map(repr, missing))} is not in the dataset's label "
                 f"vocabulary (fit by its first version); --append cannot add a class "
                 f"to dataset version {version - 1}: rebuild it with --overwrite to "
@@ -429,7 +460,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
             output_dir, versions.shard_prefix(job.output.name, job.version.number),
             job.output.shard_format,
             job.limits, shared.Shared(), job.preprocessing, columns=job.columns,
-            hash_images=job.duplicates.enabled, describe=job.output.statistics),
+            hash_images=job.duplicates.enabled, describe=job.output.statistics,
+            read_timeout_s=job.read_timeout_s),
         write_label="TransformAndWrite",
         rejected=[listing_rejected, decided[REJECTED]],
         transform_dir=transform_dir, extras=extras,

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import os
 import posixpath
@@ -40,7 +39,7 @@ from typing import IO, Any
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from etl.core import gcs, local_tree, timed_calls
+from etl.core import gcs, local_tree
 
 # Suffix of a local file still being written; a killed run's leftovers carry it.
 INCOMPLETE_SUFFIX = ".incomplete"
@@ -108,7 +107,6 @@ def _match(pattern: str, limit: int | None = None) -> list[FileInfo]:
 # Reading.
 
 NotARegularFile = local_tree.NotARegularFile  # A FIFO, socket or device, refused.
-ReadTimedOut = timed_calls.TimedOut  # A read_bytes(..., timeout_s) given up.
 
 
 def open_read(path: str) -> IO[bytes]:
@@ -129,24 +127,17 @@ def open_read(path: str) -> IO[bytes]:
     return FileSystems.open(_prepare(path), compression_type=_RAW)
 
 
-def read_bytes(path: str, max_bytes: int | None = None,
-               timeout_s: float | None = None) -> bytes:
+def read_bytes(path: str, max_bytes: int | None = None) -> bytes:
     """The bytes of ``path``, or with ``max_bytes`` at most ``max_bytes + 1`` of them
     (so a file over a limit is detected without reading it whole).
 
     A GCS object is read in one ranged GET; a local file ``READ_CHUNK_BYTES`` at a
-    time. With ``timeout_s`` the read is given up after that many seconds (a stalled
-    mount): it raises ``ReadTimedOut``, and the read is left to a daemon thread
-    (``etl.core.timed_calls``).
+    time. (A time limit: ``etl.core.timed_calls``.)
 
     Raises:
         NotARegularFile: if a local ``path`` is a FIFO, socket or device (not opened).
-        ReadTimedOut: if the read takes longer than ``timeout_s``.
         OSError: if the file cannot be read (``FileNotFoundError`` if it is not there).
     """
-    if timeout_s is not None:
-        return timed_calls.within(timeout_s, functools.partial(read_bytes, path, max_bytes),
-                                  f"Reading {path!r}")
     if _scheme(path) == "gs":
         return gcs.read(path, max_bytes)
     with open_read(path) as f:

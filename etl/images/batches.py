@@ -10,19 +10,24 @@ those pixels, one graph call per batch.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import functools
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from etl.core import dead_letters, storage
+from etl.core import dead_letters, storage, timed_calls
 from etl.core.dead_letters import Rejection
 from etl.images import codec, exif, loading
 from etl.images.preprocessing import ImagePreprocessing
 from etl.images.sources import ImageRecord
+
+# Bytes of files read ahead of their batch, at most (read_ahead).
+READ_AHEAD_BYTES = 256 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +35,9 @@ class DecodedPixels:
     """A decoded image's ``uint8 [height, width, 3]`` pixels, row-major at ``offset``
     in ``buffer`` (1-D, ``loading.TENSOR_ALIGNMENT``-aligned), which a batch's
     images share so that TensorFlow takes them in one piece, without a copy; decoded
-    at DCT scale ``1 / ratio`` from a ``source`` (height, width) image."""
+    at DCT scale ``1 / ratio`` from a ``source`` (height, width) image. ``tensor`` is
+    the TensorFlow tensor ``buffer`` views, for pixels TensorFlow decoded: they go
+    back to it as they are (DLPack cannot export the read-only view)."""
 
     buffer: np.ndarray
     offset: int
@@ -38,6 +45,7 @@ class DecodedPixels:
     width: int
     source: tuple[int, int]
     ratio: int
+    tensor: Any = None
 
     @classmethod
     def of(cls, pixels: np.ndarray, plan: loading.JpegDecode) -> DecodedPixels:
@@ -56,17 +64,21 @@ class DecodedPixels:
 class Loaded:
     """An image's record and file bytes after the checks made before decoding. ``jpeg``
     is set for a JPEG the job decodes itself, ``pixels`` once it has (in its batch,
-    :func:`decode_batch`); the transform decodes every other image."""
+    :func:`decode_batch`); the transform decodes every other image. ``weight`` is
+    what it holds at its decode's peak, file included (``loading.decode_weight``;
+    :func:`load_record` sets it)."""
 
     record: ImageRecord
     data: bytes
     jpeg: loading.JpegDecode | None = None
     pixels: DecodedPixels | None = None
     header: loading.ImageHeader | None = None
+    weight: int = 0
 
     @property
-    def weight(self) -> int:
-        """Bytes this item holds once decoded."""
+    def buffer_bytes(self) -> int:
+        """Bytes this item holds from its read to its batch's end: its file and, for a
+        JPEG the job decodes, its pixels."""
         return len(self.data) + (self.jpeg.nbytes if self.jpeg is not None else 0)
 
 
@@ -175,11 +187,13 @@ class FinishImages:
         import tensorflow as tf
 
         pixels, geometry = self._traced_decode()(tf.constant(list(data), tf.string))
-        values, splits = pixels.flat_values.numpy(), pixels.row_splits.numpy().tolist()
-        return _into_one_buffer([
-            DecodedPixels(values, start, height, width, tuple(source), ratio)
-            for start, (height, width, *source, ratio) in zip(
-                splits[:-1], geometry.numpy().tolist(), strict=True)])
+        # A view of TensorFlow's buffer, not a copy: an image at --max_image_pixels is
+        # 192 MiB of pixels, and .numpy() and realigning cost a copy each.
+        flat = pixels.flat_values
+        values, splits = np.from_dlpack(flat), pixels.row_splits.numpy().tolist()
+        return [DecodedPixels(values, start, height, width, tuple(source), ratio, flat)
+                for start, (height, width, *source, ratio) in zip(
+                    splits[:-1], geometry.numpy().tolist(), strict=True)]
 
     def __call__(self, pixels: Sequence[DecodedPixels], data: Sequence[bytes]
                  ) -> list[Finished]:
@@ -196,8 +210,10 @@ class FinishImages:
             buffer = pixels[0].buffer
         # DLPack hands the pixels to TensorFlow without a copy; the EXIF orientation is
         # read from each file's head only.
+        tensor = pixels[0].tensor
         stored, thumbnails, orientations, quality = self._finish(
-            tf.experimental.dlpack.from_dlpack(buffer.__dlpack__()),
+            tf.experimental.dlpack.from_dlpack(buffer.__dlpack__()) if tensor is None
+            else tensor,
             tf.constant([p.offset for p in pixels], tf.int64),
             tf.constant([(p.height, p.width, *p.source, p.ratio) for p in pixels], tf.int64),
             tf.constant([d[:exif.EXIF_SCAN_BYTES] for d in data], tf.string))
@@ -227,27 +243,68 @@ def _into_one_buffer(pixels: Sequence[DecodedPixels]) -> list[DecodedPixels]:
     for p in pixels:
         size = p.height * p.width * 3
         buffer[offset:offset + size] = p.array().reshape(-1)
-        placed.append(dataclasses.replace(p, buffer=buffer, offset=offset))
+        placed.append(dataclasses.replace(p, buffer=buffer, offset=offset, tensor=None))
         offset += _slot_bytes(size)
     return placed
 
 
 def load_record(record: ImageRecord, limits: loading.InputLimits,
-                image_size: int | None = None) -> Loaded | Rejection:
+                image_size: int | None = None,
+                read_timeout_s: float | None = None,
+                composite_alpha: bool = False) -> Loaded | Rejection:
     """Reads and checks one image without decoding it (size, format, header pixels,
-    and the strict check of images the transform decodes); with ``image_size``, a
-    JPEG the job can decode itself is planned for its batch (``Loaded.jpeg``)."""
+    what its decode would hold, and the strict check of images the transform
+    decodes); with ``image_size``, a JPEG the job can decode itself is planned for its
+    batch (``Loaded.jpeg``). ``image_size`` and ``composite_alpha`` (images with alpha
+    are composited on ``--alpha_background``) weigh it (``Loaded.weight``).
+
+    A FIFO, socket or device is rejected unopened (``not_a_regular_file``); with
+    ``read_timeout_s``, a read that takes longer is given up (``read_timed_out``)."""
     def rejection(reason: str, message: str) -> Rejection:
-        return Rejection(key=record.key, source=record.uri, reason=reason, message=message)
+        return Rejection(key=record.key, source=record.source, reason=reason, message=message)
 
     try:
-        data = storage.read_bytes(record.uri, limits.max_file_bytes)
+        read = functools.partial(storage.read_bytes, record.uri, limits.max_file_bytes)
+        data = (read() if read_timeout_s is None else
+                timed_calls.within(read_timeout_s, read, f"Reading {record.uri!r}"))
+    except storage.NotARegularFile as e:
+        return rejection(dead_letters.NOT_A_REGULAR_FILE, str(e))
+    except timed_calls.TimedOut as e:
+        return rejection(dead_letters.READ_TIMED_OUT,
+                         f"{e} (--read_timeout_s; a stalled mount or device?)")
     except OSError as e:
         return rejection(dead_letters.UNREADABLE_FILE, f"Cannot read file: {e}")
-    checked = loading.check_image(data, limits, image_size)
+    checked = loading.check_image(data, limits, image_size, composite_alpha)
     if not isinstance(checked, loading.Checked):
         return rejection(*checked)
-    return Loaded(record, data, jpeg=checked.jpeg, header=checked.header)
+    return Loaded(record, data, jpeg=checked.jpeg, header=checked.header,
+                  weight=checked.weight)
+
+
+def read_ahead(records: Iterable[ImageRecord],
+               load: Callable[[ImageRecord], Loaded | Rejection],
+               pool: concurrent.futures.Executor, max_files: int, unlisted_bytes: int,
+               max_bytes: int = READ_AHEAD_BYTES) -> Iterator[Loaded | Rejection]:
+    """``load`` (:func:`load_record`) of each record, in order, run ahead on ``pool``:
+    at most ``max_files`` files and about ``max_bytes`` of them ahead. A file not yet
+    read counts as its listed size, or ``unlisted_bytes`` (the file limit) when the
+    input gave none (a manifest's rows)."""
+    def held(estimate: int, future: concurrent.futures.Future) -> int:
+        if not future.done() or future.exception() is not None:
+            return estimate
+        item = future.result()
+        return len(item.data) if isinstance(item, Loaded) else 0
+
+    ahead: collections.deque[tuple[int, concurrent.futures.Future]] = collections.deque()
+    for record in records:
+        estimate = min(record.listed[0] if record.listed else unlisted_bytes,
+                       unlisted_bytes)
+        while ahead and (len(ahead) >= max_files or estimate + sum(
+                held(*read) for read in ahead) > max_bytes):
+            yield ahead.popleft()[1].result()
+        ahead.append((estimate, pool.submit(load, record)))
+    while ahead:
+        yield ahead.popleft()[1].result()
 
 
 def decode_batch(batch: Sequence[Loaded], strict: bool) -> list[Loaded | Rejection]:
@@ -268,7 +325,7 @@ def decode_batch(batch: Sequence[Loaded], strict: bool) -> list[Loaded | Rejecti
         result = loading.decode_jpeg_into(
             item.data, plan, buffer[offset:offset + plan.nbytes], strict)
         if isinstance(result, tuple):
-            decoded.append(Rejection(key=item.record.key, source=item.record.uri,
+            decoded.append(Rejection(key=item.record.key, source=item.record.source,
                                      reason=result[0], message=result[1]))
         elif result is None:
             decoded.append(dataclasses.replace(item, jpeg=None))
@@ -280,21 +337,31 @@ def decode_batch(batch: Sequence[Loaded], strict: bool) -> list[Loaded | Rejecti
     return decoded
 
 
-def batches(loaded: Iterable[Loaded | Rejection], rows: int, nbytes: int
-             ) -> Iterator[list[Loaded | Rejection]]:
-    """Cuts a stream into consecutive runs holding at most ``rows`` images (and about
-    ``nbytes`` of them, decoded pixels included); rejections met on the way stay in
-    their place."""
+def batches(loaded: Iterable[Loaded | Rejection], rows: int, nbytes: int,
+            max_weight: int | None = None) -> Iterator[list[Loaded | Rejection]]:
+    """Cuts a stream into consecutive runs holding at most ``rows`` images, about
+    ``nbytes`` of files and pixels (``Loaded.buffer_bytes``) and, with
+    ``max_weight``, at most that much weight (``Loaded.weight``: what their decodes
+    hold), but for an image heavier alone, which is a run of its own (images
+    weighing 300, 200, 600 and 100 with ``max_weight=500``: [300, 200], [600],
+    [100]); rejections met on the way stay in their place.
+    """
     run: list[Loaded | Rejection] = []
-    images = size = 0
+    images = size = weight = 0
     for item in loaded:
+        if (isinstance(item, Loaded) and max_weight is not None and images
+                and weight + item.weight > max_weight):
+            yield run
+            run, images, size, weight = [], 0, 0, 0
         run.append(item)
         if isinstance(item, Loaded):
             images += 1
-            size += item.weight
-            if images >= rows or size >= nbytes:
+            size += item.buffer_bytes
+            weight += item.weight
+            if (images >= rows or size >= nbytes
+                    or (max_weight is not None and weight >= max_weight)):
                 yield run
-                run, images, size = [], 0, 0
+                run, images, size, weight = [], 0, 0, 0
     if run:
         yield run
 

@@ -18,31 +18,42 @@ from etl.images import codec
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+# --decode_budget_mb's default: a 4-channel image at the default --max_image_pixels
+# weighs 0.90-0.96 GiB (decode_weight), so it is decoded alone, never refused.
+DEFAULT_DECODE_BUDGET_BYTES = 1024 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
 class InputLimits:
     """Limits that keep one hostile or broken input from exhausting a worker, and
     whether damaged image data is refused (``strict_decoding``, see
-    :func:`corrupt_data_problem`) or stored as TensorFlow decodes it."""
+    :func:`corrupt_data_problem`) or stored as TensorFlow decodes it.
+    ``decode_budget_bytes`` bounds what the images a process decodes at once weigh
+    (:func:`decode_weight`, ``etl.images.shards.process_shard``)."""
 
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     strict_decoding: bool = True
+    decode_budget_bytes: int = DEFAULT_DECODE_BUDGET_BYTES
 
     def __post_init__(self) -> None:
         if self.max_file_bytes < 1 or self.max_image_pixels < 1:
             raise ValueError("--max_file_mb and --max_image_pixels must be positive.")
+        if self.decode_budget_bytes < 1:
+            raise ValueError(f"--decode_budget_mb must be positive, got "
+                             f"{self.decode_budget_bytes / 2**20:g} MiB.")
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageHeader:
     """What an image's header declares: width × height, and Pillow's name for how
     its pixels are stored (``RGB``, ``L``, ``RGBA``, ``P``, ``CMYK``, ...; empty for
-    a header Pillow refused as a decompression bomb)."""
+    a header Pillow refused as a decompression bomb); ``size`` is ``(width,
+    height)`` (None for such a header: its message gives only the pixel count)."""
 
     pixels: int
     mode: str
+    size: tuple[int, int] | None = None
 
 
 def read_header(data: bytes) -> ImageHeader | None:
@@ -61,7 +72,7 @@ def read_header(data: bytes) -> ImageHeader | None:
             return ImageHeader(_refused_pixels(e), "")
         except (OSError, SyntaxError, ValueError, EOFError, struct.error):
             return None  # A header Pillow cannot parse: TensorFlow's decode decides.
-    return ImageHeader(width * height, mode)
+    return ImageHeader(width * height, mode, (width, height))
 
 
 def declared_pixels(data: bytes) -> int | None:
@@ -208,10 +219,57 @@ class Checked:
     """An image that passed the checks made before decoding. ``jpeg`` is set for a
     JPEG the job decodes itself (:func:`decode_jpeg_into`, whose strict decode is
     also its damage check); None when the transform decodes the image. ``header``
-    is what its header declares (None where Pillow cannot read it)."""
+    is what its header declares (None where Pillow cannot read it); ``weight``, its
+    :func:`decode_weight`."""
 
     jpeg: JpegDecode | None = None
     header: ImageHeader | None = None
+    weight: int = 0
+
+
+# Bytes a decode holds per decoded pixel: max(channels, 3) + this (measured in
+# docs/BENCHMARKS.md, "Image decode memory"). TensorFlow's decode (a tf.map_fn per
+# batch, FinishImages.decode) writes 8 bits a channel (libpng cuts a 16-bit PNG as it
+# reads), an RGB copy, map_fn's element and result, and a batch mixing those with the
+# job's JPEGs copies all once more: 6.3-9.5 bytes a pixel measured alone, 10.5 two at
+# once. A JPEG the job decodes is weighed as the transform's decode, its fallback.
+DECODE_BYTES_PER_PIXEL = 10
+# More for alpha composited on --alpha_background, in int32 (38-44 measured in all).
+COMPOSITE_BYTES_PER_PIXEL = 36
+# The resize's float32 RGB: its intermediate, the resized image and two copies.
+FLOAT_RGB_BYTES = 12
+# TensorFlow's channels for Pillow's modes (a palette may carry transparency: RGBA).
+_CHANNELS = {"1": 1, "L": 1, "I": 1, "F": 1, "LA": 2, "La": 2, "RGB": 3, "YCbCr": 3, "HSV": 3}
+
+
+def decode_weight(data: bytes, header: ImageHeader | None, image_size: int | None = None,
+                  composite_alpha: bool = False,
+                  max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> int:
+    """Bytes an image holds at its decode's peak, its file included: what the shard
+    step's batches and its budget (``InputLimits.decode_budget_bytes``) weigh.
+
+    Its decoded pixels (a JPEG's at the DCT scale for ``image_size``) times
+    ``max(channels, 3) + DECODE_BYTES_PER_PIXEL`` (+ ``COMPOSITE_BYTES_PER_PIXEL``
+    with alpha and ``composite_alpha``), and with ``image_size`` the resize's float32
+    copies, which grow with the output's longer side. An unreadable header is
+    weighed as a 4-channel square image of ``max_image_pixels``."""
+    side = max(1, int((header.pixels if header else max_image_pixels) ** 0.5))
+    width, height = header.size if header and header.size else (side, side)
+    mode = header.mode if header else ""
+    channels = 1 if mode.startswith("I;16") else _CHANNELS.get(mode, 4)
+    ratio = (codec.jpeg_decode_ratio(height, width, image_size)
+             if image_size and codec.sniff_format(data) == "jpeg" else 1)
+    decoded_height, decoded_width = -(-height // ratio), -(-width // ratio)
+    per_pixel = max(channels, 3) + DECODE_BYTES_PER_PIXEL + (
+        COMPOSITE_BYTES_PER_PIXEL if composite_alpha and channels % 2 == 0 else 0)
+    weight = len(data) + decoded_height * decoded_width * per_pixel
+    if image_size:  # codec.resize_upright's sizes: the shorter side becomes image_size
+        shorter = max(1, min(height, width))
+        new_height = max(image_size, (height * image_size + shorter // 2) // shorter)
+        new_width = max(image_size, (width * image_size + shorter // 2) // shorter)
+        weight += FLOAT_RGB_BYTES * (3 * new_height * new_width + max(
+            new_height * decoded_width, decoded_height * new_width))
+    return weight
 
 
 # Decoded pixels are handed to TensorFlow through DLPack, buffer and all
@@ -282,12 +340,15 @@ def decode_jpeg_checked(data: bytes, image_size: int, strict: bool
 
 
 def check_image(data: bytes, limits: InputLimits = InputLimits(),
-                image_size: int | None = None) -> Checked | tuple[str, str]:
+                image_size: int | None = None, composite_alpha: bool = False
+                ) -> Checked | tuple[str, str]:
     """``(reason, message)`` if ``data`` is refused before it is decoded, else
     :class:`Checked`.
 
     Checks, cheapest first: size, container format, the header's pixel count (a
-    decompression bomb is refused before any decoding) and damaged image data. Given
+    decompression bomb is refused before any decoding), its :func:`decode_weight`
+    (above ``limits.decode_budget_bytes``: refused; an unreadable header weighs at
+    most the budget: decoded alone) and damaged image data. Given
     the ``image_size`` the transform resizes to, a JPEG in an agreeing layout is
     planned for the job's own decode (``Checked(jpeg=...)``), whose strictness is
     its damage check (:func:`decode_jpeg_into`). Other images are checked here, with
@@ -311,15 +372,24 @@ def check_image(data: bytes, limits: InputLimits = InputLimits(),
         message = (f"Header declares {header.pixels} pixels, above --max_image_pixels "
                    f"({limits.max_image_pixels}); not decoded.")
         return dead_letters.IMAGE_TOO_LARGE, message
+    weight = decode_weight(data, header, image_size, composite_alpha, limits.max_image_pixels)
+    if header is None:
+        weight = min(weight, limits.decode_budget_bytes)
+    elif weight > limits.decode_budget_bytes:
+        shape = "{} x {} ".format(*header.size) if header.size else ""
+        return dead_letters.IMAGE_TOO_LARGE, (
+            f"Decoding it ({shape}{header.mode or 'image'}) would hold about "
+            f"{weight / 2**20:.0f} MiB at once, above --decode_budget_mb "
+            f"({limits.decode_budget_bytes / 2**20:g}); not decoded.")
     if image_format == "jpeg" and image_size is not None:
         plan = plan_jpeg_decode(data, image_size)
         if plan is not None:
-            return Checked(jpeg=plan, header=header)
+            return Checked(jpeg=plan, header=header, weight=weight)
     if limits.strict_decoding:
         problem = corrupt_data_problem(data, image_format)
         if problem is not None:
             return problem
-    return Checked(header=header)
+    return Checked(header=header, weight=weight)
 
 
 def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import os
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
@@ -51,13 +52,15 @@ from etl.images.batches import (
     decode_batch,
     finish_images,
     load_record,
+    read_ahead,
 )
 from etl.images.labels import ONE_CLASS, LabelColumns
 from etl.images.preprocessing import ImagePreprocessing, serving_feature_spec
 from etl.images.sources import ImageRecord
 from reader import contract
 
-# Bounds of one batch given to the transform graph: rows, and raw (encoded) bytes.
+# Bounds of one batch given to the transform graph: rows, and bytes of files and JPEG
+# pixels (``Loaded.buffer_bytes``); what batches weigh is bounded in process_shard.
 # Output bytes never depend on batching: every output is computed per image.
 BATCH_ROWS = 32
 BATCH_BYTES = 16 * 1024 * 1024
@@ -200,7 +203,7 @@ def _transform_loaded(transform: ImageTransform, batch: Sequence[Loaded]
             return _transform_loaded(transform, [dataclasses.replace(
                 item, jpeg=None, pixels=None)])
         image_format = (codec.sniff_format(item.data) or "image").upper()
-        return [Rejection(key=item.record.key, source=item.record.uri,
+        return [Rejection(key=item.record.key, source=item.record.source,
                           reason=dead_letters.UNDECODABLE_IMAGE,
                           message=f"TensorFlow cannot decode this {image_format} file: "
                                   f"{loading.tf_error_detail(e.message)}")]
@@ -216,7 +219,7 @@ def _outcome(record: ImageRecord, features: dict[str, Any],
     spread): an infinite target would silently break training."""
     target = features.get(contract.TARGET_KEY)
     if target is not None and not np.all(np.isfinite(target)):
-        return Rejection(key=record.key, source=record.uri,
+        return Rejection(key=record.key, source=record.source,
                          reason=dead_letters.NON_FINITE_TARGET,
                          message=f"Targets {list(record.targets)} normalise to "
                                  f"{target.tolist()} with the train mean and std (beyond "
@@ -230,38 +233,45 @@ def process_shard(records: Iterable[ImageRecord], transform: ImageTransform,
                   read_pool: concurrent.futures.Executor,
                   transform_pool: concurrent.futures.Executor, *,
                   transform_threads: int, image_size: int | None = None,
+                  read_timeout_s: float | None = None,
+                  composite_alpha: bool = False,
                   batch_rows: int = BATCH_ROWS,
                   batch_bytes: int = BATCH_BYTES) -> Iterator[Outcome]:
     """Every record of one shard, in the order given, as an ``Outcome``.
 
-    Reads and checks (:func:`load_record`; with ``image_size``, JPEGs are planned for
-    the job's own decode) run ahead on ``read_pool`` (at most two batches' worth in
-    flight) and at most ``transform_threads + 1`` batches are decoded and transformed
-    at once on ``transform_pool``, so memory is bounded by a few batches whatever the
-    shard size. The outcomes do not depend on the pools' sizes or timing.
+    Reads and checks (:func:`load_record`; ``image_size`` plans JPEGs for the job's
+    own decode, it and ``composite_alpha`` weigh each image) run ahead on
+    ``read_pool`` (:func:`read_ahead`: two batches' worth of files at most). At most
+    ``transform_threads + 1`` batches are decoded and transformed at once on
+    ``transform_pool``, and only while their weights (``Loaded.weight``) add up to at
+    most ``limits.decode_budget_bytes``: a batch weighs at most ``1 /
+    (transform_threads + 1)`` of it, a heavier image is a batch of its own that waits
+    for room, and one heavier than the budget was refused as it was read. So memory
+    is bounded whatever the shard and its images. The outcomes do not depend on the
+    pools' sizes or timing, but for a read longer than ``read_timeout_s``: it is
+    given up (``read_timed_out``).
     """
-    read_ahead = 2 * batch_rows
-
-    def loaded() -> Iterator[Loaded | Rejection]:
-        in_flight: collections.deque[concurrent.futures.Future] = collections.deque()
-        for record in records:
-            in_flight.append(read_pool.submit(load_record, record, limits, image_size))
-            if len(in_flight) >= read_ahead:
-                yield in_flight.popleft().result()
-        while in_flight:
-            yield in_flight.popleft().result()
-
+    load = functools.partial(load_record, limits=limits, image_size=image_size,
+                             read_timeout_s=read_timeout_s, composite_alpha=composite_alpha)
+    budget = limits.decode_budget_bytes
+    # (run, its future, its weight)
     pending: collections.deque[tuple[list[Loaded | Rejection],
-                                     concurrent.futures.Future | None]] = collections.deque()
-    for run in batches(loaded(), batch_rows, batch_bytes):
+                                     concurrent.futures.Future | None, int]] = (
+        collections.deque())
+    for run in batches(read_ahead(records, load, read_pool, 2 * batch_rows,
+                                  limits.max_file_bytes), batch_rows, batch_bytes,
+                       max_weight=budget // (transform_threads + 1)):
         batch = [item for item in run if isinstance(item, Loaded)]
+        weight = sum(item.weight for item in batch)
+        while pending and weight + sum(w for _, _, w in pending) > budget:
+            yield from _drain(*pending.popleft()[:2])
         future = (transform_pool.submit(transform_batch, transform, batch,
                                         limits.strict_decoding) if batch else None)
-        pending.append((run, future))
+        pending.append((run, future, weight))
         while len(pending) > transform_threads:
-            yield from _drain(*pending.popleft())
+            yield from _drain(*pending.popleft()[:2])
     while pending:
-        yield from _drain(*pending.popleft())
+        yield from _drain(*pending.popleft()[:2])
 
 
 def _drain(run: list[Loaded | Rejection], future: concurrent.futures.Future | None
@@ -289,6 +299,8 @@ class TransformAndWriteImageShard(ShardStep):
 
     ``preprocessing`` must be the configuration ``transform_fn`` was built with: the
     JPEGs the step decodes itself are finished with the same ops (:class:`FinishImages`).
+    A file whose read takes longer than ``read_timeout_s`` (None: no limit) is given
+    up, a ``read_timed_out`` dead letter.
     """
 
     WRITTEN_COUNTER = "images_written"
@@ -297,7 +309,8 @@ class TransformAndWriteImageShard(ShardStep):
                  limits: loading.InputLimits, transform_handle: shared.Shared,
                  preprocessing: ImagePreprocessing, transform_threads: int = 2,
                  read_threads: int | None = None, columns: LabelColumns = ONE_CLASS,
-                 hash_images: bool = False, describe: bool = False) -> None:
+                 hash_images: bool = False, describe: bool = False,
+                 read_timeout_s: float | None = None) -> None:
         if transform_threads < 1:
             raise ValueError(f"transform_threads must be >= 1, got {transform_threads}.")
         super().__init__(output_dir, name, shard_format, transform_handle)
@@ -308,6 +321,7 @@ class TransformAndWriteImageShard(ShardStep):
         self._describe = describe
         self._transform_threads = transform_threads
         self._read_threads = read_threads
+        self._read_timeout_s = read_timeout_s
         # Names this run's progress count in each worker process; never in the output.
         self._progress_run = secrets.token_hex(8)
 
@@ -338,7 +352,10 @@ class TransformAndWriteImageShard(ShardStep):
         for outcome in process_shard(ordered, transform, self._limits, self._read_pool,
                                      self._transform_pool,
                                      transform_threads=self._transform_threads,
-                                     image_size=self._preprocessing.image_size):
+                                     image_size=self._preprocessing.image_size,
+                                     read_timeout_s=self._read_timeout_s,
+                                     composite_alpha=(self._preprocessing.alpha_background
+                                                      is not None)):
             if isinstance(outcome, Rejection):
                 rejections.append(outcome)
                 continue

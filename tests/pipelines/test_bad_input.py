@@ -252,11 +252,6 @@ def test_class_folder_with_a_line_break_is_invalid_label_never_stored_as_minus_o
     assert all(r["label"] == manifest["label_vocab"].index(r["label_name"]) for r in stored)
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeEncodeError, reason=(
-    "The shard step writes record.uri (the real name, with surrogate escapes) into its "
-    "progress record and statistics/flags.jsonl, and rejections into errors/: "
-    "etl/images/facts.py, batches.py, shards.py and pipelines/images.py must name the "
-    "file by record.source (ImageRecord.source, the escaped uri)."))
 def test_names_that_are_not_utf8_are_escaped_keys_and_their_files_read(tmp_path):
     root = str(tmp_path / "in")
     good = image_fixtures.write_image_folder(root, copies=1)

@@ -4,8 +4,6 @@ a regular file is refused unopened, and a read given a time limit is given up.""
 from __future__ import annotations
 
 import os
-import threading
-import time
 
 import pytest
 
@@ -60,35 +58,3 @@ def test_special_kind_names_what_a_path_is_by_stat(tmp_path):
         make_fifo(tmp_path / "fifo"), make_socket(tmp_path / "sock"), "/dev/null",
         str(tmp_path), str(tmp_path / "file"), str(tmp_path / "absent"), "gs://b/x")] == [
         "FIFO (named pipe)", "socket", "character device", "folder", None, None, None]
-
-
-def test_read_bytes_with_a_timeout_reads_and_fails_as_without(tmp_path):
-    path = tmp_path / "f"
-    path.write_bytes(b"y" * 200_000)
-    assert storage.read_bytes(str(path), 100, timeout_s=10) == b"y" * 101
-    assert storage.read_bytes(str(path), timeout_s=10) == b"y" * 200_000
-    with pytest.raises(FileNotFoundError):
-        storage.read_bytes(str(tmp_path / "absent"), timeout_s=10)
-
-
-def test_read_bytes_gives_up_a_read_that_stalls(tmp_path, monkeypatch):
-    (tmp_path / "f").write_bytes(b"late")
-    released = threading.Event()
-    real_open = storage.open_read
-
-    def stalled_open(path):  # A hung mount: the open returns once released.
-        released.wait()
-        return real_open(path)
-
-    monkeypatch.setattr(storage, "open_read", stalled_open)
-    started = time.monotonic()
-    try:
-        with pytest.raises(storage.ReadTimedOut) as given_up:
-            storage.read_bytes(str(tmp_path / "f"), timeout_s=0.2)
-    finally:
-        released.set()
-    assert time.monotonic() - started < 2
-    assert str(given_up.value) == (f"Reading {str(tmp_path / 'f')!r} did not finish "
-                                   f"within 0.2 s: given up")
-    monkeypatch.setattr(storage, "open_read", real_open)
-    assert storage.read_bytes(str(tmp_path / "f"), timeout_s=10) == b"late"

@@ -300,3 +300,74 @@ def test_a_file_exactly_at_the_limit_is_read_whole_and_accepted(tmp_path):
     assert data == b"x" * 5000
     assert loading.validate_image_bytes(
         data, loading.InputLimits(max_file_bytes=5000))[0] != "file_too_large"
+
+
+# --- what a decode holds: decode_weight and --decode_budget_mb --------------------------
+
+def _png(mode: str, width: int, height: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new(mode, (width, height), (9,) * len(mode)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_decode_weight_counts_the_decoded_channels_copies_and_the_resize():
+    header = loading.ImageHeader(640 * 480, "RGB", (640, 480))
+    # max(3 channels, 3) + 10 bytes a pixel, and the file.
+    assert loading.decode_weight(bytes(1000), header) == 1000 + 640 * 480 * 13
+    # The resize to 299 x 224 (224 x 640 and 480 x 299 intermediates, float32 RGB; the
+    # resized image and two copies).
+    assert loading.decode_weight(bytes(1000), header, 224) == (
+        1000 + 640 * 480 * 13 + 12 * (480 * 299 + 3 * 224 * 299))
+
+
+def test_decode_weight_of_alpha_16_bit_and_gray_images():
+    def weight(mode: str, composite: bool = False) -> int:
+        return loading.decode_weight(b"", loading.ImageHeader(100, mode, (10, 10)),
+                                     composite_alpha=composite)
+
+    assert [weight(m) for m in ("L", "LA", "RGB", "RGBA", "I;16", "P")] == [
+        1300, 1300, 1300, 1400, 1300, 1400]
+    # Compositing on --alpha_background: 36 bytes a pixel more, for an alpha channel.
+    assert [weight(m, True) for m in ("LA", "RGBA", "RGB", "L")] == [
+        4900, 5000, 1300, 1300]
+
+
+def test_decode_weight_of_a_jpeg_is_at_its_dct_scale():
+    # 4000 x 3000 for 224 px: decoded at 1/4 (750 >= 2 x 224), 1000 x 750.
+    jpeg = b"\xff\xd8\xff" + bytes(997)
+    header = loading.ImageHeader(4000 * 3000, "RGB", (4000, 3000))
+    assert loading.decode_weight(jpeg, header, 224) == (
+        1000 + 1000 * 750 * 13 + 12 * (750 * 299 + 3 * 224 * 299))
+
+
+def test_check_image_weighs_what_its_decode_holds():
+    data = _png("RGBA", 300, 200)
+    checked = loading.check_image(data, image_size=16)
+    assert checked.header == loading.ImageHeader(300 * 200, "RGBA", (300, 200))
+    assert checked.weight == loading.decode_weight(data, checked.header, 16)
+
+
+def test_an_image_whose_decode_exceeds_the_budget_is_refused_naming_the_flag():
+    # 2000 x 2000 RGBA of one colour: a few kilobytes, 53 MiB to decode.
+    data = _png("RGBA", 2000, 2000)
+    assert len(data) < 20_000
+    limits = loading.InputLimits(decode_budget_bytes=50 * 2**20)
+    assert loading.check_image(data, limits) == (
+        dead_letters.IMAGE_TOO_LARGE,
+        ("Decoding it (2000 x 2000 RGBA) would hold about 53 MiB at once, above "
+         "--decode_budget_mb (50); not decoded."))
+    assert isinstance(loading.check_image(
+        data, loading.InputLimits(decode_budget_bytes=54 * 2**20)), loading.Checked)
+
+
+def test_an_unreadable_header_is_weighed_as_the_largest_image_up_to_the_budget():
+    # A PNG signature Pillow cannot read: TensorFlow's decode decides, alone.
+    data = b"\x89PNG\r\n\x1a\n" + bytes(100)
+    assert loading.check_image(data).weight == len(data) + loading.DEFAULT_MAX_IMAGE_PIXELS * 14
+    small = loading.InputLimits(decode_budget_bytes=2**20)
+    assert loading.check_image(data, small).weight == 2**20
+
+
+def test_the_decode_budget_must_be_positive():
+    with pytest.raises(ValueError, match="--decode_budget_mb must be positive, got 0 MiB"):
+        loading.InputLimits(decode_budget_bytes=0)

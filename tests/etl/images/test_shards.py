@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -70,9 +72,11 @@ def test_load_record_reads_and_checks(tmp_path):
     loaded = load_record(_record("good", str(tmp_path / "good.png")), LIMITS)
     # The header as Pillow reads it: an independent check of what the step keeps.
     with Image.open(io.BytesIO(_good(1))) as image:
-        header = image_loading.ImageHeader(image.width * image.height, image.mode)
+        header = image_loading.ImageHeader(image.width * image.height, image.mode,
+                                           image.size)
+    # Weighed as TensorFlow decodes it: 3 + 10 bytes a pixel, and its file.
     assert loaded == Loaded(_record("good", str(tmp_path / "good.png")), _good(1),
-                            header=header)
+                            header=header, weight=len(_good(1)) + 7 * 5 * 13)
     empty = load_record(_record("empty", str(tmp_path / "empty.png")), LIMITS)
     assert (empty.key, empty.reason) == ("empty", dead_letters.EMPTY_FILE)
     missing = load_record(_record("gone", str(tmp_path / "gone.png")), LIMITS)
@@ -177,3 +181,107 @@ def test_a_target_normalised_beyond_float32_is_a_dead_letter():
         "key": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"a.png"])),
         "target": tf.train.Feature(float_list=tf.train.FloatList(value=[2.5])),
     })).SerializeToString(deterministic=True), None)
+
+
+# --- the decode budget -----------------------------------------------------------------
+
+class RecordingTransform:
+    """A stand-in transform_fn that decodes nothing: it records each batch's keys and
+    the most weight (``Loaded.weight``) its calls held at once."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.held = self.most_held = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, batch):
+        weight = sum(item.weight for item in batch)
+        with self._lock:
+            self.batches.append([item.record.key for item in batch])
+            self.held += weight
+            self.most_held = max(self.most_held, self.held)
+        time.sleep(0.02)  # long enough for the other thread's batch to overlap
+        with self._lock:
+            self.held -= weight
+        keys = [item.record.key.encode() for item in batch]
+        return ({"image": np.array(keys, dtype=object), "key": np.array(keys, dtype=object)},
+                [None] * len(batch))
+
+
+def _flat_png(tmp_path, name: str, mode: str, side: int) -> ImageRecord:
+    path = tmp_path / f"{name}.png"
+    Image.new(mode, (side, side), (40,) * len(mode)).save(path)
+    return _record(name, str(path))
+
+
+def test_process_shard_batches_by_decoded_weight_within_the_budget(tmp_path):
+    # 1000 x 1000 RGBA: 14 MB to decode from a file of a few KB; 100 x 100 RGB: 130 KB.
+    # A 20 MiB budget: batches of at most 6.7 MiB, so each large image alone, and
+    # never two of them at once.
+    names = ["s0", "s1", "B0", "s2", "B1", "B2", "s3", "s4", "s5", "s6", "s7"]
+    records = [_flat_png(tmp_path, n, "RGBA", 1000) if n.startswith("B")
+               else _flat_png(tmp_path, n, "RGB", 100) for n in names]
+    limits = image_loading.InputLimits(decode_budget_bytes=20 * 2**20)
+    transform = RecordingTransform()
+    with concurrent.futures.ThreadPoolExecutor(2) as read_pool, \
+            concurrent.futures.ThreadPoolExecutor(2) as transform_pool:
+        outcomes = list(process_shard(records, transform, limits, read_pool,
+                                      transform_pool, transform_threads=2, batch_rows=4))
+    assert [o[0].key for o in outcomes] == names
+    assert sorted(transform.batches) == sorted([
+        ["s0", "s1"], ["B0"], ["s2"], ["B1"], ["B2"], ["s3", "s4", "s5", "s6"], ["s7"]])
+    assert 14 * 10**6 < transform.most_held <= 20 * 2**20
+
+
+def test_process_shard_refuses_an_image_heavier_than_the_budget_in_its_place(tmp_path):
+    records = [_flat_png(tmp_path, "a", "RGB", 100), _flat_png(tmp_path, "B", "RGBA", 1000),
+               _flat_png(tmp_path, "b", "RGB", 100)]
+    limits = image_loading.InputLimits(decode_budget_bytes=10 * 2**20)
+    transform = RecordingTransform()
+    with concurrent.futures.ThreadPoolExecutor(2) as read_pool, \
+            concurrent.futures.ThreadPoolExecutor(2) as transform_pool:
+        outcomes = list(process_shard(records, transform, limits, read_pool,
+                                      transform_pool, transform_threads=2))
+    rejected = outcomes[1]
+    assert (rejected.key, rejected.reason) == ("B", dead_letters.IMAGE_TOO_LARGE)
+    assert rejected.message.startswith("Decoding it (1000 x 1000 RGBA) would hold about 13 "
+                                       "MiB at once, above --decode_budget_mb (10)")
+    assert [o[0].key for o in (outcomes[0], outcomes[2])] == ["a", "b"]
+    assert transform.batches == [["a", "b"]]
+
+
+def test_the_job_decodes_large_compressible_pngs_within_its_budget(tmp_path, monkeypatch):
+    # Six 512 x 512 16-bit RGBA PNGs of one colour each (about 1 KB a file, 3.8 MiB
+    # each to decode and resize to 16 px) under a 10 MiB budget: each decoded alone,
+    # and each stored as the high bytes of its colour.
+    from etl.images import shards
+    from tests.job_runs import all_records, run_images_job
+
+    colours = {f"{label}/{i}.png": (30 * i + 7, 200 - 20 * i, 11 * i)
+               for i, label in enumerate("aabbcc")}
+    weights = {}
+    for key, colour in colours.items():
+        pixels = np.full((512, 512, 4), [*colour, 128], np.uint16) * 257
+        data = tf.io.encode_png(pixels).numpy()
+        (tmp_path / "in" / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "in" / key).write_bytes(data)
+        weights[key] = image_loading.decode_weight(data, image_loading.read_header(data), 16)
+        assert 10 * 2**20 / 3 < weights[key] < 10 * 2**20 / 2
+    seen: dict[str, tuple[int, int]] = {}
+    real = shards.transform_batch
+
+    def recording(transform, batch, strict=True):
+        seen[batch[0].record.key] = (len(batch), sum(item.weight for item in batch))
+        return real(transform, batch, strict)
+
+    monkeypatch.setattr(shards, "transform_batch", recording)
+    out = str(tmp_path / "out")
+    manifest = run_images_job(str(tmp_path / "in"), out, "--decode_budget_mb=10",
+                              "--image_format=png", "--statistics=off")
+    assert seen == {key: (1, weight) for key, weight in weights.items()}
+    stored = {key: tf.io.decode_png(row["image"]).numpy()
+              for key, (_, row) in all_records(out, manifest).items()}
+    assert {key: pixels.shape for key, pixels in stored.items()} == {
+        key: (16, 16, 3) for key in colours}
+    for key, pixels in stored.items():
+        assert (pixels == colours[key]).all(), key
