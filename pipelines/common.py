@@ -353,19 +353,27 @@ def main(run: Callable[[Sequence[str]], Any]) -> None:
     published_before = _manifest_sha256(flags.output_dir)
     try:
         run(argv)
+    except UnicodeError as e:  # A ValueError, but never the user's to fix: a bug.
+        sys.exit(one_line(_stopped_run_line(e, flags, held, published_before)))
     except (ValueError, accounting.WithheldError) as e:
         # An input found on a worker to stop the job is its line alone; what Beam
         # held of it (a worker's own report) is dropped.
         held.drop() if isinstance(e, dead_letters.InputError) else held.release()
         if flags.debug:
             traceback.print_exc()
-        sys.exit(f"error: {e}")
+        sys.exit(one_line(f"error: {e}"))
     except Exception as e:
-        sys.exit(_stopped_run_line(e, flags, held, published_before))
+        sys.exit(one_line(_stopped_run_line(e, flags, held, published_before)))
     except BaseException:  # Ctrl-C, --help's exit: what was held is printed first.
         held.release()
         raise
     held.release()
+
+
+def one_line(text: str) -> str:
+    """``text`` as the one line it must stay: a line break it quotes (a key or a class
+    folder named with one) written ``\\n`` or ``\\r``."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _stopped_run_line(error: Exception, flags: failures.ConsoleFlags,

@@ -1,26 +1,12 @@
 """Image inputs: an ImageFolder tree or a CSV/JSONL manifest → ``ImageRecord``s.
 
-Accepted layouts (see docs/IMAGE_JOB.md, "Input layouts"):
-
-* ``<root>/<class>/.../<file>``: the label is the first folder below the root.
-* ``<root>/<split>/<class>/.../<file>``: when *every* top-level folder is a split
-  name (train, validation/val/valid, test), that split is used instead of hashing.
-* ``manifest.csv`` with a header row (RFC 4180 rows), or ``manifest.jsonl`` with one
-  object a line: columns/fields ``path`` (relative to the manifest's folder, absolute,
-  or a URI such as ``gs://...``), ``label``, and optional ``split``; ``LabelColumns``
-  says which columns hold class labels, numeric targets and carried text
-  (``etl/images/labels.py``, docs/LABELS.md).
-
-The key of an example is its file's path relative to the root, with ``/`` separators,
-one per file however a manifest spells it; a local name's bytes that are not UTF-8 are
-escaped (docs/FORMAT.md, "Image keys"). Files and folders whose name starts with ``.``
-are not inputs (e.g. ``.DS_Store``).
-
-A local input whose real path (every symbolic link followed) lies outside the root
-(the folder, or the manifest's folder) is rejected as ``path_outside_root`` unless
-``--allow_paths_outside_root``; object stores (``gs://``, ``s3://``) have no links,
-so their paths are compared as written. On an object store a folder is a prefix:
-``gs://bucket/photos`` holds the objects named ``photos/<class>/...``.
+Layouts (docs/IMAGE_JOB.md, "Input layouts"): ``<root>/<class>/.../<file>``,
+``<root>/<split>/<class>/.../<file>`` when every top-level folder is a split name, or a
+manifest of ``path``, ``label`` and optional ``split`` columns (RFC 4180 CSV, or JSON
+Lines; more columns: ``etl/images/labels.py``). A key is its file's path relative to
+the root, one per file however it is spelled (docs/FORMAT.md, "Image keys"); hidden
+files are no inputs; a local input whose real path leaves the root is
+``path_outside_root`` unless ``--allow_paths_outside_root``.
 """
 
 from __future__ import annotations
@@ -138,7 +124,7 @@ def record_from_folder_path(path: str, root: str, split_layout: bool,
     accident. The uri stays the path as listed; the key is it relative to ``root``,
     escaped. A class folder the label vocabulary cannot hold is ``invalid_label``.
     """
-    relative = path[len(root):].lstrip("/\\").replace(os.sep, "/")
+    relative = _relative(path, root)
     parts = relative.split("/")
     if any(part.startswith(".") for part in parts):
         return None
@@ -171,12 +157,10 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
                     ) -> ImageRecord | Rejection:
     """Validates one manifest row (already parsed into a mapping).
 
-    Paths are resolved against the manifest's folder (the input root): the key is the
-    path relative to it, however written (``local_tree.resolve_under``), escaped. A
-    path that resolves outside it (``../``, an absolute path or a URI elsewhere, or a
-    local path whose real path leaves it through a symbolic link) is rejected as
-    ``path_outside_root`` unless ``allow_outside_root``: a manifest must not make the
-    job read arbitrary files by accident.
+    The key is the path relative to the manifest's folder (the root), however written
+    (``local_tree.resolve_under``), escaped. A path resolving outside it (``../``, a
+    path or URI elsewhere, a link leaving it) is ``path_outside_root`` unless
+    ``allow_outside_root``: a manifest must not make the job read any file by accident.
     """
     path = row.get(PATH_COLUMN)
     if not isinstance(path, str) or not path.strip():
@@ -186,11 +170,10 @@ def record_from_row(row: Mapping[str, Any], manifest_dir: str, source: str,
     path = path.strip()
     name, uri, inside = local_tree.resolve_under(path, manifest_dir)
     if not local_tree.is_file_name(uri):
-        return Rejection(key=source, source=source,
-                         reason=dead_letters.MALFORMED_MANIFEST_ROW,
-                         message=f"Row's {PATH_COLUMN!r} value {path!r} names no file: it "
-                                 f"holds a lone surrogate code point (a JSON \\uD800-"
-                                 f"\\uDFFF escape) that is no byte of a file name.")
+        return Rejection(key=source, source=source, message=(
+            f"Row's {PATH_COLUMN!r} value {path!r} names no file: it holds a lone surrogate "
+            f"code point (a JSON \\uD800-\\uDFFF escape) that is no byte of a file name."),
+                         reason=dead_letters.MALFORMED_MANIFEST_ROW)
     key = local_tree.escape_name(name)
     if not allow_outside_root and not (inside and storage.resolves_inside(uri, manifest_dir)):
         return Rejection(key=key, source=source, reason=dead_letters.PATH_OUTSIDE_ROOT,
@@ -304,14 +287,32 @@ class _ParseManifestRow(beam.DoFn):
         return result
 
 
+def _relative(path: str, root: str) -> str:  # A listed path below root, with "/".
+    return path[len(root):].lstrip("/\\").replace(os.sep, "/")
+
+
+def _listed_once(root: str, allow_outside_root: bool) -> Iterator[Any]:
+    """The folder's files (``storage.list_tree``), a file whose key an earlier one
+    has a ``duplicate_key``: only a UTF-8 name spelled like another's escape can."""
+    kept: dict[str, str] = {}
+    for listed in storage.list_tree(root, allow_outside_root):
+        key = local_tree.escape_name(_relative(listed.path, root))
+        if "%" in key and kept.setdefault(key, listed.path) != listed.path:
+            yield Rejection(key=key, source=local_tree.escape_name(listed.path),
+                            reason=dead_letters.DUPLICATE_KEY,
+                            message=f"Key listed twice; kept the file {kept[key]!r}.")
+        else:
+            yield listed
+
+
 class _FolderPathToRecord(beam.DoFn):
     def __init__(self, root: str, split_layout: bool, allow_outside_root: bool) -> None:
         self._root = root
         self._split_layout = split_layout
         self._allow_outside_root = allow_outside_root
 
-    def process(self, listed: storage.Listed) -> Iterator[Any]:
-        result = record_from_folder_path(
+    def process(self, listed: Any) -> Iterator[Any]:  # storage.Listed or a Rejection
+        result = listed if isinstance(listed, Rejection) else record_from_folder_path(
             listed.path, self._root, self._split_layout, self._allow_outside_root,
             None if listed.info is None else (listed.info.size, listed.info.mtime))
         if result is not None:
@@ -355,13 +356,12 @@ class ReadImageRecords(beam.PTransform):
             root = storage.absolute(self._input)
             split_layout = (detect_split_layout(root) if self._split_layout is None
                             else self._split_layout)
-            # File paths are unique keys by construction. Listed on a worker, so a
-            # large folder is not pickled into the job graph.
+            # Listed on a worker, so a large folder is not pickled into the job graph.
             paths = (
                 pbegin
                 | "StartListing" >> beam.Create([root])
                 | "ListImageFiles" >> beam.FlatMap(
-                    storage.list_tree, allow_outside_root=self._allow_outside_root)
+                    _listed_once, allow_outside_root=self._allow_outside_root)
             )
             listed = (
                 paths

@@ -418,3 +418,20 @@ def test_images_job_on_a_full_disk_ends_in_one_line_and_the_rerun_reuses_its_sha
                                            REPORT_DUPLICATES)
     assert (out / contract.MANIFEST_FILENAME).exists()
     assert f"resumed: {reused} shard(s) kept from the interrupted run" in stdout, stdout
+
+
+def test_main_keeps_a_message_quoting_a_line_break_on_one_line(tmp_path, monkeypatch,
+                                                               root_logging):
+    # A key or class folder may hold a line break; the error line still is one line.
+    code = _main(monkeypatch, _failing_run(ValueError("e.g. two\nlines/c.png\r")),
+                 f"--output_dir={tmp_path}")
+    assert code == "error: e.g. two\\nlines/c.png\\r"
+
+
+def test_main_takes_a_unicode_error_for_a_bug_not_a_users_value(tmp_path, monkeypatch,
+                                                                capsys, root_logging):
+    error = UnicodeEncodeError("utf-8", "caf\udce9", 3, 4, "surrogates not allowed")
+    code = _main(monkeypatch, _failing_run(error), f"--output_dir={tmp_path}")
+    assert code.startswith("error: the run stopped on an unexpected UnicodeEncodeError "
+                           "(traceback above)")
+    assert "Traceback" in capsys.readouterr().err

@@ -165,3 +165,23 @@ def test_assign_split_hashes_the_key_when_no_split_is_given():
     record = ImageRecord("cat/a.png", "/in/cat/a.png", "cat", None)
     assert sources.assign_split(record, fractions).split == splits.assign_split(
         "cat/a.png", fractions)
+
+
+def test_read_image_records_folder_name_spelled_like_an_escape_is_a_duplicate_key(tmp_path):
+    # b"caf\xe9.png" has the key "cat/caf%E9.png" (docs/FORMAT.md), which the UTF-8
+    # name "caf%E9.png" spells too: the first in path order is kept.
+    root = os.fsencode(os.path.abspath(str(tmp_path)))
+    os.makedirs(os.path.join(root, b"cat"))
+    for name in (b"caf%E9.png", b"caf\xe9.png"):
+        open(os.path.join(root, b"cat", name), "wb").close()
+    root_text = os.fsdecode(root)
+    first, second = sorted(os.fsdecode(os.path.join(root, b"cat", n))
+                           for n in (b"caf%E9.png", b"caf\xe9.png"))
+    with TestPipeline() as pipeline:
+        read, dead = pipeline | sources.ReadImageRecords(root_text)
+        assert_that(read | beam.Map(lambda r: (r.key, r.uri)),
+                    equal_to([("cat/caf%E9.png", first)]), label="CheckRecords")
+        assert_that(dead | beam.Map(lambda r: (r.key, r.reason, r.message)), equal_to([
+            ("cat/caf%E9.png", "duplicate_key",
+             f"Key listed twice; kept the file {first!r}.")]), label="CheckRejected")
+    assert second != first
