@@ -200,14 +200,24 @@ def test_images_job_refuses_finished_output_without_overwrite(image_folder, fini
 
 
 def test_images_job_overwrite_leaves_no_stale_shard(image_folder, finished_output):
+    # ... and keeps the user's files beside the dataset, in folders named like ours too.
     root, _, _ = image_folder
+    theirs = {"NOTES.md": b"notes", "train/notes.txt": b"mine", "train/raw/cat.jpg": b"c",
+              "test/old-shard.tfrecord.gz": b"old"}
+    for relpath, data in theirs.items():
+        os.makedirs(os.path.dirname(os.path.join(finished_output, relpath)), exist_ok=True)
+        with open(os.path.join(finished_output, relpath), "wb") as f:
+            f.write(data)
     manifest = run_images_job(root, finished_output, "--overwrite", "--num_shards=1")
+    for relpath, data in theirs.items():
+        with open(os.path.join(finished_output, relpath), "rb") as f:
+            assert f.read() == data, relpath
     on_disk = sorted(os.path.relpath(p, finished_output)
                      for p in glob.glob(os.path.join(finished_output, "*", "*.tfrecord.gz")))
     listed = sorted(s["path"] for split in contract.SPLITS
                     for s in manifest["splits"][split]["shards"])
-    assert on_disk == listed == [f"{s}/images-{s}-00000-of-00001.tfrecord.gz"
-                                 for s in sorted(contract.SPLITS)]
+    assert [p for p in on_disk if p not in theirs] == listed == [
+        f"{s}/images-{s}-00000-of-00001.tfrecord.gz" for s in sorted(contract.SPLITS)]
     assert not os.path.exists(os.path.join(finished_output, "tmp"))
 
 

@@ -1,6 +1,7 @@
 """The output folder, end to end: a user's folder is refused and left as it was, a
-file where the folder should be is one line, --overwrite replaces only our files,
-and --tft_temp_dir's other contents survive the run."""
+file where the folder should be is one line, and a given --tft_temp_dir's other
+contents survive the run. (--overwrite keeping the user's files:
+tests/pipelines/test_images.py.)"""
 
 from __future__ import annotations
 
@@ -9,16 +10,14 @@ import os
 
 import pytest
 
-from pipelines import images, timeseries
+from pipelines import common, images, runner_defaults, timeseries
 from tests import image_fixtures
 from tests.job_runs import (
     TEST_IMAGE_SIZE,
     files_under,
-    output_digests,
-    run_images_job,
     run_main,
 )
-from tests.series_fixtures import run_timeseries_job, series_rows, write_jsonl
+from tests.series_fixtures import series_rows, write_jsonl
 
 # The case found: an ML project's data/ folder with train/, test/ and tmp/.
 USERS_FILES = {"train/mine.txt": b"mine", "train/old-shard.tfrecord.gz": b"shard",
@@ -89,29 +88,16 @@ def test_a_file_where_the_output_folder_should_be_is_one_line(image_input, tmp_p
     assert out.read_bytes() == b"mine"
 
 
-def test_overwrite_replaces_our_dataset_and_keeps_the_users_files(image_input, tmp_path):
-    out = str(tmp_path / "out")
-    run_images_job(image_input, out)
-    first_files, first_digests = files_under(out), output_digests(out)
-    theirs = {"NOTES.md": b"notes", "train/notes.txt": b"mine", "train/raw/cat.jpg": b"c"}
-    _plant(out, theirs)
-    with pytest.raises(ValueError, match="already holds a finished dataset"):
-        run_images_job(image_input, out)
-    run_images_job(image_input, out, "--overwrite")
-    after = _digests(out)
-    for relpath, data in theirs.items():
-        assert after.pop(relpath) == hashlib.sha256(data).hexdigest()
-    # The same dataset again, and nothing of the old one left over.
-    assert sorted(after) == first_files
-    assert output_digests(out) == first_digests
-
-
-def test_a_given_tft_temp_dir_keeps_what_else_it_holds(tmp_path):
-    path = str(tmp_path / "rows.jsonl")
-    write_jsonl(path, series_rows("a", range(40)) + series_rows("b", range(40)))
+def test_a_given_tft_temp_dir_gets_a_run_folder_inside_it_and_only_that_is_removed(
+        tmp_path):
     scratch = tmp_path / "scratch"
     before = _plant(scratch, {"mine.txt": b"mine", "tmp/x": b"x"})
-    run_timeseries_job(path, str(tmp_path / "out"), "--window_size=4",
-                       f"--tft_temp_dir={scratch}")
+    out = str(tmp_path / "out")
+    options = common.DatasetOptions([f"--output_dir={out}", f"--tft_temp_dir={scratch}"])
+    settings = common.OutputSettings.from_options(options, "images")
+    name = "tfrecord-etl-" + hashlib.sha256(out.encode()).hexdigest()[:16]
+    assert settings.tft_temp_dir == f"{scratch}/{name}"
+    _plant(settings.tft_temp_dir, {"transform_output/a": b"a", "series/b": b"b"})
+    runner_defaults.remove_temp_dir(settings.tft_temp_dir)
     assert _digests(scratch) == before
     assert sorted(os.listdir(scratch)) == ["mine.txt", "tmp"]
