@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from reader import contract
@@ -122,3 +124,24 @@ def run_main(monkeypatch, run, argv: list[str]) -> SystemExit:
     with pytest.raises(SystemExit) as exit_info:
         common.main(run)
     return exit_info.value
+
+
+@contextlib.contextmanager
+def restored_console() -> Iterator[Any]:
+    """Restores what ``common.main`` changes in this process, after the block: the
+    root logger's level and handler filters, ``sys.stderr`` and
+    ``threading.excepthook``. Yields the ``MonkeyPatch`` that restores them."""
+    import logging
+    import sys
+    import threading
+
+    import pytest
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "stderr", sys.stderr)
+        patch.setattr(threading, "excepthook", threading.excepthook)
+        root = logging.getLogger()
+        patch.setattr(root, "level", root.level)
+        for handler in root.handlers:
+            patch.setattr(handler, "filters", list(handler.filters))
+        yield patch

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-import threading
-
 import pytest
+
+from tests.job_runs import restored_console
 
 
 @pytest.fixture()
-def root_logging(monkeypatch):
+def root_logging():
     """Restores the root logger's level and handler filters, ``sys.stderr`` and
     ``threading.excepthook``, which ``common.main`` sets."""
-    monkeypatch.setattr(sys, "stderr", sys.stderr)
-    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
-    root = logging.getLogger()
-    monkeypatch.setattr(root, "level", root.level)
-    for handler in root.handlers:
-        monkeypatch.setattr(handler, "filters", list(handler.filters))
+    with restored_console():
+        yield

@@ -27,17 +27,14 @@ import dataclasses
 import hashlib
 import io
 import json
-import logging
 import math
 import os
 import stat
 import sys
-import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -46,6 +43,7 @@ from etl import testing
 from pipelines import common, images, timeseries
 from reader import contract
 from tests import special_files
+from tests.job_runs import restored_console
 
 SIZE = 16
 IMAGE_FLAGS = ("--image_format=png", f"--image_size={SIZE}", "--cross_split_duplicates=off")
@@ -134,20 +132,6 @@ def write_user_files(base: str) -> None:
 
 # --- Running a job in-process --------------------------------------------------------
 
-@contextlib.contextmanager
-def _restored_console():
-    """What ``common.main`` changes in this process, restored after it (as
-    tests/pipelines/conftest.py's ``root_logging``)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "stderr", sys.stderr)
-        patch.setattr(threading, "excepthook", threading.excepthook)
-        root = logging.getLogger()
-        patch.setattr(root, "level", root.level)
-        for handler in root.handlers:
-            patch.setattr(handler, "filters", list(handler.filters))
-        yield patch
-
-
 def run_job(run: Callable, argv: Sequence[str], fifos: Sequence[str] = ()) -> str | None:
     """Runs a job's console entry (``python -m pipelines.<job>``) in-process: None
     for exit status 0, else its ``error:`` line, checked to be one line with no
@@ -155,7 +139,7 @@ def run_job(run: Callable, argv: Sequence[str], fifos: Sequence[str] = ()) -> st
     and fails the test."""
     stdout, stderr = io.StringIO(), io.StringIO()
     code = None
-    with _restored_console() as patch, special_files.freeing_blocked_readers(
+    with restored_console() as patch, special_files.freeing_blocked_readers(
             list(fifos)) as freed:
         patch.setattr(sys, "argv", [run.__module__, *argv])
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):

@@ -70,7 +70,7 @@ def test_prepare_output_dir_refusal_names_five_entries_then_counts(tmp_path):
 
 def test_prepare_output_dir_refuses_a_manifest_that_is_not_ours(tmp_path):
     (tmp_path / "manifest.json").write_text('{"files": ["a.csv"]}')
-    with pytest.raises(ValueError, match="a manifest.json that is not one of ours"):
+    with pytest.raises(ValueError, match=r"a manifest\.json that is not one of ours"):
         output_dir.prepare_output_dir(str(tmp_path), overwrite=True)
     assert _files(tmp_path) == ["manifest.json"]
 

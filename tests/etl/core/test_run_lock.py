@@ -18,15 +18,6 @@ import pytest
 from etl.core import conditional_writes, run_lock, storage
 
 
-@pytest.fixture(params=["local", "gcs"])
-def root(request, tmp_path) -> str:
-    """A folder on each filesystem: a local path, or a prefix of a fresh bucket."""
-    if request.param == "local":
-        return str(tmp_path / "out")
-    bucket = request.getfixturevalue("gcs_bucket")
-    return f"{bucket.url}/out"
-
-
 def test_create_new_writes_only_where_nothing_is(root):
     path = storage.join(root, "x.lock")
     assert conditional_writes.create_new(path, b"first") is not None

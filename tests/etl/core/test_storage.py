@@ -17,15 +17,6 @@ from tests.gcs_server import objects
 ODD_NAME = "a b#c[1]?*é.bin"
 
 
-@pytest.fixture(params=["local", "gcs"])
-def root(request, tmp_path) -> str:
-    """A folder on each filesystem: a local path, or a prefix of a fresh bucket."""
-    if request.param == "local":
-        return str(tmp_path / "root")
-    bucket = request.getfixturevalue("gcs_bucket")
-    return f"{bucket.url}/root"
-
-
 def test_write_appears_whole_with_its_size_and_sha256(root):
     path = storage.join(root, "sub", ODD_NAME)
     with storage.write(path) as out:
