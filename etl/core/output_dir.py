@@ -25,7 +25,7 @@ import dataclasses
 import json
 import sys
 
-from etl.core import resume, shard_files, storage, versions
+from etl.core import resume, run_lock, shard_files, storage, versions
 from reader import contract
 
 # Folders only a dataset of ours holds: every file under them is a run's.
@@ -91,8 +91,6 @@ def inspect(output_dir: str) -> FolderState:
     """Classifies ``output_dir``: empty or missing, a dataset of ours, an interrupted
     run of ours (its owner record, or the fingerprint older runs began with), or
     anything else."""
-    from etl.core import run_lock
-
     entries = tuple(e for e in storage.entries(output_dir) if e != run_lock.LOCK_FILENAME)
     if not entries:
         return FolderState(EMPTY, entries)
