@@ -23,14 +23,16 @@ here imports TensorFlow (docs/READER.md: "From PyTorch", "From JAX / Grain").
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import io
 import json
 import os
 import posixpath
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any, BinaryIO
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 from PIL import Image
@@ -47,6 +49,38 @@ def _is_uri(path: str) -> bool:
     return "://" in path
 
 
+class Files(Protocol):
+    """Another way to reach a dataset's files than this module's own (a program
+    with a storage client of its own passes one to :func:`files_through`)."""
+
+    def read(self, path: str) -> bytes: ...  # FileNotFoundError if it is not there.
+    def open(self, path: str) -> BinaryIO: ...
+    def write(self, path: str, data: bytes) -> None: ...
+    def names(self, directory: str) -> list[str]: ...  # Files directly in it.
+
+
+# Set by files_through for the calls made inside it, in this thread (a context
+# variable: Beam runs bundles in several threads of one process).
+_FILES: contextvars.ContextVar[Files | None] = contextvars.ContextVar("files", default=None)
+
+
+@contextlib.contextmanager
+def files_through(files: Files) -> Iterator[None]:
+    """Inside it, this module's whole-file reads, streams, writes and listings (the
+    report's, the statistics files') go through ``files`` instead of fsspec.
+
+    The ETL job writes its report this way, through its own storage layer: a
+    project installed without gcsfs (what ``pip install`` and Dataflow's workers
+    get) writes to ``gs://`` with the client it already has, and needs no second
+    set of credentials. Random access (:class:`ShardedRecords`) is not affected.
+    """
+    token = _FILES.set(files)
+    try:
+        yield
+    finally:
+        _FILES.reset(token)
+
+
 def _fs(path: str) -> Any:
     try:
         import fsspec
@@ -58,6 +92,8 @@ def _fs(path: str) -> Any:
 
 def read_file(path: str) -> bytes:
     """The whole file at ``path`` (local, or a URI through fsspec)."""
+    if (files := _FILES.get()) is not None:
+        return files.read(path)
     if _is_uri(path):
         return _fs(path).cat_file(path)
     with open(path, "rb") as f:
@@ -66,6 +102,8 @@ def read_file(path: str) -> bytes:
 
 def open_file(path: str) -> BinaryIO:
     """``path`` opened for streaming reads (local, or a URI through fsspec)."""
+    if (files := _FILES.get()) is not None:
+        return files.open(path)
     if _is_uri(path):
         return _fs(path).open(path, "rb")
     return open(path, "rb")
@@ -73,12 +111,26 @@ def open_file(path: str) -> BinaryIO:
 
 def write_file(path: str, data: bytes) -> None:
     """Writes ``data`` to ``path`` whole (local, with its folders made, or a URI)."""
+    if (files := _FILES.get()) is not None:
+        files.write(path, data)
+        return
     if _is_uri(path):
         _fs(path).pipe_file(path, data)
         return
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "wb") as f:
         f.write(data)
+
+
+def file_names(directory: str) -> list[str]:
+    """Names of the files directly in ``directory`` (local, or a URI through
+    fsspec); FileNotFoundError if there is no such folder."""
+    if (files := _FILES.get()) is not None:
+        return files.names(directory)
+    if _is_uri(directory):
+        fs = _fs(directory)
+        return [posixpath.basename(p.rstrip("/")) for p in fs.ls(directory, detail=False)]
+    return os.listdir(directory)
 
 
 def load_manifest(data_dir: str) -> dict[str, Any]:

@@ -17,7 +17,6 @@ so local paths and URIs (``gs://``) alike work with only ``protobuf`` installed.
 from __future__ import annotations
 
 import io
-import os
 import posixpath
 import re
 
@@ -68,15 +67,6 @@ def _one_record(data: bytes, path: str) -> bytes:
     return found[0]
 
 
-def _list_dir(directory: str) -> list[str]:
-    """File names directly in ``directory`` (local, or a URI through fsspec)."""
-    # records.py is the reader's one seam to storage: its fsspec set-up is reused.
-    if records._is_uri(directory):
-        fs = records._fs(directory)
-        return [posixpath.basename(p.rstrip("/")) for p in fs.ls(directory, detail=False)]
-    return os.listdir(directory)
-
-
 def split_names(data_dir: str, version: int = 1, series: bool = False) -> list[str]:
     """The splits with a statistics file on disk: ``contract.SPLITS`` order, then
     any others sorted.
@@ -86,7 +76,7 @@ def split_names(data_dir: str, version: int = 1, series: bool = False) -> list[s
     """
     directory = posixpath.join(data_dir, contract.statistics_dir(version))
     try:
-        names = _list_dir(directory)
+        names = records.file_names(directory)
     except FileNotFoundError as e:
         raise DatasetError(f"No statistics under {directory!r}: was the dataset "
                            f"written with statistics turned off?") from e

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import apache_beam as beam
 from tensorflow_metadata.proto.v0 import statistics_pb2
@@ -173,14 +173,34 @@ class WriteStatistics(beam.PTransform):
             written=beam.pvalue.AsList(written))
 
 
+class _StorageFiles:
+    """``reader.records.Files`` through ``etl.core.storage``: the report reads and
+    writes with the job's own client (Beam's for ``gs://``), so an install without
+    gcsfs writes it, with no second client to configure."""
+
+    def read(self, path: str) -> bytes:
+        return storage.read_bytes(path)
+
+    def open(self, path: str) -> BinaryIO:
+        return storage.open_read(path)
+
+    def write(self, path: str, data: bytes) -> None:
+        storage.write_bytes(path, data)
+
+    def names(self, directory: str) -> list[str]:
+        found = storage.entries(directory)
+        if not found:  # No folder (an object store has no empty ones).
+            raise FileNotFoundError(directory)
+        return [name for name in found if not name.endswith("/")]
+
+
 def write_report(manifest_path: str | None, output_dir: str) -> str | None:
     """Writes ``report/index.html`` of the dataset whose manifest was just
     published (``reader.report``, rendered from what is on disk); None when the run
     published nothing (an append with nothing new)."""
-    from reader import report, report_html
+    from reader import records, report
 
     if manifest_path is None:
         return None
-    path = storage.join(output_dir, contract.REPORT_RELPATH)
-    storage.write_text(path, report_html.render(report.gather(output_dir)))
-    return path
+    with records.files_through(_StorageFiles()):
+        return report.write_report(output_dir)

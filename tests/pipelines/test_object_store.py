@@ -12,15 +12,17 @@ local disk.
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
 
-from etl.core import dead_letters, fault_injection
-from reader import contract
+from etl.core import dead_letters, describe, fault_injection, storage
+from reader import contract, report, report_html
 from tests import image_fixtures
 from tests.gcs_server import download_tree, objects, upload_tree
 from tests.job_commands import kill_when_stopped, start_job_to_pause
@@ -34,6 +36,8 @@ from tests.job_runs import (
 )
 from tests.series_fixtures import GEOMETRY, run_timeseries_job, series_rows
 
+# The module (the package's attribute of that name is a read-only view of its table).
+FSSPEC_REGISTRY = importlib.import_module("fsspec.registry")
 BUCKET = "datasets"
 # A folder name with a space, "#", "[", "?" and non-ASCII: a prefix like any other.
 PHOTOS = "camera roll [2024] #1?é"
@@ -130,6 +134,28 @@ def test_image_job_on_gcs_writes_what_it_writes_on_disk(image_runs):
     # The dead letters name their files where they were (the folder, the prefix).
     assert [(r["key"], r["reason"], r["message"]) for r in rejected_records(remote_copy)] == [
         (r["key"], r["reason"], r["message"]) for r in rejected_records(disk)]
+
+
+def test_the_job_writes_its_gcs_report_without_gcsfs(gcs, image_runs, monkeypatch):
+    # A project installed from install_requires has no gcsfs (it is in the test
+    # extra): the job's report must read the dataset and write the page through the
+    # job's own storage layer, not through fsspec, which would need gcsfs for gs://.
+    data_dir = f"gs://{BUCKET}/images"
+    page = storage.join(data_dir, contract.REPORT_RELPATH)
+    storage.delete(page)
+    with monkeypatch.context() as blocked:
+        # As without gcsfs: `import gcsfs` raises ImportError, and fsspec has not
+        # registered its filesystem (an earlier import in this process would have).
+        blocked.setitem(sys.modules, "gcsfs", None)
+        for protocol in ("gs", "gcs"):
+            blocked.delitem(FSSPEC_REGISTRY._registry, protocol, raising=False)
+        with pytest.raises(ImportError):
+            report.gather(data_dir)  # fsspec's way: what failed in the job before.
+        assert describe.write_report(storage.join(data_dir, "manifest.json"),
+                                     data_dir) == page
+    # The same page as reader.report renders reading through fsspec and gcsfs.
+    assert storage.read_bytes(page) == report_html.render(
+        report.gather(data_dir)).encode("utf-8")
 
 
 def test_sharded_records_read_the_gcs_dataset_as_the_disk_one(image_runs):
