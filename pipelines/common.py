@@ -161,6 +161,13 @@ class DatasetOptions(PipelineOptions):
                  "Dataflow. Default: <output_dir>/tmp, or a local temp folder when "
                  "--output_dir is an object store and the runner is local "
                  "(docs/RUNNING_AT_SCALE.md).")
+        parser.add_argument(
+            "--shared_folders",
+            help="Comma-separated local folders every worker host mounts at the same "
+                 "path as this machine (NFS, Filestore): where the workers share no disk "
+                 "with it (a Flink or Spark cluster), a local --input, --output_dir, "
+                 "--tft_temp_dir or --temp_location must lie inside one. Each must "
+                 "exist here; not for Dataflow. Default: none.")
 
 
 def add_mib_argument(parser: Any, flag: str, default_bytes: int, help_text: str) -> None:
@@ -273,7 +280,7 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
     own = options.view_as(DatasetOptions)
     runner_defaults.require_shared_storage(options, {
         "--input": own.input, "--output_dir": own.output_dir,
-        "--tft_temp_dir": own.tft_temp_dir})
+        "--tft_temp_dir": own.tft_temp_dir}, own.shared_folders)
     storage.configure(options)
     job = make_job(options.view_as(options_class))
     if adjust_options is not None:

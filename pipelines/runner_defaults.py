@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
+import os
+import re
 import tempfile
 import threading
 import time
@@ -13,9 +15,19 @@ from collections.abc import Mapping, Sequence
 
 from apache_beam import Pipeline
 from apache_beam.options.pipeline_options import (
+    FlinkRunnerOptions,
     GoogleCloudOptions,
     PipelineOptions,
+    PortableOptions,
+    SparkRunnerOptions,
     StandardOptions,
+)
+from apache_beam.portability import common_urns, python_urns
+from apache_beam.runners.portability.flink_runner import (
+    MAGIC_HOST_NAMES as EMBEDDED_FLINK_MASTERS,
+)
+from apache_beam.runners.portability.spark_runner import (
+    LOCAL_MASTER_PATTERN as LOCAL_SPARK_MASTER,
 )
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
@@ -39,6 +51,14 @@ DEFAULT_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 LOOPBACK_HARNESS_THREAD_PREFIX = "run_worker_"
 HARNESS_SHUTDOWN_TIMEOUT_S = 300.0
 
+# SDK harness environments that run in this process or a child of it: LOOPBACK, and
+# those only Beam's Python job service (--job_endpoint=embed) runs.
+_HARNESS_HERE = frozenset({
+    python_urns.EMBEDDED_PYTHON_LOOPBACK, python_urns.EMBEDDED_PYTHON,
+    python_urns.EMBEDDED_PYTHON_GRPC, python_urns.SUBPROCESS_SDK})
+_DOCKER = common_urns.environments.DOCKER.urn
+_GIVE_GS = "give gs:// paths for --input, --output_dir, --tft_temp_dir and --temp_location"
+
 _LOGGER = logging.getLogger(__name__)
 
 
@@ -60,36 +80,150 @@ def pipeline_options(argv: Sequence[str] | None,
     return options
 
 
+def remote_workers(options: PipelineOptions) -> str | None:
+    """Whose workers share no disk with this machine, with the flag that says so
+    (``FlinkRunner workers (--flink_master=10.0.0.9:8081)``); None for a runner
+    whose Python SDK harness, which reads and writes every file, runs here.
+
+    Here: the default runner; a harness in this process (LOOPBACK, Beam's default
+    for a local master) or one only Beam's Python job service runs (its embedded
+    and subprocess environments); Flink with an embedded ``--flink_master``
+    ([auto], [local]) or Spark with a ``local[...]`` master, which the runner starts
+    on this machine, in any environment but Docker (Beam mounts none of this disk
+    into its containers). Elsewhere: Dataflow; a Flink or Spark cluster, or a job
+    service of its own (``--job_endpoint``); PortableRunner in any other
+    environment (PROCESS, EXTERNAL, DOCKER, its default).
+    """
+    name = _runner_name(options)
+    kind = _runner_kind(name)
+    if kind == "dataflow":
+        return f"{name} workers"
+    if kind not in ("flink", "spark", "portable"):
+        return None
+    portable = options.view_as(PortableOptions)
+    environment = (portable.environment_type or "").strip()
+    if kind == "flink":
+        master = options.view_as(FlinkRunnerOptions).flink_master.strip()
+        local_master, setting = master in EMBEDDED_FLINK_MASTERS, f"--flink_master={master}"
+    elif kind == "spark":
+        master = options.view_as(SparkRunnerOptions).spark_master_url.strip()
+        local_master = re.match(LOCAL_SPARK_MASTER, master) is not None
+        setting = f"--spark_master_url={master}"
+    else:
+        local_master = False
+        setting = f"--environment_type={environment or 'DOCKER, the default'}"
+    # With a local master and no --environment_type, Beam runs the harness LOOPBACK.
+    urn = _environment_urn(environment or ("LOOPBACK" if local_master else "DOCKER"))
+    if urn in _HARNESS_HERE:
+        return None
+    if local_master and portable.job_endpoint:  # That job service's master runs it.
+        setting = f"--job_endpoint={portable.job_endpoint}"
+    elif local_master and urn == _DOCKER:
+        setting = f"--environment_type={environment}"
+    elif local_master:
+        return None
+    return f"{name} workers ({setting})"
+
+
+def _runner_name(options: PipelineOptions) -> str:
+    """``--runner``'s class name: ``FlinkRunner`` for ``apache_beam...FlinkRunner``."""
+    runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
+    return (runner if isinstance(runner, str) else type(runner).__name__).rsplit(".", 1)[-1]
+
+
+def _runner_kind(name: str) -> str:
+    """``flink`` for ``FlinkRunner`` and ``flink`` (Beam takes both); ``dataflow``
+    for ``DataflowRunner`` and ``TestDataflowRunner``."""
+    kind = name.lower().removesuffix("runner")
+    return "dataflow" if kind.endswith("dataflow") else kind
+
+
+def _environment_urn(environment_type: str) -> str:
+    """``--environment_type`` as Beam's ``Environment.from_options`` reads it: a
+    ``beam:env:`` URN, LOOPBACK, or a name of ``common_urns.environments``."""
+    if environment_type == "LOOPBACK":
+        return python_urns.EMBEDDED_PYTHON_LOOPBACK
+    known = getattr(common_urns.environments, environment_type, None)
+    return getattr(known, "urn", environment_type)
+
+
 def runs_on_remote_workers(options: PipelineOptions) -> bool:
-    """True when the runner's workers are other machines, which share no disk with
-    this one (Dataflow)."""
-    runner = options.view_as(StandardOptions).runner
-    name = runner if isinstance(runner, str) else type(runner).__name__
-    return name.rsplit(".", 1)[-1].endswith("DataflowRunner")
+    """True when the runner's workers share no disk with this machine
+    (``remote_workers``)."""
+    return remote_workers(options) is not None
 
 
-def require_shared_storage(options: PipelineOptions, paths: Mapping[str, str | None]
-                           ) -> None:
-    """Refuses local paths for a runner on remote workers, before anything runs.
-
-    ``paths`` maps flags (``--input``) to their values; Beam's ``--temp_location``
-    and ``--staging_location`` are checked too.
+def parse_shared_folders(value: str | None) -> list[str]:
+    """``--shared_folders`` as absolute, normalised local folders.
 
     Raises:
-        ValueError: one line naming the first local path.
+        ValueError: one line naming an entry that is not a folder on this machine.
     """
-    if not runs_on_remote_workers(options):
+    folders = []
+    for folder in (part.strip() for part in (value or "").split(",")):
+        if folder and storage.is_remote(folder):
+            raise ValueError(f"--shared_folders {folder!r} is not a local folder: list "
+                             f"the folders every worker host mounts at the same path as "
+                             f"this machine; object store paths need no listing.")
+        if folder and not storage.is_folder(folder):
+            raise ValueError(f"--shared_folders {folder!r} is not a folder on this "
+                             f"machine: mount it here at the path the workers see it "
+                             f"at, or leave it out.")
+        if folder:
+            folders.append(storage.absolute(folder))
+    return folders
+
+
+def is_inside(path: str, folders: Sequence[str]) -> bool:
+    """True when local ``path`` is one of ``folders`` (absolute, normalised) or lies
+    under one: ``/mnt/shared/x`` is inside ``/mnt/shared``, ``/mnt/shared2`` is not."""
+    path = storage.absolute(path)
+    return any(os.path.commonpath([folder, path]) == folder for folder in folders)
+
+
+def require_shared_storage(options: PipelineOptions, paths: Mapping[str, str | None],
+                           shared_folders: str | None = None) -> None:
+    """Refuses, before anything runs, a local path the runner's workers cannot see.
+
+    ``paths`` maps flags (``--input``) to their values; Beam's ``--temp_location``
+    is checked too, and ``--staging_location`` on Dataflow. Where the workers are
+    other machines (``remote_workers``), a local path must lie inside one of
+    ``shared_folders`` (``--shared_folders``: folders every worker host mounts at
+    the same path); Dataflow's workers mount none.
+
+    Raises:
+        ValueError: one line naming the flag, the path and the runner.
+    """
+    workers = remote_workers(options)
+    dataflow = _runner_kind(_runner_name(options)) == "dataflow"
+    if dataflow and (shared_folders or "").strip():
+        raise ValueError(f"--shared_folders is for Flink or Spark clusters whose hosts "
+                         f"mount a shared folder; {workers} mount none of this "
+                         f"machine's folders: leave it out and {_GIVE_GS}.")
+    folders = parse_shared_folders(shared_folders)
+    if workers is None:
         return
     cloud = options.view_as(GoogleCloudOptions)
     every = {**paths, "--temp_location": cloud.temp_location,
-             "--staging_location": cloud.staging_location}
+             **({"--staging_location": cloud.staging_location} if dataflow else {})}
     for flag, path in every.items():
-        if path and not storage.is_remote(path):
-            raise ValueError(
-                f"{flag} {path!r} is on this machine's disk, which "
-                f"{options.view_as(StandardOptions).runner} workers cannot see: give "
-                f"gs:// paths for --input, --output_dir, --tft_temp_dir and "
-                f"--temp_location.")
+        if path and not storage.is_remote(path) and not is_inside(path, folders):
+            raise ValueError(_refusal(flag, path, workers, dataflow, folders))
+
+
+def _refusal(flag: str, path: str, workers: str, dataflow: bool,
+             folders: Sequence[str]) -> str:
+    if dataflow:
+        return (f"{flag} {path!r} is on this machine's disk, which {workers} cannot "
+                f"see: {_GIVE_GS}.")
+    if folders:
+        return (f"{flag} {path!r} is on this machine's disk outside --shared_folders "
+                f"({', '.join(folders)}), which {workers} cannot see: {_GIVE_GS}, or "
+                f"a path inside one of those folders.")
+    return (f"{flag} {path!r} is on this machine's disk, which {workers} cannot see: "
+            f"{_GIVE_GS}, or, if every worker host mounts a shared folder (NFS, "
+            f"Filestore) at the same path, paths inside it and "
+            f"--shared_folders=<that folder>.")
 
 
 def default_tft_temp_dir(output_dir: str, options: PipelineOptions) -> str:
