@@ -350,6 +350,10 @@ def main(run: Callable[[Sequence[str]], Any]) -> None:
     root.setLevel(logging.WARNING)
     if not root.handlers:
         logging.basicConfig()  # Installed now, so that later calls add no other one.
+    if not flags.debug:
+        # Beam's notices that it started and stopped a runner's job server (Flink,
+        # Spark) are warnings; the stop comes after the summary, as the run's last line.
+        logging.getLogger("apache_beam.utils.subprocess_server").setLevel(logging.ERROR)
     held = held_reports.HeldReports()
     for handler in root.handlers:
         handler.addFilter(_HideWithheldTracebacks())

@@ -51,6 +51,12 @@ _QUOTED_PATH = re.compile(r"""^: \\?(['"])(.*?)\\?\1""")
 # The worker handler of the multi-process and portable runners, its worker gone.
 _WORKER_EXIT = re.compile(r"Worker subprocess exited with return code (-?\d+)")
 _WORKER_LOST = ("Channel closed prematurely",)
+# A cluster's engine, one of its worker hosts gone (killed, out of memory, the machine
+# lost): Flink's JobMaster and network stack, Spark's scheduler.
+_HOST_LOST = re.compile(r"TaskManager with id \S+ is no longer reachable"
+                        r"|Heartbeat of TaskManager with id \S+ timed out"
+                        r"|Connection unexpectedly closed by remote task manager"
+                        r"|ExecutorLostFailure \([^)]*\)|Lost executor \S+ on \S+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +188,8 @@ def worker_death(texts: Iterable[str]) -> RunFailure | None:
     text gives it."""
     texts = list(texts)
     for text in texts:
+        if match := _HOST_LOST.search(text):
+            return RunFailure(f"a worker host was lost: {match.group(0)}")
         if match := _WORKER_EXIT.search(text):
             return RunFailure(f"{WORKER_DIED}: {_worker_exit(int(match.group(1)))}")
     if any(lost in text for text in texts for lost in _WORKER_LOST):

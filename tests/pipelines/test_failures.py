@@ -202,6 +202,28 @@ def test_worker_exit_status_in_words():
             == RunFailure(f"a worker process died: exit status {status}")
 
 
+# What the Flink job server reported when every process of a TaskManager's host was
+# killed mid-run (scripts/clusters/check_cluster.py flink --kill_host), and what
+# Spark's scheduler says of a lost executor.
+HOST_LOST = ("RuntimeError: Pipeline BeamApp-root-1206070057-fb694f26 failed in state "
+             "FAILED: org.apache.flink.runtime.jobmaster.JobMasterException: TaskManager "
+             "with id 10.231.1.4:45357-723436 is no longer reachable.")
+
+
+@pytest.mark.parametrize("text, lost", [
+    (HOST_LOST, "TaskManager with id 10.231.1.4:45357-723436 is no longer reachable"),
+    (("Job aborted due to stage failure: Task 3 in stage 2.0 failed 4 times, most recent "
+      "failure: Lost task 3.3 in stage 2.0 (TID 9) (10.231.2.2 executor 1): "
+      "ExecutorLostFailure (executor 1 exited caused by one of the running tasks)"),
+     "ExecutorLostFailure (executor 1 exited caused by one of the running tasks)"),
+])
+def test_a_lost_worker_host_is_a_failure_in_one_line(text, lost):
+    assert failures.worker_death([text]) == RunFailure(f"a worker host was lost: {lost}")
+    assert failures.classify(RuntimeError(text.split(": ", 1)[1]), [OUT]) == RunFailure(
+        f"a worker host was lost: {lost}")
+    assert failures.reports_failure(None, f"ERROR:root:{text}")
+
+
 def test_reports_failure_reads_forwarded_worker_logs():
     assert failures.classify_text(FORWARDED_LOG) == RunFailure(f"disk full: {NO_SPACE}", SHARD)
     assert failures.reports_failure(None, FORWARDED_LOG)
