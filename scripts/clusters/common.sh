@@ -224,7 +224,7 @@ hosts_status() {
   for ns in $(ip netns list | awk '{print $1}' | grep "^$bridge-" || true); do
     name="${ns#"$bridge"-}"
     for pid in $(ip netns pids "$ns" 2>/dev/null | sort -n); do
-      cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || continue
+      cmd="$(cat "/proc/$pid/cmdline" 2>/dev/null | tr '\0' ' ' || true)"  # gone: empty
       [ -n "$cmd" ] || continue
       role="$(process_role "$cmd")"
       echo "$role $name $pid"
