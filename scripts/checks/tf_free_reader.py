@@ -3,8 +3,11 @@
 1. Runs both jobs with ``--compression=none`` (this checkout's .venv) on small
    generated inputs: photos with one class each, the same photos with tag sets
    (multi-label), and three time series.
-2. Makes a fresh venv and runs in it, from the repository root, the TF-free install
-   command docs/READER.md gives (the line after ``<!-- tf-free-install -->``).
+2. Makes an empty venv (Python 3.11's own ``venv``: no system site-packages, nothing
+   of .venv) and runs in it, from the repository root, the TF-free install command
+   docs/READER.md gives (the line after ``<!-- tf-free-install -->``), offline from the
+   pip wheel cache ``.clusters/cache/pip/`` that ``scripts/checks/clean_install.sh``
+   fills (``clean_install.py``'s ``empty_venv`` and ``pip_install_cached``).
 3. In that venv, checks TensorFlow is not installed, and reads every record of every
    split of the three datasets with ``reader.records.ShardedRecords``.
 4. Installs grain there and reads one shuffled epoch of the image dataset through
@@ -15,7 +18,9 @@
 
     .venv/bin/python scripts/checks/tf_free_reader.py [--torch] [--keep DIR]
 
-Needs the package index (pip). Exits non-zero, saying why, on any failure.
+Needs the package index only for what the cache lacks (the first time: grain, and
+this project's build requirements; torch always). Exits non-zero, saying why, on any
+failure.
 """
 
 from __future__ import annotations
@@ -149,20 +154,23 @@ def main() -> int:
 
 def check(work: str, with_torch: bool) -> int:
     """Runs the checks in ``work``; exits with the reason on a failure."""
+    sys.path.insert(0, REPO)
+    from scripts.checks.clean_install import check_isolated, empty_venv, pip_install_cached
+
     datasets = make_datasets(os.path.join(work, "data"))
-    venv = os.path.join(work, "venv")
-    run([sys.executable, "-m", "venv", venv])
-    python = os.path.join(venv, "bin", "python")
+    python = empty_venv(os.path.join(work, "venv"))
     command = install_command()
     print(f"READER.md's TF-free install: {command}")
-    pip_args = shlex.split(re.sub(r"^pip ", "", command))
-    run([python, "-m", "pip", *pip_args, "--quiet"], cwd=REPO)
+    if not command.startswith("pip install "):
+        sys.exit(f"READER.md's TF-free install command is not a pip install: {command}")
+    pip_install_cached(python, shlex.split(re.sub(r"^pip install ", "", command)), cwd=REPO)
+    check_isolated(python)
     installed = run([python, "-m", "pip", "list", "--format=freeze"])
     print("installed in the TF-free venv:", " ".join(installed.split()))
     outside = os.path.join(work, "elsewhere")  # not the checkout: the installed package
     os.makedirs(outside, exist_ok=True)
     print(run([python, "-c", READ_ALL, *datasets], cwd=outside).strip())
-    run([python, "-m", "pip", "install", "--quiet", "grain"])
+    pip_install_cached(python, ["grain"])
     print(run([python, "-c", GRAIN_EPOCH, datasets[0]], cwd=outside).strip())
     if with_torch:
         run([python, "-m", "pip", "install", "--quiet", "torch==2.13.0"])

@@ -6,8 +6,8 @@
 #   cache/m2/                  Maven's local repository (job server jars and deps)
 #   cache/<name>/              a runner's job server (job-server.jar + lib/), a
 #                              cluster distribution, the wheels it came from
-#   cache/pip/                 the wheels the worker image installs (offline after
-#                              the first time)
+#   cache/pip/                 the wheels the worker image and the clean-install
+#                              round install (offline after the first time)
 #   cache/go/, cache/beam-boot-<version>/   Beam's boot binary and its Go caches
 #   cache/worker-image-<setup.py hash>/     the worker image (a venv)
 #   <cluster>/hosts/<host>/    a host's own disk (its /opt: conf, logs, tmp, ...)
@@ -114,21 +114,6 @@ build_wheel() {
   ls "$dir"/*.whl
 }
 
-# pip_install_cached PYTHON ARGS...: pip install from cache/pip alone; the first
-# time (or when a requirement is new) downloads what ARGS need into it first.
-pip_install_cached() {
-  local py="$1"; shift
-  mkdir -p "$cache/pip"
-  if ! "$py" -m pip install --quiet --disable-pip-version-check --no-index \
-      --find-links "$cache/pip" "$@" >/dev/null 2>&1; then
-    echo "Downloading into $cache/pip what $* needs" >&2
-    "$py" -m pip download --quiet --disable-pip-version-check -d "$cache/pip" "$@" >&2 \
-      || die "pip could not download $*"
-    "$py" -m pip install --quiet --disable-pip-version-check --no-index \
-      --find-links "$cache/pip" "$@" >&2 || die "pip install $* failed"
-  fi
-}
-
 # The worker image: a venv of the machine's Python holding this project's
 # dependencies (install_requires, from its wheel) and not the project itself, which
 # each job stages (--setup_file) and Beam's boot binary installs. Rebuilt when
@@ -140,8 +125,11 @@ build_worker_image() {
   if [ ! -f "$image/ready" ]; then
     echo "Building the worker image (this project's dependencies) in $image" >&2
     rm -rf "$image" && mkdir -p "$image"
-    "$(base_python)" -m venv "$image/venv"
-    pip_install_cached "$image/venv/bin/python" "$(build_wheel "$image/wheel")"
+    # An empty venv filled from the wheel cache (scripts/checks/clean_install.py, as
+    # the clean-install round's), its bytecode compiled: the image is read-only on
+    # the hosts, where each harness would otherwise compile what it imports.
+    PYTHON311="$(base_python)" "$python_bin" "$repo/scripts/checks/clean_install.py" venv \
+      "$image/venv" "$(build_wheel "$image/wheel")" >&2 || die "building the worker image failed"
     "$image/venv/bin/python" -m pip uninstall --quiet -y tfrecord-etl >&2
     touch "$image/ready"
   fi

@@ -155,7 +155,7 @@ def jpeg_dataset(image_folder, tmp_path_factory):
 # Byte-identical output on two worker threads (which share the transform and the
 # decoders) is checked on gs:// against this folder on disk by
 # tests/pipelines/test_object_store.py; on two worker processes (which pickle every
-# step) by scripts/checks/sdist_install.sh, which scripts/test.sh runs.
+# step) by scripts/checks/clean_install.sh, which scripts/test.sh runs.
 
 
 def test_images_job_writes_num_shards_files_per_split(jpeg_dataset):

@@ -43,7 +43,7 @@ BUCKET = "datasets"
 PHOTOS = "camera roll [2024] #1?é"
 # Uncompressed shards, each with its record index: one more object per shard to
 # write, rename, verify on resume and keep on append. (GZIP shards on gs:// are the
-# sdist check's, scripts/checks/sdist_install.sh.)
+# clean-install round's, scripts/checks/clean_install.sh.)
 IMAGE_FLAGS = ("--num_shards=1", "--max_error_fraction=0.5", "--compression=none",
                "--cross_split_duplicates=report")
 SHARD_FILES = (contract.shard_suffix(contract.NO_COMPRESSION),
