@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 from apache_beam.utils import shared
 
 from etl.core import analysis, dead_letters, splits, storage, versions
@@ -39,6 +38,9 @@ from etl.images.sources import ImageRecord, ReadImageRecords, assign_split, chec
 from pipelines import common
 from reader import contract
 
+# The module every SDK harness of this job imports as it starts (Beam's --beam_plugins).
+WORKER_START = "pipelines.worker_start"
+
 if __name__ == "__main__":
     # ``python -m pipelines.images`` runs this file as ``__main__``. It runs the job of
     # the imported module instead, and stops before defining anything here: the
@@ -52,7 +54,6 @@ if __name__ == "__main__":
 
 # TensorFlow reads it when it starts (its first op), in this process and in the worker
 # processes the local runner starts, which inherit the environment.
-INTRA_OP_THREADS_ENV = "TF_NUM_INTRAOP_THREADS"
 # --read_timeout_s's default: an image file (at most --max_file_mb) read in five
 # minutes is read at over 200 KiB/s; slower, its mount or device has stalled.
 DEFAULT_READ_TIMEOUT_S = 300.0
@@ -478,20 +479,12 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         if job.output.statistics else None, report=job.output.statistics)
 
 
-def run_ops_on_one_thread_each() -> None:
-    """Has TensorFlow run each op on one thread, unless ``TF_NUM_INTRAOP_THREADS`` is set.
-
-    The shard step keeps the cores busy with whole images: two graph calls of up to
-    32 images each, their per-image ops spread over TensorFlow's inter-op threads,
-    with reads and strict checks on threads of their own. A per-op (intra-op) pool
-    on the same cores only adds threads that spin and compete: on 2 cores one
-    thread per op made both the shard step and the preprocessing ceiling faster
-    (docs/RUNNING_AT_SCALE.md, "Throughput"). Each op computes the same bytes on any
-    number of threads (tested). No effect where TensorFlow has already started in
-    this process (a test, a notebook). The variable stays set for the rest of the
-    process, so TensorFlow processes it starts later inherit it too.
-    """
-    os.environ.setdefault(INTRA_OP_THREADS_ENV, "1")
+def start_workers_as_this_process(options: PipelineOptions) -> None:
+    """Names ``pipelines.worker_start`` among Beam's ``--beam_plugins``: every SDK
+    harness imports it as it starts, and so runs TensorFlow's ops as this process
+    does, wherever it runs."""
+    setup = options.view_as(SetupOptions)
+    setup.beam_plugins = [*(setup.beam_plugins or []), WORKER_START]
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -500,6 +493,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     Raises:
         ValueError: for invalid options or input layouts, before anything runs.
     """
-    run_ops_on_one_thread_each()
-    return common.run_job(argv, ImagesOptions, ImageJob.from_options, build_pipeline)
+    # Imported here, not at the top: importing it sets the variable, which a test
+    # process or notebook that only imports this module should not get.
+    from pipelines import worker_start
+
+    worker_start.run_ops_on_one_thread_each()
+    return common.run_job(argv, ImagesOptions, ImageJob.from_options, build_pipeline,
+                          adjust_options=start_workers_as_this_process)
 

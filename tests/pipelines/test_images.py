@@ -12,6 +12,8 @@ import gzip
 import io
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -867,33 +869,54 @@ def test_images_job_manifest_says_exif_orientation_is_ignored(unturned_run):
 # --- Threads per op ------------------------------------------------------------------
 
 def test_images_job_runs_ops_on_one_thread_each_unless_told_otherwise(monkeypatch):
-    from pipelines import images
+    from pipelines import worker_start
 
-    monkeypatch.delenv(images.INTRA_OP_THREADS_ENV, raising=False)
-    images.run_ops_on_one_thread_each()
-    assert os.environ[images.INTRA_OP_THREADS_ENV] == "1"
+    monkeypatch.delenv(worker_start.INTRA_OP_THREADS_ENV, raising=False)
+    worker_start.run_ops_on_one_thread_each()
+    assert os.environ[worker_start.INTRA_OP_THREADS_ENV] == "1"
 
 
 def test_images_job_keeps_the_users_threads_per_op(monkeypatch):
+    from pipelines import worker_start
+
+    monkeypatch.setenv(worker_start.INTRA_OP_THREADS_ENV, "0")
+    worker_start.run_ops_on_one_thread_each()
+    assert os.environ[worker_start.INTRA_OP_THREADS_ENV] == "0"
+
+
+def test_every_harness_of_the_image_job_starts_with_one_thread_per_op():
+    # A harness on a cluster's host or a Dataflow worker starts with its host's
+    # environment: the job names pipelines.worker_start among Beam's --beam_plugins,
+    # which Beam's harness entry point imports as it starts.
+    from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
+
     from pipelines import images
 
-    monkeypatch.setenv(images.INTRA_OP_THREADS_ENV, "0")
-    images.run_ops_on_one_thread_each()
-    assert os.environ[images.INTRA_OP_THREADS_ENV] == "0"
+    options = PipelineOptions(["--beam_plugins=other.plugin"])
+    images.start_workers_as_this_process(options)
+    assert options.view_as(SetupOptions).beam_plugins == ["other.plugin", images.WORKER_START]
+    env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}
+    started = subprocess.run(
+        [sys.executable, "-c",
+         ("import os; from apache_beam.runners.worker import sdk_worker_main as m; "
+          f"m._import_beam_plugins([{images.WORKER_START!r}]); "
+          "print(os.environ['TF_NUM_INTRAOP_THREADS'])")],
+        env=env, capture_output=True, text=True, check=True)
+    assert started.stdout.strip() == "1"
 
 
 def test_images_job_is_byte_identical_with_any_number_of_threads_per_op(tmp_path):
     # TensorFlow reads the thread count when it starts, so each run is a process of
     # its own (both run at once): 1 is the job's default; 3 is several threads on any
     # machine.
-    from pipelines import images
+    from pipelines import worker_start
 
     root = str(tmp_path / "photos")
     _photo_crops(root)
     started = {threads: start_job("images", f"--input={root}",
                                   f"--output_dir={tmp_path / f'out{threads}'}",
                                   "--split_fractions=0.5,0.25,0.25",
-                                  env={images.INTRA_OP_THREADS_ENV: threads})
+                                  env={worker_start.INTRA_OP_THREADS_ENV: threads})
                for threads in ("1", "3")}
     digests = []
     for threads, process in started.items():
