@@ -22,8 +22,9 @@ byte-identical to the default runner.
 4. ``bash scripts/<cluster>.sh down``, whatever happened.
 
 ``--kill_host`` instead runs the image job on a few hundred photos, kills every
-process of one worker host (found with ``status``: the TaskManager or Spark worker,
-its harnesses) once the first shard is finished, starts a replacement with ``up``,
+process of one worker host (found with ``status``: a TaskManager, its boot binary
+and harness; on Spark, whose round keeps master and worker on one host, the worker,
+its executor and harness) once the first shard is finished, starts a replacement with ``up``,
 and then requires the job either to finish through the engine's restart strategy or
 to fail with one ``error:`` line, in which case the same command is run again;
 either way the dataset must be byte-identical to the default runner's. It prints
@@ -286,14 +287,19 @@ def check_kill(name: str, flags: list[str], work: str) -> None:
     before = processes(name)
     hosts = sorted({host for role, host, _ in before if role in WORKER_ROLES})
     victim = hosts[-1]
-    victims = [(role, pid) for role, host, pid in before if host == victim]
+    # Flink: every process of a TaskManager's host. Spark's round keeps its master and
+    # its worker on one host, so there the worker goes, with its executor and
+    # harness, and the master stays.
+    victims = [(role, pid) for role, host, pid in before
+               if host == victim and (name == "flink" or role in WORKER_ROLES)]
     for _, pid in victims:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
     wait_until_gone([pid for _, pid in victims])
+    what = f"every process of host {victim}" if name == "flink" else f"the worker on {victim}"
     print(f"{count} files; {len(finished_before)} shard(s) finished "
           f"({', '.join(os.path.basename(p) for p in finished_before)}) after "
-          f"{time.monotonic() - started:.0f} s: kill -9 every process of host {victim}: "
+          f"{time.monotonic() - started:.0f} s: kill -9 {what}: "
           f"{', '.join(f'{role} {pid}' for role, pid in victims)}", flush=True)
     cluster(name, "up")
     print(f"scripts/{name}.sh up started a replacement host:\n"
