@@ -166,12 +166,12 @@ host_add() {
 }
 
 # host_start NAME LOG SHARED CMD...: runs CMD in host NAME (its hostname too), in its
-# own session, with a filesystem view of its own: its disk ($run/hosts/NAME) at /opt with /tmp inside
-# it, the machine's Python with the worker image's packages, the cluster's
-# distribution read-only at /opt/dist, the boot binary at /opt/boot, and SHARED
-# (empty: none) at the same path as on the launcher. /work (this checkout, its .venv,
-# the launcher's outputs) is an empty folder there. The environment is the host's
-# own (host_environment), not the launcher's.
+# own session, with a filesystem view of its own: its disk ($run/hosts/NAME) at /opt,
+# with /tmp inside it; the machine's Python with the worker image's packages; the
+# cluster's distribution read-only at /opt/dist; the boot binary at /opt/boot; and
+# SHARED (empty: none) at the same path as on the launcher. This checkout (its .venv
+# and .clusters), /work and the launcher's /tmp are empty folders there, wherever
+# the checkout lies. The environment is the host's own (host_environment).
 host_start() {
   local name="$1" log="$2" shared="$3"; shift 3
   local ns disk
@@ -189,7 +189,7 @@ host_start() {
     unshare --mount --uts --propagation private -- bash -c '
       set -e
       disk="$1" dist="$2" boot="$3" image="$4" site="$5" shared="$6" hosts_file="$7"
-      resolv_file="$8" name="$9"; shift 9
+      resolv_file="$8" name="$9" checkout="${10}"; shift 10
       hostname "$name"
       mount --bind "$disk" /opt
       [ -z "$dist" ] || mount --bind -o ro "$dist" /opt/dist
@@ -198,12 +198,15 @@ host_start() {
       mount --bind -o ro "$hosts_file" /etc/hosts
       mount --bind -o ro "$resolv_file" /etc/resolv.conf
       [ -z "$shared" ] || mount --bind "$shared" /opt/shared
-      mount -t tmpfs -o size=64m tmpfs /work
-      if [ -n "$shared" ]; then mkdir -p "$shared" && mount --move /opt/shared "$shared"; fi
+      # Out of sight: this checkout (its .venv, .clusters), /work, the launcher /tmp.
+      mount -t tmpfs -o size=64m tmpfs "$checkout"
+      [ ! -d /work ] || mount -t tmpfs -o size=64m tmpfs /work
       mount --bind /opt/tmp /tmp
+      # Then the shared folder at its own path (made in whatever now lies there).
+      if [ -n "$shared" ]; then mkdir -p "$shared" && mount --move /opt/shared "$shared"; fi
       cd /opt
       exec "$@"' host "$disk" "$host_dist" "$boot_binary" "$worker_image" "$(base_site_packages)" \
-      "$shared" "$hosts_file" "$resolv_file" "$name" "$@" </dev/null >>"$log" 2>&1 &
+      "$shared" "$hosts_file" "$resolv_file" "$name" "$repo" "$@" </dev/null >>"$log" 2>&1 &
 }
 
 # Prints "ROLE HOST PID" for every process in each host of the cluster.
