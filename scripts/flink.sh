@@ -229,11 +229,7 @@ up() {
       echo "started taskmanager$n at $subnet.$((n + 2))" >&2
     fi
   done
-  for n in $(seq 1 240); do
-    [ "$(registered_taskmanagers)" -ge "$taskmanagers" ] && break
-    [ "$n" -lt 240 ] || die "$taskmanagers TaskManagers did not register within 120s (logs: $run/hosts)"
-    sleep 0.5
-  done
+  wait_for_count registered_taskmanagers "$taskmanagers" 120 "$taskmanagers TaskManagers"
   echo "--runner=FlinkRunner --flink_master=$jobmanager_address:$rest_port --flink_version=$FLINK_MINOR --flink_job_server_jar=$job_server/job-server.jar --environment_type=PROCESS --environment_options=process_command=/opt/boot/container --environment_cache_millis=60000 --parallelism=$taskmanagers --artifacts_dir=$shared/artifacts --setup_file=$repo/setup.py --tft_temp_dir=$shared/tft --shared_folders=$shared"
 }
 

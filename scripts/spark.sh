@@ -236,12 +236,7 @@ up() {
       --cores "$worker_cores" --memory 2g --work-dir /opt/work --webui-port 8081
     echo "started worker at $spark_address" >&2
   fi
-  local n
-  for n in $(seq 1 240); do
-    [ "$(registered_cores)" -ge "$worker_cores" ] && break
-    [ "$n" -lt 240 ] || die "Spark's worker did not register within 120s (logs: $run/hosts)"
-    sleep 0.5
-  done
+  wait_for_count registered_cores "$worker_cores" 120 "Spark's worker"
   # The job server (started by the job, on the launcher) holds Spark's driver: it
   # binds the launcher's address on the bridge, where the executors reach it, and
   # keeps its scratch files under .clusters/spark/local.

@@ -286,6 +286,17 @@ set_host_environment() {
   )
 }
 
+# wait_for_count FUNCTION COUNT SECONDS WHAT: until FUNCTION prints COUNT or more
+# (an engine's registered workers or cores).
+wait_for_count() {
+  local function="$1" count="$2" seconds="$3" what="$4" i
+  for i in $(seq 1 $((seconds * 2))); do
+    [ "$("$function")" -ge "$count" ] && return 0
+    sleep 0.5
+  done
+  die "$what did not register within ${seconds}s (logs: $run/hosts)"
+}
+
 # wait_for_address ADDRESS PORT SECONDS WHAT
 wait_for_address() {
   local address="$1" port="$2" seconds="$3" what="$4" i
