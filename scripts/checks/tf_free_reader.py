@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -152,6 +153,20 @@ def main() -> int:
         return check(work, args.torch)
 
 
+def copy_checkout(dest: str) -> str:
+    """The checkout's files as a clone holds them (tracked, and untracked ones git does
+    not ignore) copied to ``dest``; returns ``dest``."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=REPO, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for relative in filter(None, listed):
+        source = os.path.join(REPO, relative)
+        if os.path.isfile(source):
+            os.makedirs(os.path.dirname(os.path.join(dest, relative)), exist_ok=True)
+            shutil.copy2(source, os.path.join(dest, relative))
+    return dest
+
+
 def check(work: str, with_torch: bool) -> int:
     """Runs the checks in ``work``; exits with the reason on a failure."""
     sys.path.insert(0, REPO)
@@ -163,7 +178,11 @@ def check(work: str, with_torch: bool) -> int:
     print(f"READER.md's TF-free install: {command}")
     if not command.startswith("pip install "):
         sys.exit(f"READER.md's TF-free install command is not a pip install: {command}")
-    pip_install_cached(python, shlex.split(re.sub(r"^pip install ", "", command)), cwd=REPO)
+    # In a clean copy, as a fresh clone would run it: pip builds `.` in place, which
+    # leaves build/ and egg-info in the folder (in this checkout, build/ then turns
+    # up as a namespace package named "build" for the jobs run from it).
+    pip_install_cached(python, shlex.split(re.sub(r"^pip install ", "", command)),
+                       cwd=copy_checkout(os.path.join(work, "checkout")))
     check_isolated(python)
     installed = run([python, "-m", "pip", "list", "--format=freeze"])
     print("installed in the TF-free venv:", " ".join(installed.split()))
