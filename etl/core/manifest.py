@@ -30,6 +30,7 @@ EMPTY_TRAIN = "no example was written to it, so tf.Transform's analyzers had not
 
 def library_versions() -> dict[str, str]:
     """Versions of the libraries whose behaviour shapes the output bytes."""
+    import isal
     import tensorflow as tf
     import tensorflow_transform as tft
 
@@ -38,6 +39,7 @@ def library_versions() -> dict[str, str]:
         "tensorflow": tf.__version__,
         "tensorflow_transform": tft.__version__,
         "apache_beam": beam.__version__,
+        "isal": isal.__version__,  # the deflate of GZIP shards (shard_files.py)
     }
 
 

@@ -3,16 +3,16 @@ record index beside it.
 
 A shard is written whole by one worker, in the order its records are given, and
 appears only once complete (``etl.core.storage.write``). With ``--compression=gzip``
-(the default) the file is a GZIP (zlib) stream at ``gzip_level`` 0-9 of
-TFRecord-framed records (:func:`write_tfrecord`), deflated by Python's ``gzip`` a
-``DEFLATE_CHUNK_BYTES`` chunk at a time. Level 0 keeps the GZIP container (every
-reader reads it unchanged) and stores the records; it is the image job's default
-for encoded images, which deflate barely shrinks
-(``etl.images.shards.default_gzip_level``). With ``--compression=none`` the records
-are written as they are, and the writer also writes the shard's record index
-(``contract.index_relpath``: each record's offset and length, known as it is
-written, so no second pass), which lets readers without TensorFlow seek to any
-record (``reader.records``).
+(the default) the file is a GZIP stream at ``gzip_level`` 0-9 of TFRecord-framed
+records (:func:`write_tfrecord`), deflated a ``DEFLATE_CHUNK_BYTES`` chunk at a time,
+at levels 1-6 by ISA-L (``isal``; :func:`deflate_level`), at 7-9 by zlib. Level 0
+keeps the GZIP container (every reader reads it unchanged) and stores the records,
+through Python's ``gzip``; it is the image job's default for encoded images, which
+deflate barely shrinks (``etl.images.shards.default_gzip_level``). With
+``--compression=none`` the records are written as they are, and the writer also
+writes the shard's record index (``contract.index_relpath``: each record's offset and
+length, known as it is written, so no second pass), which lets readers without
+TensorFlow seek to any record (``reader.records``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,22 @@ from reader import contract
 DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
 # Framed records are deflated a chunk at a time, the GIL released for each chunk.
 DEFLATE_CHUNK_BYTES = 1 << 20
+
+
+def deflate_level(gzip_level: int) -> int | None:
+    """ISA-L's level for zlib's ``gzip_level``: 1-3 → 1, 4-6 → 2; None for 0 (stored)
+    and 7-9, which Python's ``gzip`` (zlib) writes.
+
+    ISA-L writes the same GZIP format as zlib about 10× faster (a time-series shard:
+    ~380 against zlib 6's 37 MB/s, 0.8 % larger; docs/FORMAT.md), which made zlib's
+    deflate the largest part of the time-series job. Its bytes are its own: the same
+    for a given ``isal`` version (pinned in setup.py, recorded in the manifest's
+    ``versions``) and the same records, not zlib's. Levels 7-9 ask for size over
+    speed, which ISA-L's own level 3 does not always give (on long runs of one byte
+    it writes more than its level 1), so they stay zlib's, as do their bytes.
+    """
+    check_gzip_level(gzip_level)
+    return None if gzip_level == 0 or gzip_level >= 7 else (gzip_level + 2) // 3
 
 
 # A shard file's name as our jobs write it, in a split folder: final
@@ -126,9 +142,7 @@ class ShardWriter:
         else:
             # No file name and mtime 0 in the GZIP header: the bytes depend on the
             # records and the level only.
-            self._gzip = sink = gzip.GzipFile(
-                filename="", mode="wb", compresslevel=self._format.gzip_level,
-                fileobj=self._file, mtime=0)
+            self._gzip = sink = _gzip_stream(self._file, self._format.gzip_level)
         self._records = io.BufferedWriter(sink, buffer_size=DEFLATE_CHUNK_BYTES)
         return self
 
@@ -171,6 +185,20 @@ class ShardWriter:
         with storage.write(contract.index_relpath(self.path)) as index:
             index.write("".join(self._index_lines).encode("ascii"))
         return FileFacts(index.size, index.sha256)
+
+
+def _gzip_stream(file: Any, gzip_level: int) -> Any:
+    """A GZIP writer onto ``file``: ISA-L's deflate at its ``deflate_level``, else
+    Python's ``gzip`` (stored blocks at level 0, which ISA-L's level 0, a fast
+    deflate, would not keep)."""
+    isal_level = deflate_level(gzip_level)
+    if isal_level is None:
+        return gzip.GzipFile(filename="", mode="wb", compresslevel=gzip_level,
+                             fileobj=file, mtime=0)
+    from isal import igzip
+
+    return igzip.IGzipFile(filename="", mode="wb", compresslevel=isal_level,
+                           fileobj=file, mtime=0)
 
 
 class _RawStream(io.RawIOBase):

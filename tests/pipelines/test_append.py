@@ -8,6 +8,7 @@ rerun, which resumes it and publishes version 2; then an append with nothing new
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -181,6 +182,55 @@ def test_append_keeps_the_datasets_compression(grown, tmp_path):
     version = versions.DatasetVersion.appending_to(old, contract.IMAGES, "images",
                                                    preprocessing)
     assert version.number == 3
+
+
+def _deflate_as_zlib(out: str) -> None:
+    """Rewrites every shard of the dataset in ``out`` as the code before ISA-L wrote
+    them (Python's gzip, the same records, level 6) and its manifest to match."""
+    manifest_path = os.path.join(out, contract.MANIFEST_FILENAME)
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    for split in contract.SPLITS:
+        for shard in manifest["splits"][split]["shards"]:
+            path = os.path.join(out, shard["path"])
+            with gzip.open(path, "rb") as f:
+                records = f.read()
+            with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb",
+                                                        compresslevel=6, fileobj=raw,
+                                                        mtime=0) as f:
+                f.write(records)
+            with open(path, "rb") as f:
+                data = f.read()
+            shard["num_bytes"], shard["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+        manifest["splits"][split]["num_bytes"] = sum(
+            shard["num_bytes"] for shard in manifest["splits"][split]["shards"])
+    del manifest["versions"]["isal"]
+    with open(manifest_path, "w") as f:
+        f.write(contract.dumps_manifest(manifest))
+
+
+def test_an_append_to_a_dataset_deflated_by_zlib_reads_whole(folders, tmp_path):
+    """A dataset written before deflate went to ISA-L takes an append: its shards
+    keep their zlib bytes, the new version's are ISA-L's, and the reader reads and
+    verifies both (small images: deflated at level 6 by default)."""
+    half, whole, _ = folders
+    out = str(tmp_path / "out")
+    run_images_job(half, out, *FLAGS)
+    _deflate_as_zlib(out)
+    v1_records = _read_count(out)
+    before = _tree_digests(out)
+    reader.open_dataset(out, verify=True)
+    _, stdout, _ = run_images_job_printing(whole, out, "--append", *FLAGS)
+    manifest = contract.load_manifest(out)
+    assert manifest["dataset_version"] == 2, stdout
+    shards = [shard["path"] for split in contract.SPLITS
+              for shard in manifest["splits"][split]["shards"]]
+    kept = [path for path in shards if path in before]
+    assert kept and all(_tree_digests(out)[path] == before[path] for path in kept)
+    assert len(kept) < len(shards)
+    reader.open_dataset(out, verify=True)
+    assert _read_count(out) == sum(manifest["splits"][split]["num_records"]
+                                   for split in contract.SPLITS) > v1_records
 
 
 def test_append_needs_a_finished_dataset(tmp_path, folders):

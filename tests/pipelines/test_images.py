@@ -93,7 +93,7 @@ def test_images_job_manifest_names_format_and_versions(png_dataset):
     _, manifest = png_dataset
     assert manifest["format_version"] == contract.FORMAT_VERSION
     assert set(manifest["versions"]) == {"python", "tensorflow", "tensorflow_transform",
-                                         "apache_beam"}
+                                         "apache_beam", "isal"}
     assert (manifest["preprocessing"]["image_size"],
             manifest["preprocessing"]["image_format"]) == (TEST_IMAGE_SIZE, "png")
 

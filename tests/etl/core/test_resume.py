@@ -122,6 +122,20 @@ def test_a_changed_option_is_named_with_both_values(tmp_path, capsys):
         ": job.preprocessing.jpeg_quality was 95, now 80.")
 
 
+def test_a_run_of_other_deflate_code_is_not_resumed(tmp_path, capsys):
+    """A run interrupted by code that deflated with zlib (no ``isal`` in its
+    fingerprint) is not resumed by this code, whose shards would have other bytes."""
+    from etl.core.manifest import library_versions
+
+    _interrupted(tmp_path)
+    capsys.readouterr()
+    identity = {**IDENTITY, "code": {**IDENTITY["code"],
+                                     "isal": library_versions()["isal"]}}
+    assert not _decide(tmp_path, identity=identity)
+    assert capsys.readouterr().err.strip().endswith(
+        f': code.isal was null, now "{library_versions()["isal"]}".')
+
+
 @pytest.mark.parametrize("same", [True, False])
 def test_published_shards_of_an_appended_dataset_are_never_removed(tmp_path, same):
     _interrupted(tmp_path)

@@ -1,17 +1,20 @@
-"""Uncompressed shard files and their record index (``--compression=none``)."""
+"""Shard files: uncompressed ones and their record index, GZIP ones at each level."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import gzip
 import hashlib
+import io
 import os
 import struct
+import zlib
 
 import pytest
 import tensorflow as tf
 
 from etl.core import sharding
-from etl.core.shard_files import BlockWriter, ShardFormat, ShardWriter
+from etl.core.shard_files import BlockWriter, ShardFormat, ShardWriter, deflate_level
 from reader import contract
 
 NONE = ShardFormat(compression=contract.NO_COMPRESSION)
@@ -95,3 +98,65 @@ def test_finalize_renames_each_index_with_its_shard(tmp_path):
     with open(index_path, "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == fields["index"]["sha256"]
     assert fields["num_records"] == 5
+
+
+def _write_gzip(path: str, records: list[bytes], level: int, block: int) -> bytes:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with ShardWriter(path, ShardFormat(gzip_level=level)) as writer, BlockWriter(
+                writer, pool) as blocks:
+            for first in range(0, len(records), block):
+                blocks.write(records[first:first + block])
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("level", range(10))
+def test_a_gzip_shard_holds_tensorflows_frames_the_same_bytes_however_blocked(tmp_path,
+                                                                              level):
+    """At every level the GZIP stream inflates (Python's gzip) to exactly the frames
+    tf.io.TFRecordWriter writes, TensorFlow reads it back, and its bytes depend on
+    the records and the level alone, not on how they were handed to the writer."""
+    records = [*_records(3000), b""]
+    data = _write_gzip(str(tmp_path / "a.tfrecord.gz"), records, level, 37)
+    assert data == _write_gzip(str(tmp_path / "b.tfrecord.gz"), records, level, 1000)
+    with tf.io.TFRecordWriter(str(tmp_path / "tf.tfrecord")) as reference:
+        for record in records:
+            reference.write(record)
+    assert gzip.decompress(data) == (tmp_path / "tf.tfrecord").read_bytes()
+    assert data[:10] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00" + data[8:10]  # mtime 0, no name
+    read = tf.data.TFRecordDataset(str(tmp_path / "a.tfrecord.gz"), compression_type="GZIP")
+    assert [r.numpy() for r in read] == records
+
+
+def _python_gzip(raw: bytes, level: int) -> bytes:
+    """``raw`` as Python's ``gzip`` writes it in one piece (no name, mtime 0)."""
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=out,
+                       mtime=0) as f:
+        f.write(raw)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("level", [7, 8, 9])
+def test_levels_7_to_9_are_pythons_gzip_as_before(tmp_path, level):
+    """Levels 7-9 are zlib's stream, byte for byte what the jobs wrote before levels
+    1-6 went to ISA-L (level 0, stored, is still Python's gzip too)."""
+    records = _records(3000)
+    data = _write_gzip(str(tmp_path / "s.tfrecord.gz"), records, level, 50)
+    assert data == _python_gzip(gzip.decompress(data), level)
+
+
+def test_levels_1_to_6_deflate_with_isal_at_two_levels(tmp_path):
+    """zlib's 1-3 and 4-6 are ISA-L's 1 and 2: each group writes one stream, not
+    zlib's, and it shrinks the records about as much as zlib's level 1."""
+    records = _records(3000)
+    data = {level: _write_gzip(str(tmp_path / f"{level}.gz"), records, level, 100)
+            for level in range(1, 7)}
+    assert len({data[level] for level in (1, 2, 3)}) == 1
+    assert len({data[level] for level in (4, 5, 6)}) == 1
+    raw = gzip.decompress(data[1])
+    for level in (1, 6):
+        assert data[level] != _python_gzip(raw, level)
+        assert len(data[level]) <= 1.1 * len(zlib.compress(raw, 1)) < len(raw)
+    assert [deflate_level(level) for level in range(10)] == [
+        None, 1, 1, 1, 2, 2, 2, None, None, None]
