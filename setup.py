@@ -89,7 +89,9 @@ EXTRAS_REQUIRE = {
     # Sample data shipped inside packages (no download): scikit-learn's handwritten
     # digits and two photos, statsmodels' Mauna Loa CO2 series; matplotlib draws the
     # benchmark charts.
-    "demo": ["scikit-learn>=1.4", "statsmodels>=0.14", "matplotlib>=3.8"],
+    # py-spy samples the jobs for the phase benchmark (scripts/benchmarks/phases.py).
+    "demo": ["scikit-learn>=1.4", "statsmodels>=0.14", "matplotlib>=3.8",
+             "py-spy>=0.4,<0.5"],
     # etl.testing, for users' tests of their own data (docs/TESTING_YOUR_DATA.md): its
     # photos are crops of scikit-learn's two sample photos; pytest runs the tests.
     # `.[test,demo]` (what scripts/setup_env.sh installs) holds both.

@@ -295,7 +295,7 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
         pipeline.run()
         print("Dry run: job graph built and validated; nothing submitted or written.")
         return {}
-    started = time.monotonic()
+    started, started_cpu = time.monotonic(), summary.cpu_seconds()
     version = getattr(job, "version", versions.FIRST_VERSION)
     check_output_path(job.output.output_dir)
     # The lock first: nothing in the folder is read for a decision, or changed,
@@ -315,6 +315,9 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
                 raise withheld from e
             raise
         elapsed = time.monotonic() - started
+        # Cores busy here, where the work ran here (not a cluster's or Dataflow's).
+        cores = (None if runner_defaults.remote_workers(options) else summary.CoresUsed(
+            summary.cpu_seconds() - started_cpu, elapsed))
         runner_defaults.remove_temp_dir(job.output.tft_temp_dir)
         resume.remove_progress(job.output.output_dir)
     manifest = versions.read_manifest(job.output.output_dir)
@@ -322,7 +325,8 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
     if manifest.get("dataset_version", 1) < version.number:
         print(summary.format_nothing_new(job.output.output_dir, manifest, counts))
     else:
-        print(summary.format_summary(job.output.output_dir, manifest, elapsed, counts))
+        print(summary.format_summary(job.output.output_dir, manifest, elapsed, counts,
+                                     cores))
     return manifest
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import resource
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,10 +119,35 @@ def _statistics_lines(entry: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children it has waited for (the local
+    runner's worker processes, with ``--direct_running_mode=multi_processing``)."""
+    return sum(usage.ru_utime + usage.ru_stime for usage in (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@dataclasses.dataclass(frozen=True)
+class CoresUsed:
+    """A run's CPU seconds on this machine over its wall seconds: the cores it kept
+    busy on average, against the cores the process may run on."""
+
+    cpu_s: float
+    wall_s: float
+    available: int = dataclasses.field(
+        default_factory=lambda: len(os.sched_getaffinity(0)))
+
+    def line(self) -> str:
+        busy = self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+        return (f"  cores: {busy:.1f} busy on average of the {self.available} this "
+                f"process may use ({self.cpu_s:.1f} s of CPU in {self.wall_s:.1f} s)")
+
+
 def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: float,
-                   counts: RunCounts | None = None) -> str:
-    """Records, shards and bytes per split, rejections, what a resumed run kept, and
-    where the output is."""
+                   counts: RunCounts | None = None, cores: CoresUsed | None = None) -> str:
+    """Records, shards and bytes per split, rejections, what a resumed run kept, where
+    the output is, the wall time and (for a run whose work ran here) the cores it
+    kept busy."""
     lines = [f"Wrote dataset {manifest['name']!r} to {output_dir}",
              f"  {'split':<11}{'records':>9}{'shards':>8}{'bytes':>14}"]
     for split in contract.SPLITS:
@@ -153,4 +180,6 @@ def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: floa
                      f"run, {counts.transformed} transformed "
                      f"({counts.inputs_transformed} inputs)")
     lines.append(f"  wall time: {elapsed_s:.1f} s")
+    if cores is not None:
+        lines.append(cores.line())
     return "\n".join(lines)

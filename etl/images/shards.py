@@ -17,11 +17,11 @@ The duplicate signatures (``etl.images.image_hashes``) are taken from the same
 decoded and finished pixels.
 
 Inside a shard, three things overlap: a thread pool reads and checks the next files
-(``etl.images.batches``), up to ``transform_threads`` batches are decoded and run
-through the graphs (libjpeg-turbo and TensorFlow release the GIL), and the shard
-step's frame (``etl.core.shard_step``) writes the finished blocks in order. A batch
-that fails (one undecodable image fails the whole graph call) is retried image by
-image, so only the bad images become dead letters.
+(``etl.images.batches``), up to ``transform_threads`` (one per core) batches are
+decoded and run through the graphs (libjpeg-turbo and TensorFlow release the GIL),
+and the shard step's frame (``etl.core.shard_step``) writes the finished blocks in
+order. A batch that fails (one undecodable image fails the whole graph call) is
+retried image by image, so only the bad images become dead letters.
 """
 
 from __future__ import annotations
@@ -283,10 +283,14 @@ def _drain(run: list[Loaded | Rejection], future: concurrent.futures.Future | No
         yield next(results) if isinstance(item, Loaded) else item
 
 
+def default_transform_threads() -> int:
+    """Transform threads per process: one per core it may use, at least 2."""
+    return max(2, len(os.sched_getaffinity(0)))
+
+
 def default_read_threads() -> int:
-    """Reader threads per process: they read and check files, which is I/O-bound
-    (remote storage is latency-bound); the decodes and the graphs run on the
-    transform threads."""
+    """Reader threads per process: reading and checking files is I/O-bound (remote
+    storage latency-bound); decodes and graphs run on the transform threads."""
     return max(4, min(16, 2 * (os.cpu_count() or 1)))
 
 
@@ -307,10 +311,11 @@ class TransformAndWriteImageShard(ShardStep):
 
     def __init__(self, output_dir: str, name: str, shard_format: ShardFormat,
                  limits: loading.InputLimits, transform_handle: shared.Shared,
-                 preprocessing: ImagePreprocessing, transform_threads: int = 2,
+                 preprocessing: ImagePreprocessing, transform_threads: int | None = None,
                  read_threads: int | None = None, columns: LabelColumns = ONE_CLASS,
                  hash_images: bool = False, describe: bool = False,
                  read_timeout_s: float | None = None) -> None:
+        transform_threads = transform_threads or default_transform_threads()
         if transform_threads < 1:
             raise ValueError(f"transform_threads must be >= 1, got {transform_threads}.")
         super().__init__(output_dir, name, shard_format, transform_handle)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.summary import format_summary
+from pipelines.summary import CoresUsed, format_summary
 
 
 def _manifest(task: str, features: dict, vocab: list[str]) -> dict:
@@ -53,3 +53,13 @@ def test_summary_says_where_the_statistics_are_what_is_flagged_and_what_drifted(
 def test_summary_of_a_dataset_without_statistics_says_nothing_of_them():
     assert "statistics" not in format_summary("/out", _manifest("classification", {}, ["a"]),
                                               1.0)
+
+
+def test_summary_says_how_many_cores_the_run_kept_busy():
+    cores = CoresUsed(cpu_s=7.5, wall_s=5.0, available=2)
+    lines = format_summary("/out", _manifest("classification", {}, ["a"]), 5.0,
+                           cores=cores).splitlines()
+    assert lines[-2:] == ["  wall time: 5.0 s", (
+        "  cores: 1.5 busy on average of the 2 this process may use (7.5 s of CPU in 5.0 s)")]
+    assert "cores" not in format_summary("/out", _manifest("classification", {}, ["a"]),
+                                         5.0)
