@@ -57,7 +57,7 @@ BENCHMARK = harness.Benchmark(
 # native one). Order matters: the specific before the general.
 COMMON_HEAD = [
     ("imports", r"_find_and_load|_call_with_frames_removed"),
-    ("deflate", r"isal|igzip|deflate|zlib|compress_block|longest_match"),
+    ("deflate", r"isal|igzip|\(gzip\.py:|deflate|zlib|compress_block|longest_match"),
     ("file hash (sha256)", r"_HashingWriter|sha256"),
     ("framing (TFRecord length + CRC32C)",
      r"write_tfrecord|crc32c|_TFRecordUtil|ShardWriter\.write"),
@@ -104,9 +104,11 @@ IMAGE_PHASES = [
     *COMMON_TAIL,
 ]
 
-# py-spy counts a few waiting threads as working; a sample whose innermost frame is
-# in Python's waiting machinery (threads, queues, selectors) is idle.
-_WAITING = re.compile(r"\((threading|queue|selectors|concurrent/futures/thread)\.py:\d+\)$")
+# py-spy counts threads waiting in C (a queue's get) as working: a sample whose
+# innermost frame is Python's waiting machinery (threads, queues, selectors) or the
+# loop of a thread that only waits for calls (``etl.core.timed_calls``) is idle.
+_WAITING = re.compile(r"\((threading|queue|selectors|concurrent/futures/thread)\.py:\d+\)$|"
+                      r"^_Helper\.run \(etl/core/timed_calls\.py:\d+\)$")
 
 UNITS = {"timeseries": ("row", 1e6, "us"), "images": ("photo", 1e3, "ms")}
 
