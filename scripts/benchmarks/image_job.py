@@ -121,7 +121,7 @@ from sample_photos import KINDS, describe, ensure_tree
 from etl.core.examples import serialize_example
 from etl.images import codec
 from etl.images.shards import default_gzip_level
-from pipelines.images import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each
+from pipelines.worker_start import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each
 from reader import contract
 
 BENCHMARK = harness.Benchmark(
