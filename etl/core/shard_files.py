@@ -36,19 +36,22 @@ DEFLATE_CHUNK_BYTES = 1 << 20
 
 
 def deflate_level(gzip_level: int) -> int | None:
-    """ISA-L's level for zlib's ``gzip_level``: 1-3 → 1, 4-6 → 2; None for 0 (stored)
+    """ISA-L's level for zlib's ``gzip_level``: 1-3 → 1, 4-6 → 3; None for 0 (stored)
     and 7-9, which Python's ``gzip`` (zlib) writes.
 
-    ISA-L writes the same GZIP format as zlib about 10× faster (a time-series shard:
-    ~380 against zlib 6's 37 MB/s, 0.8 % larger; docs/FORMAT.md), which made zlib's
-    deflate the largest part of the time-series job. Its bytes are its own: the same
-    for a given ``isal`` version (pinned in setup.py, recorded in the manifest's
-    ``versions``) and the same records, not zlib's. Levels 7-9 ask for size over
-    speed, which ISA-L's own level 3 does not always give (on long runs of one byte
-    it writes more than its level 1), so they stay zlib's, as do their bytes.
+    ISA-L writes the same GZIP format as zlib several times faster, which made zlib's
+    deflate the largest part of the time-series job (``python -m scripts.benchmarks
+    deflate``; docs/FORMAT.md). At the default 6 it deflates at its level 3, its
+    smallest: overlapping windows (``--shift`` well below ``--window_size``) repeat
+    most of each window, which its levels 1 and 2 find less of. Its bytes are its
+    own: the same for a given ``isal`` version (pinned in setup.py, recorded in the
+    manifest's ``versions``) and the same records, not zlib's. Levels 7-9 ask for size
+    over speed and stay zlib's, as do their bytes.
     """
     check_gzip_level(gzip_level)
-    return None if gzip_level == 0 or gzip_level >= 7 else (gzip_level + 2) // 3
+    if gzip_level == 0 or gzip_level >= 7:
+        return None
+    return 1 if gzip_level <= 3 else 3
 
 
 # A shard file's name as our jobs write it, in a split folder: final
