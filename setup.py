@@ -41,7 +41,7 @@ INSTALL_REQUIRES = [
     # at 1.2 GB/s here, 0.87 ms per web photo's megabyte of pixels, a fifth of what the
     # job spends on the photo; XXH3 takes 0.06 ms (etl/images/image_hashes.py).
     "xxhash>=3.4,<5",
-    # ISA-L's deflate for GZIP shards, the same format at 6-10x zlib's speed
+    # ISA-L's deflate for GZIP shards, the same format at 4-7x zlib's speed
     # (etl/core/shard_files.py). Its bytes are its own, so the minor version is pinned
     # and recorded in each manifest.
     "isal>=1.9,<1.10",

@@ -114,13 +114,13 @@ class DatasetOptions(PipelineOptions):
         parser.add_argument(
             "--gzip_level", type=int,
             help="Level 0-9 of the GZIP shard files, as zlib's: 0 keeps the GZIP "
-                 "container and stores the records, 1-6 are deflated by ISA-L (about "
-                 "10x zlib's speed, ~1 %% larger), 7-9 by zlib. Default: 0 for JPEG "
-                 "images of 192 px or more and PNG of 64 px or more, already "
-                 "compressed (deflate shrinks a 224 px JPEG shard ~4 %%, at ~0.4 ms of "
-                 "a core per image); 6 otherwise: "
-                 "smaller JPEG/PNG (a 64 px JPEG shard shrinks ~26 %%), raw pixels "
-                 "(photos ~30 %%) and time-series windows (~20 %%).")
+                 "container and stores the records, 1-6 are deflated by ISA-L (4-7x "
+                 "zlib's speed; on overlapping windows ~25 %% larger), 7-9 by zlib. "
+                 "Default: 0 for JPEG images of 192 px or more and PNG of 64 px or "
+                 "more, already compressed (deflate shrinks a 224 px JPEG shard ~4 %%, "
+                 "at ~0.4 ms of a core per image); 6 otherwise: smaller JPEG/PNG (a 64 "
+                 "px JPEG shard shrinks ~26 %%), raw pixels (photos ~30 %%) and "
+                 "time-series windows (~20 %%).")
         parser.add_argument(
             "--max_error_fraction", type=float,
             default=accounting.DEFAULT_MAX_ERROR_FRACTION,
