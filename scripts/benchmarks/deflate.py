@@ -8,7 +8,7 @@ and 4-6, ``etl.core.shard_files.deflate_level``): the compressed size over the
 records' and MB of records per second of CPU, the best of --rounds.
 
 Usage (datasets written by the jobs beforehand, e.g. the series_job benchmark's and
-scripts/demo.sh's):
+scripts/demo.sh's; --series_dataset DIR writes a small time-series one into DIR first):
 
     python -m scripts.benchmarks deflate --dataset /tmp/ts_out \\
         --dataset demo_output/co2 --rounds 3
@@ -24,10 +24,13 @@ import time
 import zlib
 
 import harness
+import series_job
 
 BENCHMARK = harness.Benchmark(
     name="deflate",
     measures="zlib's and ISA-L's deflate on the jobs' shards: size and MB/s of CPU",
+    quick=("--series_dataset", "{quick_dir}/deflate", "--rounds", "1", "--out",
+           "{quick_dir}/deflate.json"),
 )
 
 
@@ -54,13 +57,31 @@ def measure(records: bytes, rounds: int) -> dict[str, dict[str, float]]:
     return result
 
 
+def small_series_dataset(work_dir: str) -> str:
+    """The time-series job's dataset of 10 series x 2,000 hours (series_job's
+    generator, window 168, shift 24), written under ``work_dir``; its path."""
+    out = os.path.join(work_dir, "series_10x2000")
+    series_job.run_job(series_job.ensure_input(work_dir, 10, 2000), out,
+                       os.path.join(work_dir, "job.log"),
+                       {"window_size": 168, "shift": 24, "horizon": 24,
+                        "missing": "interpolate"})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", action="append", required=True,
+    parser.add_argument("--dataset", action="append", default=[],
                         help="A dataset folder the jobs wrote (repeatable).")
+    parser.add_argument("--series_dataset", default=None, metavar="DIR",
+                        help="Also write and measure a small time-series dataset in DIR.")
     parser.add_argument("--rounds", type=int, default=3)
     harness.add_result_flags(parser, "deflate", "the datasets' names joined by _")
     args = parser.parse_args()
+    if args.series_dataset:
+        os.makedirs(args.series_dataset, exist_ok=True)
+        args.dataset.append(small_series_dataset(os.path.abspath(args.series_dataset)))
+    if not args.dataset:
+        parser.error("give --dataset (or --series_dataset)")
     results = {}
     for folder in args.dataset:
         shards = sorted(glob.glob(os.path.join(folder, "train", "*.tfrecord.gz")))
