@@ -46,7 +46,7 @@ import series_job
 
 BENCHMARK = harness.Benchmark(
     name="phases",
-    measures="each job's CPU time by phase (py-spy, native frames), per row or photo",
+    measures="each job's CPU time by phase (py-spy samples), per row or photo",
     quick=("--job", "timeseries", "--work_dir", "{quick_dir}/phases", "--series", "10",
            "--hours", "2000", "--rounds", "1", "--out",
            "{quick_dir}/phases.json"),
