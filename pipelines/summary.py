@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import resource
 from collections.abc import Mapping
 from typing import Any
 
+from etl.core import cores
 from reader import contract
 
 
@@ -134,8 +134,7 @@ class CoresUsed:
 
     cpu_s: float
     wall_s: float
-    available: int = dataclasses.field(
-        default_factory=lambda: len(os.sched_getaffinity(0)))
+    available: int = dataclasses.field(default_factory=cores.usable)
 
     def line(self) -> str:
         busy = self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0

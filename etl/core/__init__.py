@@ -16,4 +16,5 @@
 10. ``output_dir``, ``run_lock`` (with ``conditional_writes``), ``fault_injection``:
     whose the output folder is and what a run may delete there, one run per folder,
     test pause points.
+11. ``cores``: how many cores this process may run on, which sizes its thread pools.
 """

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import apache_beam as beam
 
-from etl.core import hashing, storage
+from etl.core import cores, hashing, storage
 from etl.core.examples import serialize_example
 from etl.core.shard_plan import PlanShards
 from etl.images import codec, labels, loading
@@ -109,7 +108,7 @@ def mean_stored_image_bytes(records: Iterable[ImageRecord], preprocessing: Image
     raw_size = preprocessing.image_size ** 2 * 3
     if preprocessing.image_format == codec.RAW:
         return float(raw_size)
-    with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 1)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max(2, cores.usable())) as pool:
         sizes = [size for size in pool.map(
             lambda record: _stored_size_of(record, preprocessing, limits), records)
             if size is not None]

@@ -30,7 +30,6 @@ import collections
 import concurrent.futures
 import dataclasses
 import functools
-import os
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, shard_files, sharding, storage
+from etl.core import cores, dead_letters, shard_files, sharding, storage
 from etl.core.dead_letters import Rejection
 from etl.core.examples import serialize_example
 from etl.core.shard_files import ShardFormat
@@ -285,13 +284,13 @@ def _drain(run: list[Loaded | Rejection], future: concurrent.futures.Future | No
 
 def default_transform_threads() -> int:
     """Transform threads per process: one per core it may use, at least 2."""
-    return max(2, len(os.sched_getaffinity(0)))
+    return max(2, cores.usable())
 
 
 def default_read_threads() -> int:
     """Reader threads per process: reading and checking files is I/O-bound (remote
     storage latency-bound); decodes and graphs run on the transform threads."""
-    return max(4, min(16, 2 * (os.cpu_count() or 1)))
+    return max(4, min(16, 2 * cores.usable()))
 
 
 class TransformAndWriteImageShard(ShardStep):

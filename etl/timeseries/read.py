@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
-import os
 import posixpath
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.transforms import window
 
-from etl.core import dead_letters, singletons, storage, text_rows
+from etl.core import cores, dead_letters, singletons, storage, text_rows
 from etl.core.dead_letters import Rejection
 from etl.timeseries.chunks import ChunkRef, num_buckets, spill_chunks, to_chunks
 from etl.timeseries.parsing import parse_range_rows
@@ -75,7 +74,7 @@ class ParseRange(beam.DoFn):
         self._max_line_bytes = max_line_bytes
 
     def setup(self) -> None:
-        self._threads = max(1, os.cpu_count() or 1)
+        self._threads = cores.usable()
         self._pool = concurrent.futures.ThreadPoolExecutor(self._threads,
                                                            thread_name_prefix="ParseRange")
 
