@@ -289,22 +289,55 @@ def read_ahead(records: Iterable[ImageRecord],
     at most ``max_files`` files and about ``max_bytes`` of them ahead. A file not yet
     read counts as its listed size, or ``unlisted_bytes`` (the file limit) when the
     input gave none (a manifest's rows)."""
-    def held(estimate: int, future: concurrent.futures.Future) -> int:
-        if not future.done() or future.exception() is not None:
-            return estimate
-        item = future.result()
-        return len(item.data) if isinstance(item, Loaded) else 0
+    held = HeldBytes()
+    ahead: collections.deque[tuple[list[int | None], Any]] = collections.deque()
 
-    ahead: collections.deque[tuple[int, concurrent.futures.Future]] = collections.deque()
+    def give_out() -> Loaded | Rejection:
+        entry, future = ahead.popleft()
+        held.release(entry)  # Nothing is read ahead while it is waited for.
+        return future.result()
+
     for record in records:
         estimate = min(record.listed[0] if record.listed else unlisted_bytes,
                        unlisted_bytes)
-        while ahead and (len(ahead) >= max_files or estimate + sum(
-                held(*read) for read in ahead) > max_bytes):
-            yield ahead.popleft()[1].result()
-        ahead.append((estimate, pool.submit(load, record)))
+        while ahead and (len(ahead) >= max_files or estimate + held.total > max_bytes):
+            yield give_out()
+        future = pool.submit(load, record)
+        ahead.append((held.track(estimate, future), future))
     while ahead:
-        yield ahead.popleft()[1].result()
+        yield give_out()
+
+
+class HeldBytes:
+    """What the reads ahead hold: each counts as its estimate until its read ends,
+    then as its file's size (a failed read keeps its estimate). Settled by each
+    read's thread as it ends: summing the queue per record cost the shard's main
+    thread 0.26 ms of the GIL per web photo."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.total = 0
+
+    def track(self, estimate: int, future: concurrent.futures.Future) -> list[int | None]:
+        """Counts ``future``'s read; the entry to :meth:`release` once it is given out."""
+        entry: list[int | None] = [estimate]
+        with self._lock:
+            self.total += estimate
+
+        def settle(done: concurrent.futures.Future) -> None:
+            if not done.cancelled() and done.exception() is None:
+                item = done.result()
+                size = len(item.data) if isinstance(item, Loaded) else 0
+                with self._lock:
+                    if entry[0] is not None:  # Not given out yet.
+                        self.total, entry[0] = self.total + size - entry[0], size
+
+        future.add_done_callback(settle)
+        return entry
+
+    def release(self, entry: list[int | None]) -> None:
+        with self._lock:
+            self.total, entry[0] = self.total - (entry[0] or 0), None
 
 
 def decode_batch(batch: Sequence[Loaded], strict: bool) -> list[Loaded | Rejection]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 
 from etl.core.dead_letters import Rejection
-from etl.images.batches import Loaded, batches, read_ahead
+from etl.images.batches import HeldBytes, Loaded, batches, read_ahead
 from etl.images.sources import ImageRecord
 
 
@@ -85,3 +85,20 @@ def test_read_ahead_holds_at_most_its_files_and_bytes():
                   unlisted_bytes=200, max_bytes=250) == [6, 5, 4, 3, 2, 1]
     assert _ahead(unlisted, sizes, max_files=64, unlisted_bytes=200, max_bytes=250) == [
         1, 1, 1, 1, 1, 1]
+
+
+def test_held_bytes_settle_as_reads_end_and_never_after_release():
+    held = HeldBytes()
+    read, failed, late = (concurrent.futures.Future() for _ in range(3))
+    entries = [held.track(estimate, future)
+               for estimate, future in ((100, read), (200, failed), (300, late))]
+    assert held.total == 600
+    read.set_result(_image("a", 0, size=40))  # Counts as its file from now on.
+    failed.set_exception(OSError("gone"))  # A failed read keeps its estimate.
+    assert held.total == 540
+    held.release(entries[2])  # Given out before its read ended (its callback runs
+    late.set_result(_image("b", 0, size=7))  # after result() returns): not counted.
+    assert held.total == 240
+    held.release(entries[0])
+    held.release(entries[1])
+    assert held.total == 0
