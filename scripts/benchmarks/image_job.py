@@ -35,6 +35,12 @@ rounds, images/s for
                 key) and hands it to a writer thread that writes one GZIP TFRecord
                 file at the job's default level for these records (0: stored); no
                 validation, no split, no sharding;
+  (k) shard loop  the job's own shard loop (etl.images.shards.process_shard: read
+                ahead, checks, the one decode, the finish graph, facts and hashes,
+                Examples) over the files as one train shard, in this process, with
+                the job's pools and a transform_fn from one untimed job run; no
+                Beam, nothing written (not run by default; reported as a ratio to
+                (a): what the job adds to the ops, before its runner and writes);
   (b) seeds     the seeds' approach: the same, single-threaded: one tf.function call
                 per image and the write on the same thread;
   (c) job       python -m pipelines.images on the default runner (FnApiRunner,
@@ -97,6 +103,7 @@ camera photos):
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import functools
 import glob
 import io
@@ -148,12 +155,13 @@ NAMES = {
     "h_job_no_exif": "(h) image job, --ignore_exif_orientation",
     "i_job_no_statistics": "(i) image job, --statistics=off (no statistics, flags, report)",
     "c_job_baseline": "(c') image job, baseline code",
+    "k_shard_loop": "(k) the job's shard loop in this process, no Beam, no write",
 }
 DEFAULT_VARIANTS = ("a_ceiling,p_pillow,f_fused_loop,b_seeds,c_job,e_job_gzip6,"
                     "g_job_lenient,h_job_no_exif")
 ALL_VARIANTS = ("a_ceiling", "a2_ceiling_autotune", "p_pillow", "f_fused_loop", "b_seeds",
                 "c_job", "d_job_mp2", "e_job_gzip6", "g_job_lenient", "h_job_no_exif",
-                "i_job_no_statistics")
+                "i_job_no_statistics", "k_shard_loop")
 # What a user would run instead of the job; the better of them is the reference.
 REFERENCES = ("a_ceiling", "p_pillow")
 # Each input check (strict JPEG check, EXIF orientation) may cost at most this fraction
@@ -190,6 +198,38 @@ def ceiling_pass(data: tf.Tensor, image_size: int, quality: int,
     for batch in dataset:
         count += int(batch.shape[0])
     return {"images": count}
+
+
+def make_shard_loop(files: list[str], root: str, transform_fn_dir: str,
+                    image_size: int) -> Callable[[], dict]:
+    """(k): the job's own shard loop (``etl.images.shards.process_shard``: read ahead,
+    checks, the one decode, the finish graph, facts and hashes, Examples) over the
+    files as one train shard, in this process, on the job's pools: no Beam, nothing
+    written. What separates it from (a) is what the job adds to the ops; what
+    separates (c) from it is the runner, the writes and the other stages."""
+    from etl.images import loading, shards
+    from etl.images.labels import ONE_CLASS
+    from etl.images.preprocessing import ImagePreprocessing
+    from etl.images.sources import ImageRecord
+
+    records = [ImageRecord(key=os.path.relpath(path, root), uri=path,
+                           label=os.path.basename(os.path.dirname(path)), split="train",
+                           listed=(os.path.getsize(path), os.path.getmtime(path)))
+               for path in files]
+    transform = shards.ImageTransform(transform_fn_dir, ImagePreprocessing(image_size),
+                                      ONE_CLASS, hash_images=True, describe=True)
+    threads = shards.default_transform_threads()
+    read_pool = concurrent.futures.ThreadPoolExecutor(shards.default_read_threads())
+    transform_pool = concurrent.futures.ThreadPoolExecutor(threads)
+
+    def run() -> dict:
+        written = sum(1 for outcome in shards.process_shard(
+            records, transform, loading.InputLimits(), read_pool, transform_pool,
+            transform_threads=threads, image_size=image_size)
+            if isinstance(outcome, tuple))
+        return {"images": written}
+
+    return run
 
 
 def _label_ids(files: list[str]) -> dict[str, int]:
@@ -531,6 +571,12 @@ def main() -> None:
         "i_job_no_statistics_tiny": (job(harness.REPO_ROOT, "i_tiny", tiny_root,
                                          "--statistics=off"), tiny_files),
     }
+    if "k_shard_loop" in chosen:
+        # The loop needs a transform_fn of these labels: the job's own, made once.
+        run_job(harness.REPO_ROOT, job_argv("k_prep", big_root), os.path.join(out, "k_prep"))
+        variants["k_shard_loop"] = (make_shard_loop(
+            big_files, big_root, os.path.join(out, "k_prep", "transform_fn"),
+            args.image_size), big_files)
     if args.baseline_dir:
         baseline = os.path.abspath(args.baseline_dir)
         variants["c_job_baseline"] = (job(baseline, "c_base", big_root), big_files)
@@ -671,6 +717,8 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
         "steady_state_vs_better_reference": vs_reference,
         "steady_state_vs_ceiling": vs_ceiling,
         "steady_state_vs_fused_loop": vs_fused,
+        "shard_loop_vs_ceiling": {stat: _ratio(rates["k_shard_loop"][stat], ceiling[stat])
+                                  for stat in stats} if "k_shard_loop" in rates else None,
         "goal": goal,
         "checks": checks,
         "rejected_by_job_run": rejected,
@@ -748,6 +796,10 @@ def print_table(result: dict) -> None:
           f"({reference['median']['images_per_second']:.1f} img/s), "
           f"{reference['best']['variant']} by best rounds "
           f"({reference['best']['images_per_second']:.1f} img/s)")
+    if result["shard_loop_vs_ceiling"]:
+        loop = result["shard_loop_vs_ceiling"]
+        print(f"(k) shard loop = {_fmt(loop['median'], '.2f')} x ceiling (best rounds "
+              f"{_fmt(loop['best'], '.2f')})")
     for name, value in result["steady_state_images_per_second"].items():
         fixed = result["fixed_overhead"][name]
         to_reference = result["steady_state_vs_better_reference"][name]
