@@ -322,8 +322,8 @@ def _plain(example: Mapping[str, Any], features: Mapping[str, Mapping[str, Any]]
 @dataclasses.dataclass(frozen=True)
 class JobResult:
     """A finished job's output: examples per split (``counts``), ``inputs`` listed,
-    examples ``written``, the dead letters (``rejected``, as ``read_rejected``), the
-    label vocabulary (None for a task without one) and what a quiet run printed."""
+    examples ``written``, the dead letters (``rejected``: a tuple of ``read_rejected``'s
+    dicts), the label vocabulary (a tuple, or None) and what a quiet run printed."""
 
     output_dir: str
     manifest: dict[str, Any] = dataclasses.field(repr=False)

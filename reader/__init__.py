@@ -12,13 +12,19 @@ Example::
 The names below load on first use: ``import reader`` itself imports nothing heavy,
 so the ETL can import ``reader.contract`` without the tf.data pipeline, and
 ``FitCheckpoint`` (a tf.keras callback) does not decide which Keras ``tf.keras``
-means in a process that never asks for it.
+means in a process that never asks for it. Importing ``reader`` before ``tensorflow``
+hides TensorFlow's C++ warnings (``reader.quiet``) unless ``TF_CPP_MIN_LOG_LEVEL`` is set.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from reader.quiet import quiet_tensorflow_logs
+
+# TensorFlow's C++ warnings hidden unless the user set TF_CPP_MIN_LOG_LEVEL (reader.quiet).
+quiet_tensorflow_logs()
 
 if TYPE_CHECKING:
     from reader.augment import Augmentation

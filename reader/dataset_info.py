@@ -37,6 +37,33 @@ class DatasetInfo:
     manifest: Mapping[str, Any]
     kind: str
 
+    def __repr__(self) -> str:
+        """A short summary, as TFDS prints a ``DatasetInfo`` (the manifest holds the
+        rest: ``info.manifest``)."""
+        lines = ["DatasetInfo(", f"    name={self.manifest.get('name')!r},",
+                 f"    kind={self.kind!r},", f"    task={self.task!r},"]
+        if self.has_classes:
+            lines.append(f"    num_classes={self.num_classes},")
+        if self.target_columns:
+            lines.append(f"    target_columns={self.target_columns},")
+        lines.append("    features={")
+        preprocessing = self.manifest.get("preprocessing", {})
+        for name, described in self.manifest["features"].items():
+            line = f"        {name!r}: {_describe_feature(described)},"
+            if name == contract.IMAGE_KEY and "image_size" in preprocessing:
+                size = preprocessing["image_size"]
+                line += f"  # {preprocessing.get('image_format')}, {size}x{size}"
+            lines.append(line)
+        lines += ["    },", "    splits={"]
+        splits = self.manifest["splits"]
+        order = [*contract.SPLITS, *sorted(set(splits) - set(contract.SPLITS))]
+        for split in (split for split in order if split in splits):
+            shards = len(splits[split]["shards"])
+            lines.append(f"        {split!r}: {splits[split]['num_records']:,} records in "
+                         f"{shards} shard{'' if shards == 1 else 's'},")
+        lines += ["    },", f"    data_dir={self.data_dir!r},", ")"]
+        return "\n".join(lines)
+
     @property
     def feature_spec(self) -> dict[str, Any]:
         """``tf.io.parse_example`` spec, from the manifest (never typed by hand)."""
@@ -151,6 +178,10 @@ class DatasetInfo:
         self._split(split)
         return dict(self.manifest["label_counts"].get(split, {}))
 
+    def shard_num_records(self, split: str) -> list[int]:
+        """Records in each shard of ``split``, in index order (``shard_paths``')."""
+        return [int(shard["num_records"]) for shard in self._split(split)["shards"]]
+
     def shard_paths(self, split: str) -> list[str]:
         """Absolute shard paths of ``split`` in index order."""
         return [posixpath.join(self.data_dir, shard["path"])
@@ -159,6 +190,15 @@ class DatasetInfo:
     def _split(self, split: str) -> Mapping[str, Any]:
         check_splits(self.manifest, self.data_dir, [split])
         return self.manifest["splits"][split]
+
+
+def _describe_feature(described: Mapping[str, Any]) -> str:
+    """A manifest feature as ``dtype`` with its shape: ``int64``, ``float32[6, 3]``,
+    ``int64[None]`` (var_len)."""
+    if described["kind"] == "var_len":
+        return f"{described['dtype']}[None]"
+    shape = list(described.get("shape", []))
+    return described["dtype"] + (f"[{', '.join(map(str, shape))}]" if shape else "")
 
 
 def _kind_of(manifest: Mapping[str, Any], data_dir: str) -> str:

@@ -2,7 +2,8 @@
 
 ``make_dataset`` reads as its steps, each a function below, in data order:
 plan (check arguments, resolve defaults) → read records (files, per-worker split,
-interleave) → decode and store (cache / snapshot only) → epochs, shuffle and balance →
+interleave) → decode and store (cache / snapshot only) → the epoch's length from the
+manifest → epochs, shuffle and balance →
 batch to model input (parse, decode, augment, select) → deliver (data service,
 options, prefetch).
 """
@@ -104,6 +105,15 @@ def make_dataset(
         "target": float32 [b, k]}`` for classes with targets; ``float32 [b, H, F]``
         (forecast).
 
+        Its cardinality (``len(dataset)``, the steps Keras runs per epoch) is the
+        number of batches this input pipeline gets, from the manifest's per-shard
+        record counts: ``ceil(records * num_epochs / batch_size)`` (``floor`` with
+        ``drop_remainder``), records being this pipeline's share with an
+        ``input_context``; infinite with ``num_epochs=None``. It is unknown
+        (``tf.data.UNKNOWN_CARDINALITY``) where no count is exact before reading:
+        with ``balance`` (a random subset each epoch), ``skip_corrupt``, the tf.data
+        service and ``prefetch_to_device``.
+
     Raises:
         FileNotFoundError: no manifest (the job did not finish).
         reader.DatasetError: a shard is missing, truncated, or fails ``verify``.
@@ -119,6 +129,7 @@ def make_dataset(
                  config=config)
     records = _read_records(plan)  # [serialized example], one epoch
     elements = _decode_and_store(records, plan)  # the same, or decoded dicts if stored
+    elements = _with_known_length(elements, plan)  # the same, its length from the manifest
     elements = _epochs_shuffle_and_balance(elements, plan)
     batches = _batch_to_model_input(elements, plan)  # (input [b, ...], label [b, ...])
     return _deliver(batches, plan)
@@ -146,6 +157,10 @@ class _Plan:
     # With fewer files than input pipelines, every pipeline reads every file in one
     # fixed order and keeps every n-th record; else each reads its own files.
     shard_records: bool
+    # Records this input pipeline reads per epoch, from the manifest's per-shard
+    # counts; None where the count is not known before reading (skip_corrupt, the
+    # tf.data service).
+    records_per_epoch: int | None
     symbolic_checkpoint: bool
     config: ReadConfig
 
@@ -191,8 +206,9 @@ def _plan(info: DatasetInfo, split: str, batch_size: int, *, shuffle: bool | Non
         snapshot=snapshot, balance=balance,
         features=info.model_inputs if features is None else list(features),
         drop_remainder=drop_remainder, deterministic=deterministic,
-        shard_records=config.num_workers > len(files), symbolic_checkpoint=False,
-        config=config)
+        shard_records=config.num_workers > len(files),
+        records_per_epoch=records_per_epoch(info, split, config),
+        symbolic_checkpoint=False, config=config)
     blockers = _symbolic_checkpoint_blockers(plan)
     if config.symbolic_checkpoint and blockers:
         raise ValueError(f"symbolic_checkpoint=True is not possible with "
@@ -220,6 +236,24 @@ def _symbolic_checkpoint_blockers(plan: _Plan) -> list[str]:
     if plan.config.data_service is not None:
         blockers.append("data_service")
     return blockers
+
+
+def records_per_epoch(info: DatasetInfo, split: str, config: ReadConfig) -> int | None:
+    """Records one input pipeline reads per epoch, from the manifest's shard counts.
+
+    Mirrors ``_read_records``: with ``num_workers`` pipelines each reads the shards
+    ``worker_index::num_workers``, or, with fewer shards than pipelines, every
+    ``num_workers``-th record of the split from ``worker_index`` on. None where it
+    cannot be known before reading: ``skip_corrupt`` drops what fails its CRC, and
+    the tf.data service hands each consumer an unknown part of the epoch.
+    """
+    if config.skip_corrupt or config.data_service is not None:
+        return None
+    per_shard = info.shard_num_records(split)
+    workers, worker = config.num_workers, config.worker_index
+    if workers > len(per_shard):
+        return len(range(worker, sum(per_shard), workers))
+    return sum(per_shard[worker::workers])
 
 
 def default_shuffle_buffer(info: DatasetInfo, split: str, decoded: bool) -> int:
@@ -292,6 +326,19 @@ def _decode_and_store(records: tf.data.Dataset, plan: _Plan) -> tf.data.Dataset:
     else:
         elements = elements.cache("" if plan.cache == "memory" else plan.cache)
     return elements
+
+
+def _with_known_length(elements: tf.data.Dataset, plan: _Plan) -> tf.data.Dataset:
+    """Gives one epoch's stream the length the manifest records, where it is known.
+
+    tf.data cannot count records in files; once this stage states the count, the
+    stages after it derive theirs (epochs, batches with or without the remainder), so
+    ``len(dataset)`` and Keras know the number of batches. Reading a different
+    number of records raises ``InvalidArgumentError`` naming both counts.
+    """
+    if plan.records_per_epoch is None:
+        return elements
+    return elements.apply(tf.data.experimental.assert_cardinality(plan.records_per_epoch))
 
 
 def _epochs_shuffle_and_balance(elements: tf.data.Dataset, plan: _Plan

@@ -89,9 +89,6 @@ class FitCheckpoint(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         model = self.model
-        # With steps_per_epoch Keras keeps one iterator across epochs; without, it
-        # makes one per epoch and runs each to its end.
-        self._one_iterator = bool(self.params.get("steps"))
         optimizer = model.optimizer
         # Slots must exist before they are restored (Keras 3: `built`; tf_keras's
         # optimizer keeps the flag private).
@@ -121,7 +118,9 @@ class FitCheckpoint(tf.keras.callbacks.Callback):
 
     def _attach(self, iterator: Any) -> None:
         first = self._iterator is None
-        if not first and self._one_iterator:
+        if first:
+            self._one_iterator = _keeps_one_iterator(self.params.get("steps"), iterator)
+        elif self._one_iterator:
             raise RuntimeError(
                 "Keras made a second input iterator although steps_per_epoch was "
                 "given: the dataset ran out. With steps_per_epoch, feed an endless "
@@ -170,6 +169,24 @@ class FitCheckpoint(tf.keras.callbacks.Callback):
     def _save(self) -> None:
         self._steps_since_save = 0
         self._manager.save(checkpoint_number=int(self._global_step))
+
+
+def _keeps_one_iterator(steps: int | None, iterator: Any) -> bool:
+    """Whether Keras feeds every epoch of this ``fit`` from ``iterator``.
+
+    Keras 3 and tf_keras make a new iterator per epoch when ``fit`` has no
+    ``steps_per_epoch`` or the dataset's length equals it (``make_dataset``'s finite
+    datasets have a known length, which Keras then reports as the steps); they keep
+    one across epochs when ``steps_per_epoch`` is given for an endless or unknown-
+    length dataset. The dataset is the iterator's own (a ``tf.data`` iterator keeps
+    it); without one, given steps mean one iterator.
+    """
+    if not steps:
+        return False
+    dataset = getattr(iterator, "_dataset", None)
+    if dataset is None:
+        return True
+    return int(dataset.cardinality()) != steps
 
 
 def _load_int(checkpoint: str, name: str) -> int:
