@@ -9,14 +9,18 @@ The page shows the records and labels per split, each feature's statistics and
 histogram per split (``statistics/``), the drift table (``statistics/drift.json``,
 what is over its threshold first), the duplicate report's summary, the dead letters
 by reason, a few images per class (time series: a few series with their split
-boundaries and windows) and every flagged image (``statistics/flags.jsonl``), read
-from the stored shards. With ``--compare`` it adds the other dataset's counts and
-labels side by side and the drift between the same splits of the two, the other
-dataset the baseline (both sides' first-version statistics).
+boundaries and windows, each channel by its column and role), every flagged image
+(``statistics/flags.jsonl``) and the two images of duplicate pairs across splits
+(``duplicates/pairs.jsonl``), read from the stored shards, and the run's settings
+and library versions (the manifest). With ``--compare`` it starts with the other
+dataset's counts and labels side by side and the drift between the same splits of
+the two, the other dataset the baseline (both sides' first-version statistics).
 
 The page loads nothing: styles inline, charts SVG, images ``data:`` URIs; it renders
 offline. What a dataset lacks (statistics, a duplicate report, flags) is one line
-saying so. The same dataset gives the same bytes. Paths may be URIs (``gs://``):
+saying so; a section that does not apply to its kind (labels without classes,
+duplicates and flags of a time series) is left out. The same dataset gives the same
+bytes. Paths may be URIs (``gs://``):
 files are read, and the page written, through ``reader.records`` (fsspec for
 URIs). Nothing here imports TensorFlow.
 """
@@ -24,9 +28,11 @@ URIs). Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import posixpath
 import sys
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from reader import (
@@ -109,6 +115,52 @@ def read_duplicates(data_dir: str, manifest: dict[str, Any]) -> dict[str, Any] |
     return json.loads(text) if text is not None else manifest.get("duplicates")
 
 
+# The strongest kinds first: equal bytes, equal pixels, then near by distance.
+_PAIR_KINDS = ("bytes", "pixels", "near")
+
+
+def read_cross_split_pairs(data_dir: str, summary: Mapping[str, Any] | None
+                           ) -> report_gallery.CrossSplitPairs | None:
+    """The pairs of ``duplicates/pairs.jsonl`` whose two splits differ, the first
+    :data:`report_gallery.MAX_PAIRS_SHOWN` by kind, distance and keys, and how many
+    there are (None: no duplicate report, or no such file). The file is streamed, not
+    held."""
+    if not summary:
+        return None
+    path = posixpath.join(data_dir, contract.DUPLICATE_PAIRS_RELPATH)
+    try:
+        stream = records.open_file(path)
+    except FileNotFoundError:
+        return None
+    total = 0
+
+    def crossing() -> Iterator[dict[str, Any]]:
+        nonlocal total
+        with stream:
+            for line in stream:
+                if line.strip() and (pair := json.loads(line))["split_a"] != pair["split_b"]:
+                    total += 1
+                    yield pair
+
+    shown = heapq.nsmallest(report_gallery.MAX_PAIRS_SHOWN, crossing(), key=lambda p: (
+        _PAIR_KINDS.index(p["kind"]) if p["kind"] in _PAIR_KINDS else len(_PAIR_KINDS),
+        p.get("distance", 0), p["key_a"], p["key_b"]))
+    return report_gallery.CrossSplitPairs(shown, total)
+
+
+def _wanted_keys(flags: list[dict[str, Any]] | None,
+                 pairs: report_gallery.CrossSplitPairs | None) -> dict[str, list[str]]:
+    """``{split: [key, ...]}`` of the images shown besides the samples: the flagged
+    ones and both of each pair."""
+    wanted: dict[str, list[str]] = {}
+    for entry in (flags or [])[:report_gallery.MAX_FLAGGED_SHOWN]:
+        wanted.setdefault(entry.get("split", ""), []).append(entry["key"])
+    for pair in pairs.shown if pairs else []:
+        for side in ("a", "b"):
+            wanted.setdefault(pair[f"split_{side}"], []).append(pair[f"key_{side}"])
+    return wanted
+
+
 def _comparison(data_dir: str, other_dir: str) -> Comparison:
     other = records.load_manifest(other_dir)
     mine, theirs = read_statistics(data_dir), read_statistics(other_dir)
@@ -128,16 +180,17 @@ def gather(data_dir: str, compare: str | None = None) -> ReportData:
     manifest = records.load_manifest(data_dir)
     images = manifest.get("kind", contract.IMAGES) == contract.IMAGES
     flags = read_flags(data_dir, manifest) if images else None
-    wanted: dict[str, list[str]] = {}
-    for entry in (flags or [])[:report_gallery.MAX_FLAGGED_SHOWN]:
-        wanted.setdefault(entry.get("split", ""), []).append(entry["key"])
+    duplicates = read_duplicates(data_dir, manifest) if images else None
+    pairs = read_cross_split_pairs(data_dir, duplicates)
+    wanted = _wanted_keys(flags, pairs)
     return ReportData(
         data_dir=data_dir, manifest=manifest,
         statistics=_all_statistics(data_dir, manifest, series=False),
         series_statistics=None if images else _all_statistics(data_dir, manifest, True),
         drift=read_drift(data_dir, manifest),
-        duplicates=read_duplicates(data_dir, manifest) if images else None,
+        duplicates=duplicates,
         flags=flags,
+        pairs=pairs,
         images=report_samples.scan_images(data_dir, manifest, wanted) if images else None,
         series=None if images else report_series.series_views(data_dir, manifest),
         comparison=_comparison(data_dir, compare.rstrip("/")) if compare else None)

@@ -17,6 +17,18 @@ from reader.report_svg import number
 from reader.stats_files import feature_name
 
 TOP_VALUES_SHOWN = 10
+# What an image feature measures, where its name alone could mislead: the size
+# features are the source file's, before preprocessing, not the stored image's.
+IMAGE_FEATURE_NOTES = {
+    "width": "the source file's width in pixels (upright), before resizing",
+    "height": "the source file's height in pixels (upright), before resizing",
+    "megapixels": "of the source file",
+    "aspect_ratio": "the source file's width / height",
+    "file_bytes": "the source file's size",
+    "format": "the source file's container",
+    "mode": "the source file's pixels, as Pillow names them",
+    "orientation": "the source file's EXIF orientation",
+}
 _NUMERIC_HEAD = ("count", "missing", "mean", "std", "min", "median", "max", "histogram")
 _STRING_HEAD = ("count", "missing", "distinct", "top values")
 
@@ -76,8 +88,8 @@ def _cells(feature: statistics_pb2.FeatureNameStatistics, split: str
     return _STRING_HEAD, ["—"] * len(_STRING_HEAD)
 
 
-def _feature_table(name: str, per_split: Mapping[str, statistics_pb2.FeatureNameStatistics]
-                   ) -> str:
+def _feature_table(name: str, per_split: Mapping[str, statistics_pb2.FeatureNameStatistics],
+                   note: str = "") -> str:
     head, rows = _NUMERIC_HEAD, []
     kind = ""
     for split, feature in per_split.items():
@@ -87,17 +99,24 @@ def _feature_table(name: str, per_split: Mapping[str, statistics_pb2.FeatureName
             f'<td class="n">{c}</td>' if i < len(cells) - 1 else f"<td>{c}</td>"
             for i, c in enumerate(cells)) + "</tr>")
     header = "".join(f"<th>{_esc(h)}</th>" for h in ("split", *head))
+    about = f' <span class="about">{_esc(note)}</span>' if note else ""
     return (f'<div class="feature"><h3>{_esc(name)} <span class="type">{_esc(kind)}'
-            f'</span></h3><table><tr>{header}</tr>{"".join(rows)}</table></div>')
+            f'</span>{about}</h3><table><tr>{header}</tr>{"".join(rows)}</table></div>')
 
 
-def features_html(columns: Mapping[str, statistics_pb2.DatasetFeatureStatistics]) -> str:
-    """A table per feature (sorted by name), a row per column (split) that has it."""
+def features_html(columns: Mapping[str, statistics_pb2.DatasetFeatureStatistics],
+                  notes: Mapping[str, str] | None = None) -> str:
+    """A table per feature (sorted by name), a row per column (split) that has it;
+    ``notes`` says beside a feature's name what it measures."""
+    notes = notes or {}
     names: dict[str, dict[str, statistics_pb2.FeatureNameStatistics]] = {}
     for split, dataset in columns.items():
         for feature in dataset.features:
             names.setdefault(feature_name(feature), {})[split] = feature
     examples = ", ".join(f"{_esc(split)}: {number(dataset.num_examples)}"
                          for split, dataset in columns.items())
-    return (f'<p class="note">Examples described: {examples}.</p>'
-            + "".join(_feature_table(name, names[name]) for name in sorted(names)))
+    return (f'<p class="note">Examples described: {examples}. Counts are of examples; '
+            "a histogram's buckets come from a quantiles sketch, so a count marked ≈ "
+            "is an estimate, rounded.</p>"
+            + "".join(_feature_table(name, names[name], notes.get(name, ""))
+                      for name in sorted(names)))

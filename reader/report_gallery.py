@@ -1,7 +1,9 @@
-"""The report's pictures: sample images per class or drawn series, and flagged images."""
+"""The report's pictures: sample images per class or drawn series, flagged images
+and the two images of each duplicate pair across splits."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +17,9 @@ from reader.report_tables import esc, figure, table
 FLAG_ORDER = contract.QUALITY_FLAGS
 # Flagged images shown at most; the rest are counted and left to flags.jsonl.
 MAX_FLAGGED_SHOWN = 500
+# Duplicate pairs across splits shown at most (strongest kind, then smallest distance
+# first); the rest are counted and left to pairs.jsonl.
+MAX_PAIRS_SHOWN = 24
 SERIES_COLUMNS_SHOWN = 3
 
 
@@ -94,7 +99,7 @@ def flags_html(entries: Sequence[Mapping[str, Any]] | None, finds: ImageFinds | 
         return '<p class="note">No image was flagged.</p>'
     figures = []
     for entry in entries[:MAX_FLAGGED_SHOWN]:
-        thumbnail = (finds.flagged.get(entry["key"]) if finds else None)
+        thumbnail = (finds.by_key.get(entry["key"]) if finds else None)
         if thumbnail is None:
             figures.append(f'<figure><figcaption>{esc(entry["key"])}\n{esc(entry.get("split", ""))}'
                            f"\n{esc(_label_text(entry.get('label')))} (not found in the shards)"
@@ -106,3 +111,51 @@ def flags_html(entries: Sequence[Mapping[str, Any]] | None, finds: ImageFinds | 
             f"is in {esc(source)}.</p>" if more > 0 else "")
     return (_flag_counts(entries, splits) + f'<div class="grid">{"".join(figures)}</div>'
             + tail)
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossSplitPairs:
+    """The duplicate pairs across splits the report shows.
+
+    Attributes:
+        shown: ``pairs.jsonl`` entries (``kind``, ``distance``, ``key_a``,
+            ``split_a``, ``label_a``, ``key_b``, ...), at most :data:`MAX_PAIRS_SHOWN`.
+        total: every pair across splits the file holds.
+    """
+
+    shown: list[dict[str, Any]]
+    total: int
+
+
+def _pair_figure(pair: Mapping[str, Any], side: str, finds: ImageFinds | None,
+                 dropped: bool) -> str:
+    key = pair[f"key_{side}"]
+    thumbnail = finds.by_key.get(key) if finds else None
+    if thumbnail is not None:
+        return figure(thumbnail)
+    why = "removed from the dataset" if dropped else "not found in the shards"
+    return (f"<figure><figcaption>{esc(key)}\n{esc(pair[f'split_{side}'])}\n"
+            f"{esc(_label_text(pair.get(f'label_{side}')))} ({why})</figcaption></figure>")
+
+
+def pairs_html(pairs: CrossSplitPairs, finds: ImageFinds | None, source: str,
+               dropped: bool = False) -> str:
+    """Each duplicate pair across splits, its two images side by side with its kind
+    and distance (Hamming bits between the perceptual hashes); ``dropped``: the job
+    removed the copies (``--cross_split_duplicates=drop``), so one is not stored."""
+    if not pairs.total:
+        return '<p class="note">No duplicate pair crosses splits.</p>'
+    parts = []
+    for pair in pairs.shown:
+        differ = (' <span class="flags">labels differ</span>'
+                  if pair.get("label_a") != pair.get("label_b") else "")
+        parts.append(f'<div class="pair"><p>{esc(pair["kind"])}, distance '
+                     f'{number(pair.get("distance", 0))}{differ}</p><div class="grid">'
+                     f'{_pair_figure(pair, "a", finds, dropped)}'
+                     f'{_pair_figure(pair, "b", finds, dropped)}'
+                     f"</div></div>")
+    more = pairs.total - len(pairs.shown)
+    tail = (f'<p class="note">{number(more)} more {"pair is" if more == 1 else "pairs are"}'
+            f" not shown: every pair is in {esc(source)}.</p>" if more > 0 else "")
+    return (f"<h3>Pairs across splits ({number(pairs.total)})</h3>"
+            f'<div class="pairs">{"".join(parts)}</div>{tail}')

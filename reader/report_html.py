@@ -1,7 +1,9 @@
 """The report's HTML: one self-contained page, a section per subject.
 
-Every section has a stable id (:data:`SECTION_IDS`, plus ``compare`` with a second
-dataset); a subject the dataset lacks renders one line saying so. Styles are inline,
+Every section has a stable id (:data:`SECTION_IDS`, in page order); a page has the
+sections that apply to its dataset (:func:`section_ids`: ``compare`` first with a
+second dataset, no labels without classes, no duplicates or flags for a time series),
+and a subject the dataset lacks renders one line saying so. Styles are inline,
 charts inline SVG, images ``data:`` URIs, and the page's Content-Security-Policy
 forbids loading anything else, so it renders the same offline. Every text from the
 data is escaped; iteration is in sorted or manifest order and nothing depends on
@@ -17,8 +19,14 @@ from typing import Any
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from reader import contract
-from reader.report_features import features_html
-from reader.report_gallery import flags_html, image_samples_html, series_samples_html
+from reader.report_features import IMAGE_FEATURE_NOTES, features_html
+from reader.report_gallery import (
+    CrossSplitPairs,
+    flags_html,
+    image_samples_html,
+    pairs_html,
+    series_samples_html,
+)
 from reader.report_samples import ImageFinds
 from reader.report_series import SeriesView
 from reader.report_svg import number
@@ -31,11 +39,13 @@ from reader.report_tables import (
     label_names,
     labels_html,
     rejected_html,
+    settings_html,
     table,
 )
 
-SECTION_IDS: tuple[str, ...] = ("counts", "labels", "features", "drift", "duplicates",
-                                "rejected", "samples", "flags")
+# Every section a page may have, in page order.
+SECTION_IDS: tuple[str, ...] = ("compare", "counts", "settings", "labels", "features",
+                                "drift", "duplicates", "rejected", "samples", "flags")
 _CSS = """
 body{font:14px/1.4 sans-serif;margin:0 24px 40px;color:#222;background:#fff}
 h1{font-size:22px;margin:16px 0 4px}h2{font-size:18px;border-bottom:1px solid #ccc;
@@ -48,7 +58,9 @@ tr.over td{background:#fde0dc;font-weight:bold}.type{color:#777;font-weight:norm
 figure img{width:64px;height:64px;image-rendering:pixelated;display:block}
 figcaption{word-break:break-all;white-space:pre-line}.flags{color:#b00020}
 svg text{font:10px sans-serif;fill:#333}.feature{margin-bottom:10px}
-.classes{display:flex;flex-wrap:wrap;gap:4px 28px}
+.classes{display:flex;flex-wrap:wrap;gap:4px 28px}.about{color:#777;font-weight:normal;
+font-size:12px}.pairs{display:flex;flex-wrap:wrap;gap:10px 24px}.pair{border:1px solid #ddd;
+padding:4px 8px}.pair p{margin:0 0 4px;font-size:12px}summary{cursor:pointer;margin:6px 0}
 """
 _CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
         "base-uri 'none'; form-action 'none'")
@@ -80,7 +92,9 @@ class ReportData:
         drift: ``statistics/drift.json`` entries (every version's).
         duplicates: ``duplicates/summary.json``.
         flags: ``statistics/flags.jsonl`` entries (every version's).
-        images: thumbnails of samples and flagged images (image datasets).
+        pairs: the duplicate pairs across splits shown (``duplicates/pairs.jsonl``).
+        images: thumbnails of samples, flagged images and the images of the pairs
+            shown (image datasets).
         series: series drawn (time series).
         comparison: the ``--compare`` dataset.
     """
@@ -92,6 +106,7 @@ class ReportData:
     drift: list[dict[str, Any]] | None = None
     duplicates: Mapping[str, Any] | None = None
     flags: list[dict[str, Any]] | None = None
+    pairs: CrossSplitPairs | None = None
     images: ImageFinds | None = None
     series: list[SeriesView] | None = None
     comparison: Comparison | None = None
@@ -109,7 +124,14 @@ def features_section(data: ReportData) -> str:
     """Per-feature statistics of the rows (and of the series, for time series)."""
     if not data.statistics:
         return absent(f"Per-feature statistics ({_statistics_files(contract.STATISTICS_DIRNAME)})")
-    body = features_html(data.statistics)
+    images = data.manifest.get("kind", contract.IMAGES) == contract.IMAGES
+    body = features_html(data.statistics, IMAGE_FEATURE_NOTES if images else None)
+    if images and data.manifest.get("preprocessing", {}).get("image_size"):
+        stored = data.manifest["preprocessing"]
+        body = (f'<p class="note">width, height, megapixels, aspect_ratio and file_bytes '
+                f'are the source files\'; every stored image is '
+                f'{number(stored["image_size"])} x {number(stored["image_size"])} '
+                f'{esc(stored.get("image_format", ""))}.</p>' + body)
     if data.series_statistics:
         body += "<h3>Per series</h3>" + features_html(data.series_statistics)
     return body
@@ -158,28 +180,50 @@ def _samples_section(data: ReportData) -> str:
     return series_samples_html(data.series or [])
 
 
+def section_ids(manifest: Mapping[str, Any], compare: bool = False) -> tuple[str, ...]:
+    """The sections that apply to a dataset, in page order: the comparison first
+    when there is one; labels only with classes; duplicates and flags only for
+    images."""
+    images = manifest.get("kind", contract.IMAGES) == contract.IMAGES
+    skipped = {"compare"} if not compare else set()
+    if not label_names(manifest):
+        skipped.add("labels")
+    if not images:
+        skipped.update(("duplicates", "flags"))
+    return tuple(s for s in SECTION_IDS if s not in skipped)
+
+
+def _duplicates_section(data: ReportData) -> str:
+    body = duplicates_html(data.duplicates)
+    if data.pairs is not None:
+        body += pairs_html(data.pairs, data.images, contract.DUPLICATE_PAIRS_RELPATH,
+                           dropped=data.duplicates.get("mode") == "drop")
+    return body
+
+
 def _sections(data: ReportData) -> list[tuple[str, str, str]]:
-    """``(id, title, body)`` of every section, in page order."""
+    """``(id, title, body)`` of every section that applies, in page order."""
     images = data.manifest.get("kind", contract.IMAGES) == contract.IMAGES
     flags_source = f"{contract.STATISTICS_DIRNAME}/{contract.FLAGS_FILENAME}"
     drift_source = f"{contract.STATISTICS_DIRNAME}/{contract.DRIFT_FILENAME}"
-    sections = [
-        ("counts", "Records per split", counts_html(data.manifest)),
-        ("labels", "Labels per split", labels_html(data.manifest)),
-        ("features", "Features per split", features_section(data)),
-        ("drift", "Drift between splits", drift_table(data.drift)
-         if data.drift is not None else absent(f"Drift ({drift_source})")),
-        ("duplicates", "Duplicates", duplicates_html(data.duplicates)),
-        ("rejected", "Rejected inputs", rejected_html(data.manifest)),
-        ("samples", "Samples" if images else "Series", _samples_section(data)),
-        ("flags", "Flagged images", flags_html(
-            data.flags, data.images, contract.ordered_splits(data.manifest.get("splits", {})),
-            flags_source)
-         if images else absent("Image-quality flags (time series)")),
-    ]
-    if data.comparison is not None:
-        sections.append(("compare", "Compared with another dataset", compare_section(data)))
-    return sections
+    splits = contract.ordered_splits(data.manifest.get("splits", {}))
+    sections = {
+        "compare": ("Compared with another dataset",
+                    lambda: compare_section(data)),
+        "counts": ("Records per split", lambda: counts_html(data.manifest)),
+        "settings": ("Run settings", lambda: settings_html(data.manifest)),
+        "labels": ("Labels per split", lambda: labels_html(data.manifest)),
+        "features": ("Features per split", lambda: features_section(data)),
+        "drift": ("Drift between splits", lambda: drift_table(data.drift, drift_source)
+                  if data.drift is not None else absent(f"Drift ({drift_source})")),
+        "duplicates": ("Duplicates", lambda: _duplicates_section(data)),
+        "rejected": ("Rejected inputs", lambda: rejected_html(data.manifest)),
+        "samples": ("Samples" if images else "Series", lambda: _samples_section(data)),
+        "flags": ("Flagged images", lambda: flags_html(data.flags, data.images, splits,
+                                                        flags_source)),
+    }
+    return [(sid, sections[sid][0], sections[sid][1]())
+            for sid in section_ids(data.manifest, data.comparison is not None)]
 
 
 def render(data: ReportData) -> str:

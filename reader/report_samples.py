@@ -3,8 +3,9 @@
 A split's shards are read front to back (GZIP or uncompressed TFRecord frames, both
 CRCs checked by :mod:`reader.record_index`, each Example parsed by
 :mod:`reader.example_proto`), and the read stops as soon as what is wanted is found:
-a few images of each class, every flagged image the report shows, or a few series'
-windows. The report runs at the end of every job, so what it reads is bounded.
+a few images of each class, every flagged image and both images of every duplicate
+pair the report shows, or a few series' windows. The report runs at the end of every
+job, so what it reads is bounded.
 Nothing here imports TensorFlow.
 """
 
@@ -147,12 +148,13 @@ class ImageFinds:
 
     Attributes:
         samples: class name (``""`` without classes) → its first thumbnails in train.
-        flagged: key → thumbnail, for the flagged keys asked for.
+        by_key: key → thumbnail, for the keys asked for (flagged images, the two
+            images of duplicate pairs).
         records_read: Examples parsed.
     """
 
     samples: dict[str, list[Thumbnail]]
-    flagged: dict[str, Thumbnail]
+    by_key: dict[str, Thumbnail]
     records_read: int = 0
 
 
@@ -164,13 +166,13 @@ def _sample_quota(manifest: Mapping[str, Any]) -> dict[str, int]:
 
 
 def scan_images(data_dir: str, manifest: Mapping[str, Any],
-                flagged: Mapping[str, Sequence[str]]) -> ImageFinds:
-    """A few train images per class and the images ``flagged`` names
+                wanted_keys: Mapping[str, Sequence[str]]) -> ImageFinds:
+    """A few train images per class and the images ``wanted_keys`` names
     (``{split: [key, ...]}``), each split read only until all are found."""
     quota = _sample_quota(manifest)
     finds = ImageFinds({name: [] for name in quota}, {})
     for split in contract.ordered_splits(manifest["splits"]):
-        wanted = set(flagged.get(split, ()))
+        wanted = set(wanted_keys.get(split, ()))
         sampling = split == contract.TRAIN
         if not wanted and not sampling:
             continue
@@ -186,7 +188,7 @@ def scan_images(data_dir: str, manifest: Mapping[str, Any],
                 for name in open_classes:
                     finds.samples[name].append(thumbnail)
                 if key in wanted:
-                    finds.flagged[key] = thumbnail
+                    finds.by_key[key] = thumbnail
                     wanted.discard(key)
             sampling = sampling and any(len(finds.samples[n]) < quota[n] for n in quota)
             if not wanted and not sampling:

@@ -45,7 +45,7 @@ class SeriesView:
 
     Attributes:
         series_id: the series.
-        columns: the value columns' names (``F``).
+        columns: the window's channels, ``column (role)`` (``F``).
         points: split → ``[(time, values [F])]`` sorted by time.
         windows: split → ``(window start time, window end time, target end time or
             None, the start as written)`` of its earliest window read.
@@ -77,13 +77,49 @@ def time_value(text: str) -> float | None:
     return moment.timestamp()
 
 
+def channels(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The stored ``window``'s channels in order, as ``(column, role)``: with column
+    roles the manifest's ``column_roles.blocks.window`` (targets, then past
+    covariates); else the value columns, each a target when forecasting (its next
+    rows are the target) and a value when classifying series."""
+    roles = manifest.get("preprocessing", {}).get("column_roles")
+    if roles:
+        role_of = {name: role for role, key in (("target", "targets"), ("past", "past"))
+                   for name in roles.get(key, [])}
+        names = roles.get("blocks", {}).get(contract.WINDOW_KEY, {}).get("channels", [])
+        return [(name, role_of.get(name, "")) for name in names]
+    role = "target" if manifest.get("task") == contract.FORECAST else "value"
+    return [(name, role) for name in manifest.get("timeseries", {}).get("value_columns", [])]
+
+
+def channel_names(manifest: Mapping[str, Any], width: int) -> list[str]:
+    """Each window channel as the report names it, ``column (role)``; ``value f``
+    where the manifest does not name ``width`` channels."""
+    named = channels(manifest)
+    if len(named) != width:
+        return [f"value {f}" for f in range(width)]
+    return [f"{name} ({role})" if role else name for name, role in named]
+
+
 def _denormaliser(manifest: Mapping[str, Any], num_columns: int
                   ) -> tuple[np.ndarray, np.ndarray, str]:
+    """Per window channel, the mean and std that undo its z-score, and the units the
+    values are then in. ``normalisation`` follows ``column_roles.statistics_columns``
+    with column roles (a target under ``log1p`` stays in its transformed units),
+    else the value columns."""
     normalisation = manifest.get("normalisation", {})
     mean = np.asarray(normalisation.get("mean", []), np.float64)
     std = np.asarray(normalisation.get("std", []), np.float64)
+    roles = manifest.get("preprocessing", {}).get("column_roles") or {}
+    order = list(roles.get("statistics_columns", []))
+    names = [name for name, _ in channels(manifest)]
+    if order and len(order) == len(mean) and set(names) <= set(order):
+        picked = [order.index(name) for name in names]
+        mean, std = mean[picked], std[picked]
     if normalisation.get("per_series", True) or len(mean) != num_columns:
         return np.zeros(num_columns), np.ones(num_columns), "normalised"
+    if roles.get("target_transform", "none") != "none":
+        return mean, std, f"input, {roles['target_transform']} targets"
     return mean, std, "input"
 
 
@@ -96,9 +132,10 @@ def _window(manifest: Mapping[str, Any], example: Any) -> Window:
     target = None
     if contract.TARGET_KEY in shapes and manifest.get("task") == contract.FORECAST:
         target_shape = [int(d) for d in shapes[contract.TARGET_KEY]["shape"]]
-        if target_shape[-1] == values.shape[1]:
-            target = np.asarray(feature_values(example, contract.TARGET_KEY), np.float64
-                                ).reshape(target_shape) * std + mean
+        targets = target_shape[-1]  # the window's first channels (column roles)
+        if targets <= values.shape[1]:
+            target = (np.asarray(feature_values(example, contract.TARGET_KEY), np.float64
+                                 ).reshape(target_shape) * std[:targets] + mean[:targets])
     return Window(feature_text(example, contract.WINDOW_START_KEY), values * std + mean, target)
 
 
@@ -140,9 +177,7 @@ def series_view(manifest: Mapping[str, Any], series_id: str,
     shift, stride = int(geometry.get("shift", 1)), int(geometry.get("stride", 1))
     first = next(iter(windows.values()))[0]
     width = first.values.shape[1]
-    columns = list(geometry.get("value_columns", []))
-    if len(columns) != width:
-        columns = [f"value {f}" for f in range(width)]
+    columns = channel_names(manifest, width)
     starts = [w.start for ws in windows.values() for w in ws]
     times, step = _times(starts, shift)
     points: dict[str, list[tuple[float, np.ndarray]]] = {}

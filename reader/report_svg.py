@@ -8,6 +8,7 @@ numbers give the same bytes.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 from reader.report_series import SeriesView
@@ -34,26 +35,40 @@ def number(value: float) -> str:
     return f"{value:.4g}"
 
 
+def count(value: float) -> str:
+    """A count of examples as shown: a whole number. A sketch's estimate (a
+    histogram's buckets come from a quantiles sketch, so they may be fractional) is
+    rounded (halves up) and marked ``≈``; one under a half is ``<1``, never ``0``."""
+    if float(value).is_integer():
+        return number(value)
+    return "<1" if value < 0.5 else f"≈{math.floor(value + 0.5):,}"
+
+
 def histogram(buckets: Sequence[tuple[float, float, float]], fill: str,
               width: int = 180, height: int = 40) -> str:
     """Bars of equal width, one per ``(low, high, count)`` bucket, heights by count."""
     if not buckets:
         return ""
-    top = max(count for _, _, count in buckets) or 1.0
+    top = max(examples for _, _, examples in buckets) or 1.0
     bar = width / len(buckets)
     head = (f'<svg class="hist" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" role="img">')
     parts = [head]
-    for i, (low, high, count) in enumerate(buckets):
-        h = (height - 2) * count / top
+    for i, (low, high, examples) in enumerate(buckets):
+        h = (height - 2) * examples / top
         parts.append(
             f'<rect x="{i * bar + 0.5:.1f}" y="{height - 1 - h:.1f}" '
             f'width="{max(bar - 1, 0.5):.1f}" height="{h:.1f}" fill="{fill}">'
             f'<title>{_esc(number(low))} to {_esc(number(high))}: '
-            f'{_esc(number(count))}</title></rect>')
+            f'{_esc(_examples(examples))}</title></rect>')
     parts.append(f'<line x1="0" y1="{height - 0.5}" x2="{width}" y2="{height - 0.5}" '
                  f'stroke="#999"/></svg>')
     return "".join(parts)
+
+
+def _examples(value: float) -> str:
+    text = count(value)
+    return f"{text} example{'' if text in ('1', '<1') else 's'}"
 
 
 def bar(fraction: float, fill: str, width: int = 100, height: int = 10) -> str:
@@ -79,9 +94,9 @@ def ranked(values: Sequence[tuple[str, float]], fill: str, width: int = 240) -> 
             f'<text x="{label - 4:.1f}" y="{i * row + 11}" text-anchor="end">'
             f'{_esc(text)}</text><rect x="{label:.1f}" y="{i * row + 2}" '
             f'width="{length:.1f}" height="{row - 4}" fill="{fill}"><title>'
-            f'{_esc(value)}: {_esc(number(frequency))}</title></rect>'
+            f'{_esc(value)}: {_esc(_examples(frequency))}</title></rect>'
             f'<text x="{label + length + 3:.1f}" y="{i * row + 11}">'
-            f'{_esc(number(frequency))}</text>')
+            f'{_esc(count(frequency))}</text>')
     parts.append("</svg>")
     return "".join(parts)
 

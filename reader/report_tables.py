@@ -4,6 +4,7 @@ escaping and table helpers every section uses."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -89,26 +90,98 @@ def _verdict(entry: Mapping[str, Any]) -> str:
     return "not judged" if entry.get("judged") is False else "ok"
 
 
-def drift_table(entries: Sequence[Mapping[str, Any]]) -> str:
-    """Drift entries (over threshold first, highlighted)."""
+def _unjudged_line(entries: Sequence[Mapping[str, Any]], source: str | None) -> str:
+    """The comparisons not judged, in one line: how many per split and baseline."""
+    per_pair: dict[tuple[str, str], int] = {}
+    for e in entries:
+        per_pair[(e["split"], e["baseline"])] = per_pair.get((e["split"], e["baseline"]), 0) + 1
+    pairs = ", ".join(f"{esc(split)} vs {esc(baseline)} ({number(n)} "
+                      f"feature{'' if n == 1 else 's'})"
+                      for (split, baseline), n in sorted(per_pair.items()))
+    where = f"; every distance is in {esc(source)}" if source else ""
+    return (f'<p class="note unjudged">{number(len(entries))} not judged: {pairs}. A side '
+            f"has fewer than {number(drift.MIN_EXAMPLES)} examples, too few for a "
+            f"distance to mean drift{where}.</p>")
+
+
+def drift_table(entries: Sequence[Mapping[str, Any]], source: str | None = None) -> str:
+    """Drift entries judged (over threshold first, highlighted), then those not
+    judged summed up in one line (naming ``source``, the file that lists them)."""
     if not entries:
         return '<p class="note">No feature was compared.</p>'
-    ordered = sorted(entries, key=lambda e: (not e["over"], e["split"], e["baseline"],
-                                             e["feature"], e["comparator"]))
+    judged = [e for e in entries if e.get("judged") is not False]
+    unjudged = [e for e in entries if e.get("judged") is False]
+    ordered = sorted(judged, key=lambda e: (not e["over"], e["split"], e["baseline"],
+                                            e["feature"], e["comparator"]))
     rows = [[esc(e["split"]), esc(e["baseline"]), esc(e["feature"]), esc(e["comparator"]),
              "—" if e["distance"] is None else esc(f"{e['distance']:.6g}"),
              "—" if e["threshold"] is None else esc(f"{e['threshold']:.6g}"),
              _verdict(e)] for e in ordered]
     over = sum(1 for e in entries if e["over"])
-    unjudged = sum(1 for e in entries if e.get("judged") is False)
-    note = f"{number(over)} of {number(len(entries))} over their threshold."
+    parts = []
+    if ordered:
+        parts.append(f'<p class="note">{number(over)} of {number(len(judged))} judged '
+                     f"over their threshold.</p>")
+        parts.append(table(
+            ["split", "baseline", "feature", "comparator", "distance", "threshold", "over"],
+            rows, ["over" if e["over"] else "" for e in ordered]))
     if unjudged:
-        note += (f" {number(unjudged)} not judged: a side has fewer than "
-                 f"{number(drift.MIN_EXAMPLES)} examples, too few for a distance to mean "
-                 f"drift.")
-    return (f'<p class="note">{note}</p>' + table(
-        ["split", "baseline", "feature", "comparator", "distance", "threshold", "over"],
-        rows, ["over" if e["over"] else "" for e in ordered]))
+        parts.append(_unjudged_line(unjudged, source))
+    return "".join(parts)
+
+
+# column_roles' entries that name columns, in the order of a row's values.
+_ROLES = ("targets", "past", "known", "static_real", "known_categorical",
+          "static_categorical", "calendar_features")
+
+
+def _setting_text(value: Any) -> str:
+    """A setting as JSON would write it, without the punctuation; splits in order."""
+    if isinstance(value, dict):
+        names = contract.ordered_splits(value) if set(value) <= set(contract.SPLITS) \
+            else list(value)
+        return ", ".join(f"{k} {_setting_text(value[k])}" for k in names)
+    if isinstance(value, list | tuple):
+        return ", ".join(_setting_text(v) for v in value) if value else "none"
+    if value is None:
+        return "none"
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+def _is_rule(value: Any) -> bool:
+    """A setting written as a sentence (the rules in words), not a value."""
+    return isinstance(value, str) and len(value) > 40 and " " in value
+
+
+def settings_html(manifest: Mapping[str, Any]) -> str:
+    """The run's settings (``preprocessing``, recorded verbatim: nested entries as
+    ``entry.name``; the rules in words folded away), the time-series columns by role
+    and the libraries' versions."""
+    settings: list[tuple[str, Any]] = []
+    for name, value in sorted(manifest.get("preprocessing", {}).items()):
+        if name == "column_roles":
+            continue
+        if isinstance(value, dict) and name != "split_fractions":
+            settings += [(f"{name}.{k}", v) for k, v in sorted(value.items())]
+        else:
+            settings.append((name, value))
+    values = [[esc(k), esc(_setting_text(v))] for k, v in settings if not _is_rule(v)]
+    rules = [[esc(k), esc(v)] for k, v in settings if _is_rule(v)]
+    parts = [table(["setting", "value"], values) if values
+             else absent("Settings (the manifest's preprocessing)")]
+    if rules:
+        parts.append(f"<details><summary>The rules in words ({number(len(rules))})"
+                     f"</summary>{table(['rule', 'what the job does'], rules)}</details>")
+    roles = manifest.get("preprocessing", {}).get("column_roles")
+    if roles:
+        rows = [[esc(role), esc(", ".join(roles[role]))] for role in _ROLES if roles.get(role)]
+        rows.append(["target_transform", esc(roles.get("target_transform", "none"))])
+        parts.append("<h3>Columns by role</h3>" + table(["role", "columns"], rows))
+    versions = manifest.get("versions", {})
+    parts.append("<h3>Library versions</h3>" + (table(
+        ["library", "version"], [[esc(k), esc(v)] for k, v in sorted(versions.items())])
+        if versions else absent("Library versions")))
+    return "".join(parts)
 
 
 def _pairs_table(pairs: Mapping[str, Mapping[str, int]]) -> str:

@@ -12,10 +12,15 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
 from reader.report_html import SECTION_IDS
+
+# The sections of an image dataset with classes, without --compare.
+IMAGE_SECTIONS = tuple(s for s in SECTION_IDS if s != "compare")
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -55,10 +60,14 @@ def browser():
         launched.close()
 
 
-def open_offline(browser, path: str, screenshot: pathlib.Path) -> list[str]:
+def open_offline(browser, path: str, screenshot: pathlib.Path,
+                 sections: Sequence[str] = IMAGE_SECTIONS,
+                 check: Callable[[Any], list[str]] | None = None) -> list[str]:
     """Opens ``path`` offline, every request other than file: and data: aborted;
     returns the problems seen (console errors, page errors, failed or blocked
-    requests, sections missing or hidden) and saves a full-page screenshot."""
+    requests, ``sections`` missing, hidden or out of order, other sections present, a
+    navigation link to no section, and what ``check`` finds on the Playwright page)
+    and saves a full-page screenshot."""
     problems: list[str] = []
     context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
     page = context.new_page()
@@ -76,13 +85,22 @@ def open_offline(browser, path: str, screenshot: pathlib.Path) -> list[str]:
 
     page.route("**/*", guard)
     page.goto(pathlib.Path(path).resolve().as_uri(), wait_until="load")
-    for section_id in SECTION_IDS:
+    for section_id in sections:
         located = page.locator(f"section#{section_id}")
         if located.count() != 1 or not located.is_visible():
             problems.append(f"section #{section_id} missing or hidden")
+    found = page.evaluate("Array.from(document.querySelectorAll('section')).map(s => s.id)")
+    if found != list(sections):
+        problems.append(f"sections {found}, expected {list(sections)}")
+    links = page.evaluate("Array.from(document.querySelectorAll('nav a'))"
+                          ".map(a => a.getAttribute('href'))")
+    if links != [f"#{s}" for s in sections]:
+        problems.append(f"navigation links {links}")
     if page.locator("img").count() and page.evaluate(
             "Array.from(document.images).some(i => !i.complete || i.naturalWidth === 0)"):
         problems.append("an image did not decode")
+    if check is not None:
+        problems += check(page)
     page.screenshot(path=str(screenshot), full_page=True)
     context.close()
     return problems

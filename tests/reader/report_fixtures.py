@@ -2,9 +2,12 @@
 
 An image dataset: ``label_fixtures.write_dataset``'s classification rows (8 px raw
 images whose pixels encode the row index), with hand-built statistics protos in
-one-record TFRecord files, a literal ``drift.json`` and ``flags.jsonl`` and a
-duplicate summary. A time-series dataset: one series ``ramp`` whose row ``t`` holds
-``10 + 2 t``, cut into windows stored z-scored, as the time-series job stores them.
+one-record TFRecord files (a source ``width`` whose histogram holds fractional
+counts, as a quantiles sketch gives them), a literal ``drift.json`` (some
+comparisons not judged) and ``flags.jsonl``, a duplicate summary and pairs, and the
+run's settings and library versions in the manifest. A time-series dataset: one
+series ``ramp`` whose row ``t`` holds ``10 + 2 t`` (column ``level``), cut into
+windows stored z-scored, as the time-series job stores them.
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ DRIFT = [
      "comparator": "jensen_shannon_divergence", "distance": 0.4321, "threshold": 0.1,
      "over": True},
 ]
+# Comparisons with too few examples on a side: summed up in one line, never a row each.
+DRIFT_UNJUDGED = [
+    {"split": split, "baseline": "train", "feature": feature, "comparator": comparator,
+     "distance": 0.5, "threshold": 0.1, "over": False, "judged": False}
+    for split, feature, comparator in (
+        ("validation", "width", "jensen_shannon_divergence"),
+        ("test", "width", "jensen_shannon_divergence"),
+        ("test", "mode", "infinity_norm"))]
 # Flagged images: three stored ones (make_rows: index % 6 == 4 validation, 5 test) and
 # one key no shard holds, whose text must come out escaped.
 FLAGS = [
@@ -51,6 +62,26 @@ DUPLICATES = {"mode": "report", "images": 240, "blank_images": 3, "cross_split_p
               "label_disagreements": {"bytes": 0, "near": 1, "pixels": 0},
               "pairs": {"near": {"train-test": 4, "train-train": 2}},
               "removed": {"test": 0, "train": 0, "validation": 0}}
+
+# duplicates/pairs.jsonl (make_rows: index % 6 == 4 validation, 5 test, else train;
+# colours as make_rows draws them): three pairs across splits, one of them with a
+# copy no shard holds (removed), and one within train, which the report leaves out.
+PAIRS = [
+    {"kind": "bytes", "distance": 0, "key_a": "img/0005.png", "split_a": "test",
+     "key_b": "img/0000.png", "split_b": "train"},
+    {"kind": "near", "distance": 3, "key_a": "img/0004.png", "split_a": "validation",
+     "key_b": "img/0001.png", "split_b": "train"},
+    {"kind": "near", "distance": 1, "key_a": "img/0002.png", "split_a": "train",
+     "key_b": "img/0003.png", "split_b": "train"},
+    {"kind": "near", "distance": 2, "key_a": "img/0011.png", "split_a": "test",
+     "key_b": "<i>gone</i>.png", "split_b": "validation"},
+]
+SETTINGS = {"split_fractions": {"test": 0.1, "train": 0.8, "validation": 0.1},
+            "labels": {"label_column": "label", "multi_label": False},
+            "resize": "shorter side to image_size, then centre crop image_size x image_size"}
+VERSIONS = {"python": "3.11.7", "tensorflow": "2.21.0", "tensorflow_transform": "1.21.0",
+            "apache_beam": "2.77.0", "isal": "1.9.1"}
+WIDTH_BUCKETS = [(100.0, 200.0, 37.6), (200.0, 300.0, 0.01429), (300.0, 400.0, 12.0)]
 
 SERIES_LENGTH = 40
 SERIES_WINDOW = 4
@@ -101,25 +132,50 @@ def brightness(manifest: dict, split: str, shift: float = 0.0) -> np.ndarray:
     return base - (shift if split == "train" else 0.0)
 
 
+def width_feature(num_examples: int) -> statistics_pb2.FeatureNameStatistics:
+    """The source files' ``width``: its STANDARD histogram :data:`WIDTH_BUCKETS`, and
+    a QUANTILES one (what drift compares), the same in every split and dataset."""
+    feature = numeric_feature("width", np.linspace(100.0, 400.0, num_examples))
+    histogram = feature.num_stats.histograms[0]
+    quantiles = feature.num_stats.histograms.add(type=statistics_pb2.Histogram.QUANTILES)
+    quantiles.CopyFrom(histogram)
+    quantiles.type = statistics_pb2.Histogram.QUANTILES
+    del histogram.buckets[:]
+    for low, high, count in WIDTH_BUCKETS:
+        histogram.buckets.add(low_value=low, high_value=high, sample_count=count)
+    return feature
+
+
 def write_image_dataset(out: str, shift: float = 0.0, with_extras: bool = True) -> dict:
-    """The image dataset; ``with_extras``: statistics, drift, flags and duplicates."""
+    """The image dataset; ``with_extras``: statistics, drift, flags, duplicates, and
+    settings and versions in the manifest."""
     manifest = write_dataset(out, make_rows(), "classification")
     if not with_extras:
         return manifest
+    manifest["preprocessing"].update(SETTINGS)
+    manifest["versions"] = VERSIONS
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
     for split, counts in manifest["label_counts"].items():
         dataset = statistics_pb2.DatasetFeatureStatistics(
             name=split, num_examples=manifest["splits"][split]["num_records"])
         dataset.features.append(numeric_feature("brightness",
                                                 brightness(manifest, split, shift)))
         dataset.features.append(string_feature("label", counts))
+        dataset.features.append(width_feature(dataset.num_examples))
         write_statistics(out, f"statistics/{split}.tfrecord", dataset)
     with open(os.path.join(out, "statistics", "drift.json"), "w") as f:
-        json.dump(DRIFT, f)
+        json.dump(DRIFT + DRIFT_UNJUDGED, f)
     with open(os.path.join(out, "statistics", "flags.jsonl"), "w") as f:
         f.writelines(json.dumps(entry) + "\n" for entry in FLAGS)
     os.makedirs(os.path.join(out, "duplicates"))
     with open(os.path.join(out, "duplicates", "summary.json"), "w") as f:
         json.dump(DUPLICATES, f)
+    colours = {row["key"]: row["colour"] for row in make_rows()}
+    with open(os.path.join(out, "duplicates", "pairs.jsonl"), "w") as f:
+        f.writelines(json.dumps({**pair, "label_a": colours.get(pair["key_a"]),
+                                 "label_b": colours.get(pair["key_b"], "red")}) + "\n"
+                     for pair in PAIRS)
     return manifest
 
 
