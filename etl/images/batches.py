@@ -85,15 +85,17 @@ class Loaded:
 @dataclasses.dataclass(frozen=True)
 class Finished:
     """One image after :class:`FinishImages`: its stored bytes, the ``uint8 [32, 32]``
-    grayscale thumbnail of the pixels they encode (before a lossy encode), which the
-    perceptual hash reads, the EXIF orientation that turned it (1: as stored) and
-    the ``uint8 [32, 32, 3]`` colour thumbnail it is made from, which the quality
-    measures read (``codec.thumbnails``)."""
+    grey thumbnail of the pixels they encode (before a lossy encode), which the
+    perceptual hash reads, the EXIF orientation that turned it (1: as stored), the
+    ``uint8 [32, 32, 3]`` colour thumbnail it is made from (``codec.thumbnails``) and
+    the ``uint8 [side, side]`` luma (``codec.sharpness_thumbnail``) the quality
+    measures read."""
 
     stored: bytes
     thumbnail: np.ndarray
     orientation: int
     quality: np.ndarray
+    luma: np.ndarray
 
 
 class FinishImages:
@@ -107,7 +109,7 @@ class FinishImages:
     ``transform_fn``'s own decode, for the images the job does not decode itself, a
     batch of them a call too. With neither ``thumbnails`` (the duplicate report)
     nor ``quality`` (the statistics), the thumbnails are zeros; either takes both,
-    from one resize. Thread-safe.
+    from one resize; the sharpness's luma is taken with ``quality`` only. Thread-safe.
     """
 
     def __init__(self, config: ImagePreprocessing, thumbnails: bool = True,
@@ -115,8 +117,7 @@ class FinishImages:
         import tensorflow as tf
 
         size = config.image_size
-        thumbnail = [codec.QUALITY_THUMBNAIL_SIZE] * 2  # the hash's and the measures'
-        quality_shape = [*thumbnail, 3]
+        small = codec.thumbnail_shapes(size, quality)  # grey, colour, luma
 
         def finish(buffer: tf.Tensor, offsets: tf.Tensor, shapes: tf.Tensor,
                    heads: tf.Tensor) -> tuple[tf.Tensor, ...]:
@@ -131,14 +132,13 @@ class FinishImages:
                     apply_exif_orientation=config.apply_exif_orientation,
                     source_shape=tf.cast(shapes[i, 2:4], tf.int32),
                     ratio=tf.cast(shapes[i, 4], tf.int32))
-                grey, colour = (codec.thumbnails(pixels) if thumbnails or quality else (
-                    tf.zeros(thumbnail, tf.uint8), tf.zeros(quality_shape, tf.uint8)))
                 return (codec.encode(pixels, config.image_format, config.jpeg_quality),
-                        grey, orientation, colour)
+                        orientation, *codec.finish_thumbnails(
+                            pixels, small, thumbnails or quality, quality))
 
             return tf.map_fn(one, tf.range(tf.shape(offsets)[0]), fn_output_signature=(
-                tf.TensorSpec([], tf.string), tf.TensorSpec(thumbnail, tf.uint8),
-                tf.TensorSpec([], tf.int32), tf.TensorSpec(quality_shape, tf.uint8)))
+                tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32),
+                *(tf.TensorSpec(shape, tf.uint8) for shape in small)))
 
         def decode(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             # data: [n] files → each image's pixels, flattened (a ragged row), and
@@ -211,15 +211,15 @@ class FinishImages:
         # DLPack hands the pixels to TensorFlow without a copy; the EXIF orientation is
         # read from each file's head only.
         tensor = pixels[0].tensor
-        stored, thumbnails, orientations, quality = self._finish(
+        outputs = self._finish(
             tf.experimental.dlpack.from_dlpack(buffer.__dlpack__()) if tensor is None
             else tensor,
             tf.constant([p.offset for p in pixels], tf.int64),
             tf.constant([(p.height, p.width, *p.source, p.ratio) for p in pixels], tf.int64),
             tf.constant([d[:exif.EXIF_SCAN_BYTES] for d in data], tf.string))
-        return [Finished(s, t, int(o), q) for s, t, o, q in zip(
-            stored.numpy(), thumbnails.numpy(), orientations.numpy(), quality.numpy(),
-            strict=True)]
+        # (stored, orientation, grey thumbnail, colour thumbnail, luma) per image
+        return [Finished(s, t, int(o), q, luma) for s, o, t, q, luma in zip(
+            *(output.numpy() for output in outputs), strict=True)]
 
 
 @functools.cache

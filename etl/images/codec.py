@@ -12,7 +12,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from etl.images import exif
-from etl.images.quality import QUALITY_THUMBNAIL_SIZE
+from etl.images.quality import QUALITY_THUMBNAIL_SIZE, sharpness_side
 from reader.contract import IMAGE_FORMATS, JPEG, PNG, RAW
 
 # Leading bytes of the containers tf.io.decode_image understands.
@@ -282,6 +282,36 @@ def thumbnails(image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     small = tf.image.resize(image, [QUALITY_THUMBNAIL_SIZE] * 2, method="area")
     luma = tf.linalg.matvec(small, tf.constant([0.299, 0.587, 0.114], tf.float32))
     return _to_uint8(luma), _to_uint8(small)
+
+
+def thumbnail_shapes(size: int, quality: bool) -> tuple[list[int], ...]:
+    """The shapes of :func:`finish_thumbnails`' grey, colour and luma thumbnails of a
+    ``size`` px stored image; the luma is ``[0, 0]`` without ``quality``."""
+    side = QUALITY_THUMBNAIL_SIZE
+    return [side, side], [side, side, 3], [sharpness_side(size) if quality else 0] * 2
+
+
+def finish_thumbnails(pixels: tf.Tensor, shapes: tuple[list[int], ...], hashes: bool,
+                      quality: bool) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The stored ``pixels``' thumbnails of :func:`thumbnail_shapes` ``shapes``: grey
+    and colour (:func:`thumbnails`) with ``hashes`` or ``quality``, the luma
+    (:func:`sharpness_thumbnail`) with ``quality``; zeros where not taken."""
+    grey, colour, luma = (tf.zeros(shape, tf.uint8) for shape in shapes)
+    if hashes or quality:
+        grey, colour = thumbnails(pixels)
+    if quality:
+        luma = sharpness_thumbnail(pixels, shapes[2][0])
+    return grey, colour, luma
+
+
+def sharpness_thumbnail(image: tf.Tensor, side: int) -> tf.Tensor:
+    """``uint8 [h, w, 3]`` (the stored pixels) → the ``uint8 [side, side]`` luma the
+    sharpness reads (``quality.sharpness_side``): the image area-averaged to ``side``
+    x ``side`` (``ResizeArea``; a copy when the image is that size), then its ITU-R
+    601 luma, rounded. Separate from :func:`thumbnails`, whose 32 px resize (and so
+    the perceptual hash) it leaves as it is."""
+    small = tf.image.resize(image, [side, side], method="area")
+    return _to_uint8(tf.linalg.matvec(small, tf.constant([0.299, 0.587, 0.114], tf.float32)))
 
 
 def _to_uint8(values: tf.Tensor) -> tf.Tensor:

@@ -4,11 +4,11 @@ The shard step takes these *facts* beside the stored image (``etl.images.shards`
 the size and format its file declares, its EXIF orientation, and the quality
 measures of the 32 x 32 thumbnail of the stored image the shard step's graph makes,
 the one whose gray levels the perceptual hash reads (``codec.thumbnails``,
-``etl.images.quality``), with its labels and targets. They leave the shard step as
-one ``ShardFacts`` per shard, JSON fields in record order, beside the duplicate
-signatures when those are taken too; the statistics, the quality flags and the
-report are made of them (``etl.images.describe``), so no image is read or decoded a
-second time.
+``etl.images.quality``), and of its 160 px luma (the sharpness), with its labels
+and targets. They leave the shard step as one ``ShardFacts`` per shard, JSON fields
+in record order, beside the duplicate signatures when those are taken too; the
+statistics, the quality flags and the report are made of them
+(``etl.images.describe``), so no image is read or decoded a second time.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def batch_facts(batch: Sequence[Loaded], decoded: Sequence[DecodedPixels],
             np.stack([done.thumbnail for done in finished]))
     measures: Sequence[ImageQuality | None] = [None] * len(batch)
     if describe:
-        measures = quality.measure_quality(np.stack([done.quality for done in finished]))
+        measures = quality.measure_quality(np.stack([done.quality for done in finished]),
+                                           np.stack([done.luma for done in finished]))
     facts = []
     for item, pixels, done, measure, signatures in zip(
             batch, decoded, finished, measures, hashes, strict=True):

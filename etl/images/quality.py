@@ -2,10 +2,11 @@
 
 The shard step's graph gives each written image's ``uint8 [32, 32, 3]`` quality
 thumbnail: the stored image area-averaged to 32 x 32, the colour thumbnail whose gray
-levels the perceptual hash reads (``codec.thumbnails``), so one resize serves both.
-:func:`measure_quality` takes a batch of them (NumPy only, on the shard step's
-transform threads; vectorised across the batch, about a hundredth of a millisecond per
-image) and gives per image:
+levels the perceptual hash reads (``codec.thumbnails``), so one resize serves both,
+and the ``uint8 [160, 160]`` luma the sharpness reads. :func:`measure_quality` takes a
+batch of them (NumPy only, on the shard step's transform threads; vectorised across
+the batch: the sharpness about 0.1-0.3 ms per image, the others 0.03 ms) and gives
+per image:
 
 * ``brightness``, ``brightness_p5``, ``brightness_p99``: the mean and the 5th / 99th
   percentiles (NumPy's default ``linear`` definition, Hyndman-Fan type 7) of the per-pixel
@@ -14,12 +15,20 @@ image) and gives per image:
   uses; a grey level ``v`` gives ``v / 255``).
 * ``contrast``: the standard deviation (population) of ``L / 255``, ``L`` being
   Pillow's ``convert("L")``: ITU-R 601 luma ``(19595 R + 38470 G + 7471 B + 2^15) >> 16``.
-* ``sharpness``: cleanvision's blur measure, ``sqrt(var(FIND_EDGES(L)))``, Pillow's
-  3 x 3 edge kernel (8 in the centre, -1 around it) clipped to 0..255 as Pillow's
-  filter does, over the 30 x 30 interior only: Pillow copies the 1-pixel border
-  unfiltered, so cleanvision's value mixes the border's grey levels into the edges
-  (a flat mid-grey image scores about 25 there, not 0). cleanvision measures at 64
-  px (its longer side), so it sees blur half as wide.
+* ``sharpness``: how much of the image's fine detail a slight blur removes, from the
+  luma of the stored image area-averaged to 160 x 160 (``codec.sharpness_thumbnail``;
+  :func:`sharpness_side`): along each axis, with ``d`` the absolute differences of
+  neighbouring pixels and ``d3`` those of the image re-blurred by a 3-pixel box, the
+  share ``sum(max(0, d - d3)) / sum(d)`` of the differences the re-blur removes; the
+  smaller of the two axes, and of this luma and its 2 x 2 means (80 px: a strong
+  blur leaves only rounding noise between neighbours at 160 px, which the re-blur
+  removes as it would edges). A sharp photo loses much of its variation to the
+  re-blur (sharp crops of the sample photos: 0.29-0.52), an already blurred one
+  little (the "blur effect" of Crete-Roffet et al. 2007,
+  ``skimage.measure.blur_effect``, is 1 - this, with a larger filter); 0 for an
+  image without any variation. Exact: integer sums, one division per axis.
+  cleanvision's edge score at 32 or 64 px cannot tell a Gaussian blur of 2 px at
+  224 px from a soft clean photo (``scripts/benchmarks/blur_flag.py``).
 * ``entropy``: Pillow's ``Image.entropy()`` of the RGB thumbnail, in bits: over the
   768-bin concatenation of the three band histograms (at most log2(768) = 9.58; one
   flat colour gives log2(3) = 1.58).
@@ -35,8 +44,9 @@ table), whose last bits may differ between machines and NumPy builds.
 facts written are the same.
 
 :func:`image_flags` applies cleanvision's seven rules (``FLAG_NAMES``) to one image's
-facts, with thresholds measured on this thumbnail (:class:`FlagThresholds`, from
-``scripts/measure_quality_thresholds.py``, in git at ``8c088d6``); ``odd_size`` compares
+facts, with thresholds measured on these thumbnails (:class:`FlagThresholds`, from
+``scripts/measure_quality_thresholds.py``, in git at ``8c088d6``, and
+``scripts/benchmarks/blur_flag.py``); ``odd_size`` compares
 ``sqrt(width * height)`` with :func:`size_bounds` of the whole dataset. Flags report;
 they never drop an image.
 """
@@ -54,6 +64,12 @@ from reader import contract
 
 # The side of the perceptual hash's thumbnail (imagehash's recipe), which the measures share.
 QUALITY_THUMBNAIL_SIZE = 32
+# The side of the luma thumbnail the sharpness reads: at 224 px a Gaussian blur of 2 px
+# is 1.4 px of it, which the 32 and 64 px thumbnails average away
+# (scripts/benchmarks/blur_flag.py).
+SHARPNESS_THUMBNAIL_SIZE = 160
+# Its re-blur: a box of this many pixels along each axis.
+_REBLUR = 3
 QUALITY_FACTS = ("brightness", "brightness_p5", "brightness_p99", "contrast", "sharpness",
                  "entropy", "chroma")
 # Decimal places of the facts written: far below any threshold's resolution, far above
@@ -61,7 +77,6 @@ QUALITY_FACTS = ("brightness", "brightness_p5", "brightness_p99", "contrast", "s
 QUALITY_DECIMALS = 6
 
 _PIXELS = QUALITY_THUMBNAIL_SIZE * QUALITY_THUMBNAIL_SIZE
-_INTERIOR = (QUALITY_THUMBNAIL_SIZE - 2) ** 2
 # HSP weights x 1000: 1000 b^2 255^2 = 241 R^2 + 691 G^2 + 68 B^2, an exact integer.
 _HSP_WEIGHTS = (241, 691, 68)
 _HSP_SCALE = 255.0 * math.sqrt(1000.0)
@@ -130,19 +145,54 @@ def _variance_times_count(values: np.ndarray) -> np.ndarray:
     return values.shape[1] * squares - total * total
 
 
-def _contrast_and_sharpness(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Std of Pillow's luma / 255, and sqrt(var) of its clipped FIND_EDGES response
-    over the interior, both from exact integer sums."""
-    n, side = rgb.shape[1], QUALITY_THUMBNAIL_SIZE
+def _contrast(rgb: np.ndarray) -> np.ndarray:
+    """Std of Pillow's luma / 255, from exact integer sums."""
     luma = (sum(w * c for w, c in zip(_LUMA_WEIGHTS, rgb, strict=True)) + (1 << 15)) >> 16
-    contrast = np.sqrt(_variance_times_count(luma)) / (_PIXELS * 255.0)
-    grey = luma.astype(np.int16).reshape(n, side, side)  # sums of 9 levels fit int16
-    rows = grey[:, :-2] + grey[:, 1:-1] + grey[:, 2:]
-    edges = 9 * grey[:, 1:-1, 1:-1] - (rows[:, :, :-2] + rows[:, :, 1:-1] + rows[:, :, 2:])
-    np.clip(edges, 0, 255, out=edges)
-    sharpness = np.sqrt(_variance_times_count(edges.reshape(n, _INTERIOR).astype(np.int32))
-                        ) / _INTERIOR
-    return contrast, sharpness
+    return np.sqrt(_variance_times_count(luma)) / (_PIXELS * 255.0)
+
+
+def sharpness_side(image_size: int) -> int:
+    """The side of the sharpness's luma thumbnail of a ``image_size`` px stored image:
+    ``SHARPNESS_THUMBNAIL_SIZE``, or the stored image itself when smaller (an
+    enlarged image would look blurred)."""
+    return min(SHARPNESS_THUMBNAIL_SIZE, image_size)
+
+
+def _removed_share(grey: np.ndarray) -> np.ndarray:
+    """The share of the neighbour differences a ``_REBLUR`` box removes along each
+    axis of ``int16 [n, side, side]`` levels, the smaller axis's (module docstring):
+    ``sum(max(0, 3 d - |box sum differences|)) / (3 sum(d))``, exactly (0 where
+    nothing varies). Sliced along each axis, never transposed: a transposed copy
+    and its reshapes cost three times the arithmetic."""
+    h = _REBLUR
+    shares = []
+    for axis in (1, 2):
+        def cut(start: int, stop: int | None, axis: int = axis) -> tuple[slice, ...]:
+            index = [slice(None)] * 3
+            index[axis] = slice(start, stop)
+            return tuple(index)
+
+        side = grey.shape[axis]
+        box = sum(grey[cut(i, side - h + 1 + i)] for i in range(h))
+        # The differences between rows i and i + 1 for i = 1 .. side - 3, where the
+        # box's, centred on each row, are defined too.
+        diffs = np.abs(grey[cut(2, side - 1)] - grey[cut(1, side - 2)])
+        kept = np.abs(box[cut(1, None)] - box[cut(0, -1)])
+        total = h * diffs.sum(axis=(1, 2), dtype=np.int64)
+        removed = np.maximum(h * diffs - kept, 0).sum(axis=(1, 2), dtype=np.int64)
+        shares.append(np.where(total > 0, removed / np.maximum(total, 1), 0.0))
+    return np.minimum(*shares)
+
+
+def _sharpness(luma: np.ndarray) -> np.ndarray:
+    """:func:`_removed_share` of each ``uint8 [n, side, side]`` luma and of its 2 x 2
+    sums (half the side), the smaller: a strong blur leaves differences of a level or
+    two at full size, rounding noise that the re-blur removes too, but ramps at half."""
+    grey = luma.astype(np.int16)  # 2 x 2 sums of levels, and 3 x their differences, fit
+    half = grey.shape[1] // 2
+    even = grey[:, :2 * half, :2 * half]
+    sums = even[:, 0::2, 0::2] + even[:, 1::2, 0::2] + even[:, 0::2, 1::2] + even[:, 1::2, 1::2]
+    return np.minimum(_removed_share(grey), _removed_share(sums))
 
 
 def _entropy(rgb: np.ndarray) -> np.ndarray:
@@ -164,28 +214,34 @@ def _chroma(rgb: np.ndarray) -> np.ndarray:
                  ordered[:, below + 1].astype(np.float64), _P99) / 255.0
 
 
-def measure_quality(thumbnails: np.ndarray) -> list[ImageQuality]:
-    """The quality measures of each ``uint8 [64, 64, 3]`` thumbnail of ``[n, 64, 64, 3]``.
+def measure_quality(thumbnails: np.ndarray, lumas: np.ndarray) -> list[ImageQuality]:
+    """The quality measures of each ``uint8 [32, 32, 3]`` thumbnail of ``[n, 32, 32, 3]``
+    and its stored image's ``uint8 [side, side]`` luma thumbnail of ``lumas`` (the
+    sharpness's, ``side`` = :func:`sharpness_side` of the stored size).
 
     Raises:
-        ValueError: ``thumbnails`` is not ``uint8 [n, 64, 64, 3]``.
+        ValueError: ``thumbnails`` is not ``uint8 [n, 32, 32, 3]`` or ``lumas`` not
+            ``uint8 [n, side, side]``.
 
     Example::
 
-        facts = [q.to_dict() for q in measure_quality(thumbnails)]
+        facts = [q.to_dict() for q in measure_quality(thumbnails, lumas)]
     """
     side = QUALITY_THUMBNAIL_SIZE
     if thumbnails.dtype != np.uint8 or thumbnails.shape[1:] != (side, side, 3):
         raise ValueError(f"Expected uint8 [n, {side}, {side}, 3] quality thumbnails, got "
                          f"{thumbnails.dtype} {thumbnails.shape}.")
+    if (lumas.dtype != np.uint8 or lumas.ndim != 3 or len(lumas) != len(thumbnails)
+            or lumas.shape[1] != lumas.shape[2]):
+        raise ValueError(f"Expected uint8 [{len(thumbnails)}, side, side] luma thumbnails, "
+                         f"got {lumas.dtype} {lumas.shape}.")
     if not len(thumbnails):
         return []
     # [3, n, pixels]: one contiguous plane per channel, wide enough for exact sums.
     rgb = thumbnails.reshape(len(thumbnails), _PIXELS, 3).transpose(2, 0, 1).astype(
         np.int32, order="C")
     mean, p5, p99 = _brightness(rgb)
-    contrast, sharpness = _contrast_and_sharpness(rgb)
-    columns = (mean, p5, p99, contrast, sharpness, _entropy(rgb), _chroma(rgb))
+    columns = (mean, p5, p99, _contrast(rgb), _sharpness(lumas), _entropy(rgb), _chroma(rgb))
     return [ImageQuality(*values) for values in zip(*(c.tolist() for c in columns), strict=True)]
 
 
@@ -203,7 +259,7 @@ class FlagThresholds:
     """The flag rules' thresholds (:func:`image_flags` says how each is used), chosen
     by ``scripts/measure_quality_thresholds.py`` (in git at ``8c088d6``) on 500 clean
     photos (200 crops of the sample photos, 300 web photos; docs/KNOW_YOUR_DATA.md) and
-    planted problems.
+    planted problems; ``blurry``'s by ``scripts/benchmarks/blur_flag.py``.
     Where they differ from cleanvision's defaults, and why:
 
     * ``dark``: p99 < 0.22 (cleanvision 0.32). The darkest clean photos (dim,
@@ -211,13 +267,14 @@ class FlagThresholds:
       under-exposed) stays below 0.2, whatever its content (b scales with the pixels).
     * ``light``: p5 > 0.96 (0.95). All-sky crops reach 0.954; a photo washed out as
       ``255 - f (255 - v)`` with f < 0.04 is above (b >= 1 - f at every pixel).
-    * ``blurry``: sharpness < 20 with contrast >= 0.11. cleanvision flags a low edge
-      score unless the grey histogram is narrow (std of its 256 bin counts > 19.85);
-      for its 4096 pixels of a Gaussian histogram that is a contrast below 0.11, and
-      it keeps dark, washed-out and blank images from being called blurry. The clean
-      photos this applies to measure >= 25.9; 20 finds most blurs of a radius of 1
-      thumbnail pixel or more (7 px of a 224 px image); a thumbnail of 32 px cannot
-      see finer blur.
+    * ``blurry``: sharpness < 0.15 with contrast >= 0.11 (cleanvision: its own score
+      < 0.29). ``scripts/benchmarks/blur_flag.py``: of the 2,000 web photos the rule
+      applies to, the softest (crops of a flower's out-of-focus background enlarged
+      about 4 times) measure 0.154; 0.15 finds about four in five Gaussian blurs of 2
+      px of the 224 px stored image, more of stronger ones. The contrast minimum is
+      cleanvision's narrow-histogram exception (std of its 256 bin counts > 19.85:
+      for its 4096 pixels of a Gaussian histogram, a contrast below 0.11): it keeps
+      dark, washed-out and blank images from being called blurry.
     * ``low_information``: entropy < 4.0 bits (3.0 at full size). The thumbnail's area
       average removes most of a blank image's noise: flat colours with noise of sigma
       1-4 levels measure <= 2.88 bits (sigma 12 still < 4), clean photos >= 4.54.
@@ -230,7 +287,7 @@ class FlagThresholds:
 
     dark_brightness_p99: float = 0.22
     light_brightness_p5: float = 0.96
-    blurry_sharpness: float = 20.0
+    blurry_sharpness: float = 0.15
     blurry_min_contrast: float = 0.11
     low_information_entropy: float = 4.0
     odd_size_iqr_factor: float = 3.0

@@ -145,3 +145,29 @@ def test_a_flip_is_far_and_a_resize_is_near():
     smaller = np.asarray(Image.fromarray(photo).resize((150, 150), Image.Resampling.BICUBIC))
     assert image_hashes.hamming(phash, flipped) > 16
     assert image_hashes.hamming(phash, int(phash_hex(smaller), 16)) <= 4
+
+
+def test_sharpness_luma_is_each_cells_mean_in_luma():
+    pixels = random_pixels(4, 320, 320)
+    luma = tf.function(codec.sharpness_thumbnail)(tf.constant(pixels), 160).numpy()
+    cells = pixels.astype(np.float64).reshape(160, 2, 160, 2, 3).mean((1, 3))
+    expected = np.round(cells @ [0.299, 0.587, 0.114])
+    assert luma.shape == (160, 160) and luma.dtype == np.uint8
+    # float32 in the graph, float64 here: a rounding apart at most.
+    assert np.abs(luma.astype(int) - expected).max() <= 1
+
+
+def test_the_statistics_luma_leaves_the_hash_thumbnail_and_stored_image_as_they_are():
+    from etl.images.batches import FinishImages
+    from etl.images.preprocessing import ImagePreprocessing
+    from etl.testing import encode_image
+
+    files = [encode_image(photo, "jpeg") for photo in _photos()[:3]]
+    config = ImagePreprocessing()
+    with_luma, without = (FinishImages(config, quality=q) for q in (True, False))
+    done, plain = (f(f.decode(files), files) for f in (with_luma, without))
+    for a, b in zip(done, plain, strict=True):
+        assert a.stored == b.stored and a.orientation == b.orientation
+        np.testing.assert_array_equal(a.thumbnail, b.thumbnail)
+        np.testing.assert_array_equal(a.quality, b.quality)
+        assert a.luma.shape == (160, 160) and b.luma.shape == (0, 0)
