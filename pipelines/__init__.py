@@ -1,5 +1,6 @@
-"""Runnable jobs (``python -m pipelines.images``, ``python -m pipelines.timeseries``)."""
+"""Runnable jobs (``python -m pipelines.images``, ``python -m pipelines.timeseries``).
 
-from pipelines.quiet_start import import_tensorflow_quietly
-
-import_tensorflow_quietly()
+Importing the package imports nothing heavy: TensorFlow starts (quietly,
+``quiet_start``) when a job module is imported, and ``--help`` needs neither
+(``arguments``).
+"""

@@ -15,13 +15,14 @@ ends the process without the teardown (``os._exit``).
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from pipelines import common
+from pipelines import arguments
 
 
 def exit_status(code: Any) -> int:
@@ -38,6 +39,8 @@ def exit_status(code: Any) -> int:
 def run_command(run: Callable[[Sequence[str]], Any]) -> NoReturn:
     """Runs ``common.main(run)`` with ``sys.argv`` and ends the process with its
     exit status, skipping only the interpreter's teardown (see the module)."""
+    from pipelines import common  # Beam and TensorFlow: only for a run, not --help.
+
     try:
         common.main(run)
         status = 0
@@ -53,3 +56,11 @@ def run_command(run: Callable[[Sequence[str]], Any]) -> NoReturn:
         except (OSError, ValueError):  # A closed pipe: nothing more reaches it.
             pass
     os._exit(status)
+
+
+def run_job_command(job: str) -> NoReturn:
+    """``python -m pipelines.<job>``: prints its ``--help`` (or ``--help_beam``) without
+    importing the job, Beam or TensorFlow; otherwise imports ``pipelines.<job>``
+    (TensorFlow starting quietly) and runs it (``run_command``)."""
+    arguments.exit_if_help(job, sys.argv[1:])
+    run_command(importlib.import_module(f"pipelines.{job}").run)

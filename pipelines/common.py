@@ -26,7 +26,7 @@ from etl.core import (
 )
 from etl.core.output_dir import check_output_path, prepare_output_dir
 from etl.core.shard_files import DEFAULT_GZIP_LEVEL, ShardFormat, check_gzip_level
-from pipelines import failures, held_reports, runner_defaults, summary
+from pipelines import arguments, failures, held_reports, runner_defaults, summary
 from reader import contract
 from reader.contract import MANIFEST_FILENAME
 
@@ -48,6 +48,8 @@ class DatasetOptions(PipelineOptions):
     of PipelineOptions' direct subclasses only.
     """
 
+    JOB = ""  # A job's options class names its job (arguments.JOBS), for --help.
+
     def view_as(self, cls: type[_View]) -> _View:
         """Beam's ``view_as``, made once per class. Beam's own builds a parser and
         parses the flags again on every call, and building a pipeline calls it for each
@@ -61,121 +63,7 @@ class DatasetOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
-        parser.add_argument(
-            "--input",
-            help="pipelines.images: an image folder (<root>/<class>/<image> or "
-                 "<root>/<split>/<class>/<image>) or a .csv/.jsonl manifest with columns "
-                 "path,label[,split] (paths relative to it; label sets, numeric targets "
-                 "and carried columns: docs/LABELS.md). pipelines.timeseries: a "
-                 ".csv/.jsonl/.parquet file, or glob, of long-format rows.")
-        parser.add_argument(
-            "--target_columns",
-            help="pipelines.images: comma-separated manifest columns of numeric targets "
-                 "(JSON numbers, or CSV text that parses as a finite float32), stored "
-                 "as float32 [k] 'target'; a missing, non-numeric or non-finite value is "
-                 "rejected (missing_target, invalid_target, non_finite_target). "
-                 "pipelines.timeseries: the columns to predict (default: "
-                 "--value_columns), a column role (docs/TIMESERIES_JOB.md, Covariates).")
-        parser.add_argument(
-            "--label_column", default="label",
-            help="pipelines.images (manifest input): the column holding each image's "
-                 "class name, or with --multi_label its set of names; none: no class "
-                 "label (needs --target_columns). pipelines.timeseries: the label column "
-                 "of the --series_labels file (its series column is --series_id_column).")
-        parser.add_argument(
-            "--output_dir",
-            help="Where shards, transform_fn/, transformed_metadata/, errors/ and "
-                 "manifest.json are written (local path or gs://...).")
-        parser.add_argument(
-            "--name",
-            help="Dataset name, the shard file prefix: <name>-<split>-SSSSS-of-NNNNN. "
-                 "Default: the job's name (images, timeseries).")
-        parser.add_argument(
-            "--split_fractions", default="0.8,0.1,0.1",
-            help="train,validation,test fractions. Images: of keys, by hash (split "
-                 "folders or a split column win). Time series: of each series' rows in "
-                 "time order (--split_by=time) or of series (--split_by=series).")
-        parser.add_argument(
-            "--num_shards", type=int,
-            help="Shards per split (capped at the split's record count). Default: from "
-                 "--target_shard_mb.")
-        add_mib_argument(
-            parser, "--target_shard_mb", sharding.DEFAULT_TARGET_SHARD_BYTES,
-            "Target shard size in MiB of serialized examples (before GZIP), used when "
-            "--num_shards is not given.")
-        parser.add_argument(
-            "--compression", default=contract.GZIP, choices=contract.COMPRESSIONS,
-            help="Shard files: gzip (default), TFRecords in a GZIP stream, the format "
-                 "tf.data reads with compression_type='GZIP'; or none, plain TFRecord "
-                 "files each with a record index beside it (<shard>.idx), which "
-                 "PyTorch, Grain, TFDS and DALI readers can seek in "
-                 "(docs/READER.md). JPEG/PNG shards are stored at gzip level 0 by "
-                 "default anyway, so none costs them no space.")
-        parser.add_argument(
-            "--gzip_level", type=int,
-            help="Level 0-9 of the GZIP shard files, as zlib's: 0 keeps the GZIP "
-                 "container and stores the records, 1-6 are deflated by ISA-L (4-7x "
-                 "zlib's speed; on overlapping windows ~25 %% larger), 7-9 by zlib. "
-                 "Default: 0 for JPEG images of 192 px or more and PNG of 64 px or "
-                 "more, already compressed (deflate shrinks a 224 px JPEG shard ~4 %%, "
-                 "at ~0.4 ms of a core per image); 6 otherwise: smaller JPEG/PNG (a 64 "
-                 "px JPEG shard shrinks ~26 %%), raw pixels (photos ~30 %%) and "
-                 "time-series windows (~20 %%).")
-        parser.add_argument(
-            "--max_error_fraction", type=float,
-            default=accounting.DEFAULT_MAX_ERROR_FRACTION,
-            help="Fail (and publish no manifest) if more than this fraction of the inputs "
-                 "is rejected. Default %(default)s.")
-        parser.add_argument(
-            "--statistics", default="on", choices=("on", "off"),
-            help="on: describe what was written, per split, from facts taken in the "
-                 "one pass over the data: statistics in TFDV's format and the inferred "
-                 "schema under statistics/, drift between splits (statistics/drift.json), "
-                 "the images' quality flags (statistics/flags.jsonl) and a report a "
-                 "browser opens offline, report/index.html (docs/KNOW_YOUR_DATA.md); "
-                 "off: none of these.")
-        parser.add_argument(
-            "--overwrite", action="store_true",
-            help="Replace a finished dataset already in --output_dir (refused otherwise).")
-        parser.add_argument(
-            "--no_resume", action="store_true",
-            help="Start clean: ignore the shards an interrupted run into --output_dir "
-                 "finished. By default a rerun with the same input and options keeps "
-                 "them (each verified by its recorded size and sha256) and writes only "
-                 "the rest (docs/RESUME_AND_APPEND.md).")
-        parser.add_argument(
-            "--append", action="store_true",
-            help="pipelines.images: add the inputs a finished dataset in --output_dir "
-                 "does not hold yet, as new shards beside the old ones, preprocessed by "
-                 "its transform_fn; publishes the next dataset version "
-                 "(docs/RESUME_AND_APPEND.md).")
-        parser.add_argument(
-            "--debug", action="store_true",
-            help="On a failure, print every traceback (the run's and those Beam logs) "
-                 "as it comes, and still end with the one-line error.")
-        parser.add_argument(
-            "--tft_temp_dir",
-            help="Folder for tf.Transform's scratch files, written through "
-                 "TensorFlow's own filesystem; also where the transform output is "
-                 "loaded from and the time-series job spills rows. The run works in "
-                 "a folder of its own inside it (tfrecord-etl-<hash of --output_dir>) "
-                 "and removes only that. Must be shared storage (gs://...) on "
-                 "Dataflow. Default: <output_dir>/tmp, or a local temp folder when "
-                 "--output_dir is an object store and the runner is local "
-                 "(docs/RUNNING_AT_SCALE.md).")
-        parser.add_argument(
-            "--shared_folders",
-            help="Comma-separated local folders every worker host mounts at the same "
-                 "path as this machine (NFS, Filestore): where the workers share no disk "
-                 "with it (a Flink or Spark cluster), a local --input, --output_dir, "
-                 "--tft_temp_dir or --temp_location must lie inside one. Each must "
-                 "exist here; not for Dataflow. Default: none.")
-
-
-def add_mib_argument(parser: Any, flag: str, default_bytes: int, help_text: str) -> None:
-    """Adds a size flag given in MiB whose default is a byte count; read it back in
-    bytes with ``mib_to_bytes``."""
-    parser.add_argument(flag, type=float, default=default_bytes / _MIB, help=help_text)
+        arguments.add_shared_flags(parser)
 
 
 def mib_to_bytes(mib: float) -> int:
@@ -233,7 +121,8 @@ class OutputSettings:
         return cls(
             output_dir=options.output_dir,
             name=options.name or default_name,
-            fractions=splits.SplitFractions.parse(options.split_fractions),
+            fractions=splits.SplitFractions.parse(
+                options.split_fractions or arguments.DEFAULT_SPLIT_FRACTIONS),
             num_shards=options.num_shards,
             target_shard_bytes=target_shard_bytes,
             compression=contract.check_compression(options.compression),
@@ -278,6 +167,8 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
     Returns:
         The manifest the job published.
     """
+    arguments.exit_if_help(options_class.JOB, argv or [])
+    arguments.check_values(options_class.JOB, argv or [])
     options = runner_defaults.pipeline_options(argv, options_class)
     own = options.view_as(DatasetOptions)
     runner_defaults.require_shared_storage(options, {

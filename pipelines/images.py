@@ -5,12 +5,30 @@ Usage::
     python -m pipelines.images --input=<folder | manifest.csv | manifest.jsonl> \\
         --output_dir=<dir> [--image_size=224 --image_format=jpeg ...] [Beam flags]
 
-Any standard Beam flag is accepted (``--runner``, ``--direct_num_workers``,
-``--direct_running_mode``, Dataflow's ``--project`` ...). Without ``--runner`` the
+``--help`` lists the job's own flags, ``--help_beam`` Beam's: any standard Beam flag is
+accepted (``--runner``, ``--direct_num_workers``, ``--direct_running_mode``,
+Dataflow's ``--project`` ...). Without ``--runner`` the
 job runs locally and offline on Beam's FnApiRunner (the DirectRunner's batch engine).
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":
+    # ``python -m pipelines.images`` runs this file as ``__main__``: it prints --help
+    # before importing anything heavy, or runs the job of the imported module, and
+    # stops before defining anything here: the steps then pickle by reference to
+    # ``pipelines.images``, which workers import from the installed package, and
+    # nothing is pickled by value from ``__main__`` (nor is any options class defined
+    # twice).
+    from pipelines.command import run_job_command
+
+    run_job_command("images")
+else:
+    # Imported (by the command above, a worker, a test): TensorFlow, which the imports
+    # below load, starts without its start-up lines (pipelines/quiet_start.py).
+    from pipelines.quiet_start import import_tensorflow_quietly
+
+    import_tensorflow_quietly()
 
 import dataclasses
 import functools
@@ -26,7 +44,7 @@ from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import REJECTED, Rejection
 from etl.core.inputs import InputsEntry, count_one
 from etl.core.publish import ManifestSpec, PublishDataset
-from etl.images import accounting, codec, duplicate_groups, loading
+from etl.images import accounting, loading
 from etl.images import labels as image_labels
 from etl.images import preprocessing as image_preprocessing
 from etl.images.describe import DescribeImages
@@ -35,28 +53,11 @@ from etl.images.label_entries import DescribeTargetsAndCarried
 from etl.images.shard_plan import PlanImageShards
 from etl.images.shards import TransformAndWriteImageShard, default_gzip_level
 from etl.images.sources import ImageRecord, ReadImageRecords, assign_split, check_input
-from pipelines import common
+from pipelines import arguments, common
 from reader import contract
 
 # The module every SDK harness of this job imports as it starts (Beam's --beam_plugins).
 WORKER_START = "pipelines.worker_start"
-
-if __name__ == "__main__":
-    # ``python -m pipelines.images`` runs this file as ``__main__``. It runs the job of
-    # the imported module instead, and stops before defining anything here: the
-    # steps then pickle by reference to ``pipelines.images``, which workers import
-    # from the installed package, and nothing is pickled by value from ``__main__``
-    # (nor is any options class defined twice).
-    from pipelines import images as _job
-    from pipelines.command import run_command
-
-    run_command(_job.run)
-
-# TensorFlow reads it when it starts (its first op), in this process and in the worker
-# processes the local runner starts, which inherit the environment.
-# --read_timeout_s's default: an image file (at most --max_file_mb) read in five
-# minutes is read at over 200 KiB/s; slower, its mount or device has stalled.
-DEFAULT_READ_TIMEOUT_S = 300.0
 
 
 class ImagesOptions(common.DatasetOptions, PipelineOptions):
@@ -65,107 +66,11 @@ class ImagesOptions(common.DatasetOptions, PipelineOptions):
     path,label[,split] (paths relative to the manifest's folder), and the label-set,
     target and carried columns the flags name (docs/LABELS.md)."""
 
+    JOB = arguments.IMAGES
+
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
-        parser.add_argument(
-            "--image_size", type=int, default=224,
-            help="Output images are image_size x image_size: shorter side resized to "
-                 "this (bilinear, antialiased), then centre-cropped.")
-        parser.add_argument(
-            "--image_format", default=codec.JPEG, choices=codec.IMAGE_FORMATS,
-            help="Stored encoding: jpeg (smallest, lossy), png (lossless, larger, "
-                 "slower to decode), raw (uint8 pixels, largest, no decode). Trade-offs "
-                 "measured in docs/FORMAT.md.")
-        parser.add_argument(
-            "--jpeg_quality", type=int, default=95,
-            help="JPEG quality 1-100 when --image_format=jpeg.")
-        parser.add_argument(
-            "--ignore_exif_orientation", action="store_true",
-            help="Store JPEG pixels in their stored order. By default a JPEG's EXIF "
-                 "orientation tag (2-8: rotated or mirrored, as phones and cameras "
-                 "write) turns the image upright first, in transform_fn, so serving "
-                 "does the same.")
-        parser.add_argument(
-            "--lenient_decoding", action="store_true",
-            help="Store images whose data a strict decoder reports damaged, as "
-                 "TensorFlow decodes them (often smeared or shifted). By default such "
-                 "JPEGs (libjpeg's 'Corrupt JPEG data' warnings) and GIFs are rejected "
-                 "as corrupt_image_data.")
-        parser.add_argument(
-            "--alpha_background",
-            help="R,G,B (0-255 each, e.g. 255,255,255): composite images with an alpha "
-                 "channel on this colour. Default: drop the alpha channel, as Pillow's "
-                 "convert('RGB') and tf.io.decode_image(channels=3) do (transparent "
-                 "areas then show whatever colour is stored under them).")
-        parser.add_argument(
-            "--max_image_pixels", type=int, default=loading.DEFAULT_MAX_IMAGE_PIXELS,
-            help="Reject images whose header declares more pixels (decompression bombs "
-                 "are refused before decoding). Default %(default)s.")
-        common.add_mib_argument(
-            parser, "--max_file_mb", loading.DEFAULT_MAX_FILE_BYTES,
-            "Reject input files larger than this (read at most this much). Default "
-            "%(default)s.")
-        common.add_mib_argument(
-            parser, "--decode_budget_mb", loading.DEFAULT_DECODE_BUDGET_BYTES,
-            "What the images one worker process decodes at once may hold, in MiB, "
-            "weighed from each header (pixels x channels, the decode's copies, the "
-            "resize's): images are batched within it, one heavier than a third of it "
-            "is decoded alone, and one heavier than all of it is rejected "
-            "(image_too_large). Default %(default)s, which decodes a 4-channel image "
-            "at the default --max_image_pixels alone (docs/IMAGE_JOB.md).")
-        parser.add_argument(
-            "--read_timeout_s", type=float, default=DEFAULT_READ_TIMEOUT_S,
-            help="Reject an input file whose read takes longer than this many seconds "
-                 "(read_timed_out: a stalled mount or device), rather than wait for it; "
-                 "0 waits without limit. Default %(default)s.")
-        parser.add_argument(
-            "--label_vocabulary",
-            help="Optional text file, one label per line: images with any other label "
-                 "are rejected (unknown_label).")
-        parser.add_argument(
-            "--multi_label", action="store_true",
-            help="Manifest input: the label column holds a set of class names per image "
-                 "(JSONL: an array of strings; CSV: names split on --label_separator). "
-                 "Duplicates collapse; an empty set is allowed. Stored as the sorted "
-                 "class ids; make_dataset gives multi-hot labels.")
-        parser.add_argument(
-            "--label_separator", default=image_labels.DEFAULT_SEPARATOR,
-            help="With --multi_label in a CSV manifest: what separates class names "
-                 "(default %(default)s).")
-        parser.add_argument(
-            "--require_label", action="store_true",
-            help="With --multi_label: reject images whose set of class names is empty "
-                 "(missing_label).")
-        parser.add_argument(
-            "--normalize_targets", default="zscore", choices=("zscore", "none"),
-            help="zscore: store (x - mean) / std with the train split's exact mean and "
-                 "population std, both recorded in the manifest; none: store targets as "
-                 "given.")
-        parser.add_argument(
-            "--carry_columns",
-            help="Comma-separated manifest columns of text copied into each example "
-                 "unchanged, one string feature per column (ids, captions, URLs).")
-        parser.add_argument(
-            "--cross_split_duplicates", default="report", choices=("report", "drop", "off"),
-            help="report: find images that are byte-, pixel- or near-identical (from "
-                 "hashes taken in each image's one decode) and list them in "
-                 "duplicates/pairs.jsonl and summary.json, with a warning when any "
-                 "cross splits; drop: also remove the train copy of each image another "
-                 "split holds (and the validation copy of a test image), as "
-                 "cross_split_duplicate dead letters; off: no hashes, no report "
-                 "(docs/IMAGE_JOB.md, 'Duplicates and leakage').")
-        parser.add_argument(
-            "--near_duplicate_distance", type=int,
-            default=duplicate_groups.DEFAULT_NEAR_DISTANCE,
-            help="Two images are near duplicates when their 64-bit perceptual hashes "
-                 "differ in at most this many bits (default %(default)s, measured in "
-                 "docs/IMAGE_JOB.md).")
-        parser.add_argument(
-            "--allow_paths_outside_root", action="store_true",
-            help="Read inputs that resolve outside the input root (the folder, or the "
-                 "manifest's folder): manifest paths with ../, absolute paths or other "
-                 "URIs, and local files or folders whose symbolic links lead outside the "
-                 "root. Rejected as path_outside_root otherwise.")
+        arguments.add_image_flags(parser)
 
 
 def _parse_rgb(value: str | None) -> tuple[int, int, int] | None:
@@ -242,6 +147,7 @@ class ImageJob:
         if options.overwrite:
             raise ValueError("--append adds to the dataset in --output_dir and "
                              "--overwrite replaces it: pass one of them.")
+        job = _keep_class_order(job, options.class_order)
         return dataclasses.replace(job, version=versions.DatasetVersion.appending_to(
             output.output_dir, contract.IMAGES, output.name, job.describe_preprocessing()))
 
@@ -296,7 +202,31 @@ def _label_columns(options: ImagesOptions) -> image_labels.LabelColumns:
         require_label=options.require_label,
         target_columns=_column_list(options.target_columns),
         normalize_targets=options.normalize_targets == "zscore",
-        carry_columns=_column_list(options.carry_columns))
+        carry_columns=_column_list(options.carry_columns),
+        class_order=options.class_order or contract.CLASS_ORDER_NAME)
+
+
+def _keep_class_order(job: ImageJob, requested: str | None) -> ImageJob:
+    """``--append``: the job numbering classes as the dataset does, whose
+    ``transform_fn`` maps the new images' labels to its ids.
+
+    Raises:
+        ValueError: if ``--class_order`` asks for another order than the dataset's.
+    """
+    manifest_path = storage.join(job.output.output_dir, contract.MANIFEST_FILENAME)
+    if job.columns.label_column is None or not storage.exists(manifest_path):
+        return job  # No class ids to keep, or no dataset (appending_to says so).
+    labels = versions.read_manifest(job.output.output_dir)["preprocessing"].get("labels")
+    # A dataset from before --class_order numbered its classes by frequency.
+    held = (labels or {}).get("class_order") or contract.CLASS_ORDER_FREQUENCY
+    if requested is not None and requested != held:
+        raise ValueError(
+            f"--append keeps the dataset's class ids, numbered by {held} (its manifest's "
+            f"preprocessing.labels.class_order); --class_order={requested} would renumber "
+            f"them. Drop --class_order, or rebuild with --overwrite "
+            f"--class_order={requested}.")
+    return dataclasses.replace(job, columns=dataclasses.replace(job.columns,
+                                                                class_order=held))
 
 
 def _read_vocabulary(path: str | None) -> frozenset[str] | None:

@@ -57,6 +57,86 @@ def _mib(num_bytes: int) -> str:
     return f"{num_bytes / (1024 * 1024):.2f} MiB"
 
 
+# A split with fewer examples of a class than this is warned about: a class's recall
+# there moves by 20 points or more per example, too coarse to compare models by.
+MIN_EXAMPLES_PER_CLASS = 5
+# The time-series cleaning counts the summary names, in this order (docs/FORMAT.md);
+# rows it rejects are in the rejected line.
+_CLEANING = (
+    ("rows_merged_duplicates", "row(s) merged as duplicates"),
+    ("values_filled", "value(s) filled"),
+    ("rows_dropped_missing", "row(s) dropped for a missing value"),
+    ("gaps_split", "cut(s) at a gap"),
+    ("rows_missing_known", "row(s) cut out for a missing known covariate"),
+)
+
+
+def _split_lines(manifest: Mapping[str, Any]) -> list[str]:
+    """Records, shards and bytes per split, with each split's share of the records
+    next to the share ``--split_fractions`` asked (``-`` where --split_times cut the
+    splits)."""
+    splits = manifest["splits"]
+    total = sum(splits[split]["num_records"] for split in contract.SPLITS)
+    preprocessing = manifest.get("preprocessing", {})
+    asked = ({} if preprocessing.get("split_times") else
+             preprocessing.get("split_fractions") or {})
+    lines = [(f"  {'split':<11}{'records':>9}{'shards':>8}{'bytes':>14}{'share':>7}"
+              f"{'asked':>7}")]
+    for split in contract.SPLITS:
+        entry = splits[split]
+        share = f"{entry['num_records'] / total:.2f}" if total else "-"
+        wanted = f"{asked[split]:.2f}" if split in asked else "-"
+        lines.append(f"  {split:<11}{entry['num_records']:>9}{len(entry['shards']):>8}"
+                     f"{_mib(entry['num_bytes']):>14}{share:>7}{wanted:>7}")
+    if asked and manifest.get("kind") == contract.IMAGES:
+        # The manifest does not say how many images a split folder or column placed.
+        lines.append("  (asked: --split_fractions, for the images that no split folder "
+                     "or split column placed)")
+    return lines
+
+
+def _cleaning_line(manifest: Mapping[str, Any]) -> list[str]:
+    """What the time-series cleaning did to the rows, from the manifest's counts."""
+    entry = manifest.get("timeseries")
+    if entry is None:
+        return []
+    counts = entry.get("counts", {})
+    cleaning = manifest.get("preprocessing", {}).get("cleaning", {})
+    flags = {"values_filled": "missing", "gaps_split": "max_gap"}
+    done = []
+    for key, what in _CLEANING:
+        if counts.get(key):
+            flag = flags.get(key)
+            extra = f" (--{flag}={cleaning[flag]})" if flag in cleaning else ""
+            done.append(f"{counts[key]} {what}{extra}")
+    nothing = "none (no duplicate timestamp, missing value or gap)"
+    return [f"  cleaning: {', '.join(done) if done else nothing}"]
+
+
+def _few_examples_lines(manifest: Mapping[str, Any]) -> list[str]:
+    """One warning naming each class with fewer than ``MIN_EXAMPLES_PER_CLASS``
+    examples in a split that holds records (classification and multi-label only)."""
+    if manifest.get("task", contract.CLASSIFICATION) not in (contract.CLASSIFICATION,
+                                                             contract.MULTI_LABEL):
+        return []
+    vocab = manifest.get("label_vocab") or []
+    label_counts = manifest.get("label_counts", {})
+    few = []
+    for split in contract.SPLITS:
+        if not manifest["splits"][split]["num_records"]:
+            continue
+        counts = label_counts.get(split, {})
+        few += [f"{split} {label!r} {counts.get(label, 0)}" for label in vocab
+                if counts.get(label, 0) < MIN_EXAMPLES_PER_CLASS]
+    if not few:
+        return []
+    shown = ", ".join(few[:8]) + (f" and {len(few) - 8} more" if len(few) > 8 else "")
+    return [(f"WARNING: fewer than {MIN_EXAMPLES_PER_CLASS} examples of a class in a "
+             f"split ({shown}): metrics of those classes there rest on a "
+             f"handful of examples; give the split more data (--split_fractions) or "
+             f"merge rare classes.")]
+
+
 def _label_parts(manifest: Mapping[str, Any], task: str) -> list[str]:
     """What the examples' labels are: the class count and/or the target shape."""
     parts = []
@@ -144,21 +224,20 @@ class CoresUsed:
 
 def format_summary(output_dir: str, manifest: Mapping[str, Any], elapsed_s: float,
                    counts: RunCounts | None = None, cores: CoresUsed | None = None) -> str:
-    """Records, shards and bytes per split, rejections, what a resumed run kept, where
-    the output is, the wall time and (for a run whose work ran here) the cores it
-    kept busy."""
+    """Records, shards, bytes and share of the records per split (with the share
+    asked), a warning for classes with few examples in a split, rejections, what the
+    time-series cleaning did, what a resumed run kept, where the output is, the wall
+    time and (for a run whose work ran here) the cores it kept busy."""
     lines = [f"Wrote dataset {manifest['name']!r} to {output_dir}",
-             f"  {'split':<11}{'records':>9}{'shards':>8}{'bytes':>14}"]
-    for split in contract.SPLITS:
-        entry = manifest["splits"][split]
-        lines.append(f"  {split:<11}{entry['num_records']:>9}{len(entry['shards']):>8}"
-                     f"{_mib(entry['num_bytes']):>14}")
+             *_split_lines(manifest)]
+    lines.extend(_few_examples_lines(manifest))
     rejected = manifest["rejected"]
     reasons = ", ".join(f"{r}={n}" for r, n in rejected["by_reason"].items()) or "none"
     files = (contract.REJECTED_FILENAME if manifest.get("dataset_version", 1) == 1
              else "rejected*.jsonl (one file per version)")
     lines.append(f"  rejected: {rejected['count']} ({reasons}); details in "
                  f"{contract.ERRORS_DIRNAME}/{files}")
+    lines.extend(_cleaning_line(manifest))
     lines.extend(_duplicate_lines(manifest.get("duplicates")))
     lines.extend(_statistics_lines(manifest.get("statistics")))
     for split, why in manifest.get("timeseries", {}).get("empty_splits", {}).items():

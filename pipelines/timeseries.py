@@ -13,6 +13,23 @@ docs/FORMAT.md for the window layout and every cleaning and splitting rule.
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    # ``python -m pipelines.timeseries`` runs this file as ``__main__``: it prints
+    # --help before importing anything heavy, or runs the job of the imported module,
+    # and stops before defining anything here: the steps then pickle by reference to
+    # ``pipelines.timeseries``, which workers import from the installed package, and
+    # nothing is pickled by value from ``__main__`` (nor is any options class defined
+    # twice).
+    from pipelines.command import run_job_command
+
+    run_job_command("timeseries")
+else:
+    # Imported (by the command above, a worker, a test): TensorFlow, which the imports
+    # below load, starts without its start-up lines (pipelines/quiet_start.py).
+    from pipelines.quiet_start import import_tensorflow_quietly
+
+    import_tensorflow_quietly()
+
 import dataclasses
 import functools
 import posixpath
@@ -23,12 +40,19 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, describe, singletons, versions
+from etl.core import dead_letters, describe, singletons, splits, versions
 from etl.core.analysis import AnalyzeAndWriteTransformFn
 from etl.core.dead_letters import Rejection
 from etl.core.inputs import InputsEntry, count_one
 from etl.core.publish import ManifestSpec, PublishDataset
-from etl.timeseries import accounting, buckets, calendar, categories, ranges, summary
+from etl.timeseries import (
+    accounting,
+    buckets,
+    categories,
+    first_chunk,
+    ranges,
+    summary,
+)
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries import roles as roles_lib
 from etl.timeseries import series as ts_series
@@ -43,20 +67,9 @@ from etl.timeseries.read import ROW_COUNTS, InputPlan, ReadSeriesChunks
 from etl.timeseries.runs import PlanRunShards
 from etl.timeseries.shards import TransformAndWriteWindowShard
 from etl.timeseries.sources import Columns, parse_timestamp, read_labels
-from pipelines import common
+from pipelines import arguments, common
 from reader import contract
 from reader.contract import CLASSIFICATION, FORECAST
-
-if __name__ == "__main__":
-    # ``python -m pipelines.timeseries`` runs this file as ``__main__``. It runs the job of
-    # the imported module instead, and stops before defining anything here: the
-    # steps then pickle by reference to ``pipelines.timeseries``, which workers import
-    # from the installed package, and nothing is pickled by value from ``__main__``
-    # (nor is any options class defined twice).
-    from pipelines import timeseries as _job
-    from pipelines.command import run_command
-
-    run_command(_job.run)
 
 _LABEL_FILE_SUFFIXES = (".csv", ".jsonl", ".json")
 
@@ -65,76 +78,11 @@ class TimeSeriesOptions(common.DatasetOptions, PipelineOptions):
     """Options of the time-series job. --input: long-format rows, a .csv (with header),
     .jsonl or .parquet file, or a glob of them."""
 
+    JOB = arguments.TIMESERIES
+
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
-        parser.add_argument("--series_id_column", default="series_id")
-        parser.add_argument("--timestamp_column", default="timestamp",
-                            help="Numbers, or ISO 8601 dates/times (naive = UTC).")
-        parser.add_argument("--value_columns", default="value",
-                            help="Comma-separated value columns (several: multivariate).")
-        # Beam already owns --labels (Dataflow job labels, key=value); a --labels value
-        # naming a .csv/.jsonl file is taken as ours (see labels_path), and
-        # --series_labels is the unambiguous spelling.
-        parser.add_argument("--series_labels",
-                            help="Optional .csv/.jsonl mapping series id → label (also "
-                                 "accepted as --labels=<file>): classify windows by their "
-                                 "series' label instead of forecasting.")
-        parser.add_argument("--window_size", type=int,
-                            help="Rows per window (required).")
-        parser.add_argument("--shift", type=int, default=1,
-                            help="Rows between the starts of consecutive windows.")
-        parser.add_argument("--stride", type=int, default=1,
-                            help="Rows between consecutive elements of a window.")
-        parser.add_argument("--horizon", type=int,
-                            help="Target rows after the window (same stride). Default 1; "
-                                 "must be 0 with --labels.")
-        parser.add_argument("--split_by", choices=ts_series.SPLIT_MODES,
-                            help="time (default without --labels): by time within each "
-                                 "series; series (default with --labels): whole series "
-                                 "by a hash of the id.")
-        parser.add_argument("--split_times",
-                            help="With --split_by=time: 'T1,T2' global cut-offs (train < "
-                                 "T1 <= validation < T2 <= test) instead of fractions.")
-        parser.add_argument("--duplicates", default="mean",
-                            choices=ts_series.DUPLICATE_POLICIES,
-                            help="Rows sharing a timestamp: average them, or reject all.")
-        parser.add_argument("--missing", default="drop", choices=ts_series.MISSING_POLICIES,
-                            help="Rows with a missing value: drop, forward-fill, "
-                                 "interpolate in time, or reject as dead letters.")
-        parser.add_argument("--max_gap", default="auto",
-                            help="Split a series where consecutive timestamps are further "
-                                 "apart than this (timestamp units; seconds for dates), "
-                                 "'auto' (1.5 x the median step) or 'none'.")
-        parser.add_argument("--normalize", default="global",
-                            choices=("global", "per_series"),
-                            help="z-score statistics over all train rows, or per series "
-                                 "(needs --split_by=time).")
-        # Column roles (docs/TIMESERIES_JOB.md, "Covariates"); any of them switches to
-        # the covariate layout (known, static_real, target_scale).
-        parser.add_argument("--past_columns",
-                            help="Observed real covariates: in the window only.")
-        parser.add_argument("--known_columns",
-                            help="Real covariates known in advance: over the window and "
-                                 "the horizon (a missing one cuts the series there).")
-        parser.add_argument("--static_real_columns",
-                            help="Real columns constant per series: once per window.")
-        parser.add_argument("--known_categorical_columns",
-                            help="Categorical covariates known in advance (events, "
-                                 "holidays): vocabulary ids over the window and the "
-                                 "horizon.")
-        parser.add_argument("--static_categorical_columns",
-                            help="Categorical columns constant per series (store, item): "
-                                 "vocabulary ids, once per window.")
-        parser.add_argument("--calendar_features",
-                            help="Known features from the timestamps: any of "
-                                 + ",".join(calendar.FEATURES) + ".")
-        parser.add_argument("--target_transform", choices=roles_lib.TARGET_TRANSFORMS,
-                            help="Applied to the targets before scaling (default none).")
-        common.add_mib_argument(
-            parser, "--max_line_mb", ranges.DEFAULT_MAX_LINE_BYTES,
-            "Longest CSV or JSON Lines line read, in MiB (at most "
-            f"{ranges.MAX_LINE_BYTES_LIMIT // 2**20}); a longer one stops the job, "
-            "naming it. Default %(default)s.")
+        arguments.add_timeseries_flags(parser)
 
 
 def _is_labels_file(value: str) -> bool:
@@ -195,7 +143,8 @@ def column_roles(options: TimeSeriesOptions, values: tuple[str, ...]
         known_categorical=names(options.known_categorical_columns),
         static_categorical=names(options.static_categorical_columns),
         calendar=names(options.calendar_features),
-        target_transform=options.target_transform or "none", given=given)
+        target_transform=options.target_transform or "none", given=given,
+        targets_flag="--target_columns" if options.target_columns else "--value_columns")
 
 
 def _parse_max_gap(text: str) -> float | str:
@@ -208,17 +157,41 @@ def _parse_max_gap(text: str) -> float | str:
                          ) from None
 
 
-def _parse_split_times(text: str | None) -> tuple[float, float] | None:
+def time_split(options: TimeSeriesOptions, split_by: str,
+               fractions: splits.SplitFractions) -> ts_series.TimeSplit:
+    """How rows are split: ``--split_times``' cut-offs (kept as typed, for the
+    manifest), else the fractions.
+
+    Raises:
+        ValueError: for --split_times with --split_by=series, or cut-offs that are
+            not two timestamps.
+    """
+    text = options.split_times
     if not text:
-        return None
+        return ts_series.TimeSplit(split_by, fractions)
+    if split_by != "time":
+        raise ValueError("--split_times applies to --split_by=time only.")
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 2:
         raise ValueError(f"--split_times takes 'T1,T2', got {text!r}.")
+    first, second = (_cutoff(p, options.timestamp_format or None) for p in parts)
+    return ts_series.TimeSplit(split_by, fractions, (first, second),
+                               cutoff_texts=(parts[0], parts[1]))
+
+
+def _cutoff(text: str, timestamp_format: str | None) -> float:
+    """A ``--split_times`` cut-off, written as the data's timestamps are
+    (``--timestamp_format``) or as ISO 8601 / a number."""
+    if timestamp_format is not None:
+        try:
+            return parse_timestamp(text, timestamp_format)[0]
+        except ValueError:
+            pass
     try:
-        first, second = (parse_timestamp(p)[0] for p in parts)
+        return parse_timestamp(text)[0]
     except ValueError as e:
-        raise ValueError(f"--split_times: {e}") from None
-    return first, second
+        also = f" nor --timestamp_format={timestamp_format}" if timestamp_format else ""
+        raise ValueError(f"--split_times: {text!r} is not ISO 8601{also} ({e}).") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,13 +225,24 @@ class TimeSeriesJob:
             raise ValueError("--append adds images to an image dataset; a time-series "
                              "dataset is rebuilt (--overwrite): new rows change its "
                              "series' windows, gaps and splits (docs/RESUME_AND_APPEND.md).")
+        if options.split_times and options.split_fractions is not None:
+            raise ValueError(f"--split_times={options.split_times} and --split_fractions="
+                             f"{options.split_fractions} both set the splits: pass one of "
+                             f"them.")
         output = common.OutputSettings.from_options(options, default_name="timeseries")
-        values = tuple(v.strip() for v in options.value_columns.split(",") if v.strip())
+        if options.value_columns is not None and options.target_columns:
+            raise ValueError(f"--value_columns={options.value_columns} and --target_columns="
+                             f"{options.target_columns} both name the columns to predict: "
+                             f"pass one of them.")
+        values = roles_lib.split_names(arguments.DEFAULT_VALUE_COLUMN
+                                       if options.value_columns is None
+                                       else options.value_columns)
         if not values:
             raise ValueError("--value_columns names no column.")
         roles = column_roles(options, values)
         columns = Columns(options.series_id_column, options.timestamp_column, roles.reals,
-                          roles.categoricals)
+                          roles.categoricals, options.timestamp_format or None,
+                          value_flags=tuple(roles.named_columns().items()))
         max_line_bytes = common.mib_to_bytes(options.max_line_mb)
         if not 0 < max_line_bytes <= ranges.MAX_LINE_BYTES_LIMIT:
             raise ValueError(f"--max_line_mb must be above 0 and at most "
@@ -266,6 +250,7 @@ class TimeSeriesJob:
                              f"{options.max_line_mb:g}.")
         input_plan = InputPlan.from_pattern(options.input, columns,
                                             max_line_bytes=max_line_bytes)
+        first_chunk.check_first_chunks(input_plan, columns)
         labels_file = labels_path(options)
         classification = labels_file is not None
         labels, label_rejections = ({}, [])
@@ -278,8 +263,6 @@ class TimeSeriesJob:
         if options.normalize == "per_series" and split_by != "time":
             raise ValueError("--normalize=per_series needs --split_by=time (each series "
                              "must have train rows to fit its statistics on).")
-        if options.split_times and split_by != "time":
-            raise ValueError("--split_times applies to --split_by=time only.")
         return cls(
             input=options.input,
             input_plan=input_plan,
@@ -290,8 +273,7 @@ class TimeSeriesJob:
                                           options.stride, horizon),
             cleaning=ts_series.Cleaning(options.duplicates, options.missing,
                                         _parse_max_gap(options.max_gap)),
-            time_split=ts_series.TimeSplit(split_by, output.fractions,
-                                           _parse_split_times(options.split_times)),
+            time_split=time_split(options, split_by, output.fractions),
             preprocessing=ts_preprocessing.SeriesPreprocessing(
                 window_size=options.window_size, horizon=horizon,
                 num_features=len(roles.reals), classification=classification,

@@ -102,6 +102,13 @@ NO_NORMALIZATION = "none"
 # Label id of a label that never occurs in the train split (classification and
 # multi-label; the reader's multi-hot ignores it).
 UNKNOWN_LABEL_ID = -1
+# How class ids are numbered (manifest ``preprocessing.labels.class_order``): ``name``,
+# Python's sorted() of the train split's class names (as Keras and torchvision number
+# class folders); ``frequency``, decreasing train frequency, ties in reverse byte order.
+# A manifest without the entry was numbered by frequency.
+CLASS_ORDER_NAME = "name"
+CLASS_ORDER_FREQUENCY = "frequency"
+CLASS_ORDERS: tuple[str, ...] = (CLASS_ORDER_NAME, CLASS_ORDER_FREQUENCY)
 
 # Stored image encodings (manifest ``preprocessing.image_format``); ``raw`` is the
 # row-major ``size × size × 3`` uint8 pixel bytes.

@@ -23,7 +23,10 @@ def steps_per_epoch(data_dir: str, split: str, batch_size: int, *,
 
 
 def label_vocabulary(data_dir: str) -> list[str]:
-    """Label names in id order (``label_vocabulary(d)[label_id]``)."""
+    """Label names in id order (``label_vocabulary(d)[label_id]``): ``sorted()`` by name
+    (as Keras and torchvision number classes), or by decreasing train frequency where
+    the dataset was built with ``--class_order=frequency``
+    (``manifest["preprocessing"]["labels"]["class_order"]``; docs/LABELS.md)."""
     return list(contract.load_manifest(data_dir)["label_vocab"])
 
 

@@ -6,7 +6,8 @@
 2. ``hashing``, ``splits``: stable key hashes and the train / validation / test split.
 3. ``dead_letters``: rejected inputs, their reason codes and the errors/ file.
 4. ``analysis``: tf.Transform fit on train, ``transform_fn`` written; ``exact_stats``,
-   ``zscore``: exact train moments, the z-score analyzer and the manifest's statistics.
+   ``zscore``: exact train moments, the z-score analyzer and the manifest's statistics;
+   ``class_vocabulary``: class ids, numbered by name or by train frequency.
 5. ``examples``: a transformed instance → a deterministic ``tf.train.Example``.
 6. ``shard_plan``, ``sharding``: shard counts, shard assignment, GZIP TFRecord shard files.
 7. ``shard_step``: the frame of every job's shard step, and the ``transform_fn`` loader.

@@ -99,6 +99,10 @@ class DatasetVersion:
             then, now = manifest["preprocessing"].get(key), preprocessing.get(key)
             if key == "compression":  # Datasets from before --compression are GZIP.
                 then = then or contract.GZIP
+            if key == "labels" and then and "class_order" not in then:
+                # Datasets from before --class_order numbered classes by frequency.
+                then = {**then, "class_order": None if then.get("label_column") is None
+                        else contract.CLASS_ORDER_FREQUENCY}
             if json.loads(json.dumps(now)) != then:
                 raise ValueError(
                     f"--append must preprocess like the dataset: its {key} is "

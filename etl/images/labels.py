@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from etl.core import dead_letters
+from etl.core import column_hints, dead_letters
 from reader import contract
 
 # --label_column's value for "no class label".
@@ -59,6 +59,8 @@ class LabelColumns:
     target_columns: tuple[str, ...] = ()
     normalize_targets: bool = True  # z-score by the train split's mean and std.
     carry_columns: tuple[str, ...] = ()
+    # How class ids are numbered (contract.CLASS_ORDERS; etl/core/class_vocabulary.py).
+    class_order: str = contract.CLASS_ORDER_NAME
 
     def __post_init__(self) -> None:
         if self.label_column is None and not self.target_columns:
@@ -69,6 +71,9 @@ class LabelColumns:
         if self.require_label and not self.multi_label:
             raise ValueError("--require_label applies to --multi_label (a single class "
                              "label is always required).")
+        if self.class_order not in contract.CLASS_ORDERS:
+            raise ValueError(f"--class_order must be one of {', '.join(contract.CLASS_ORDERS)}"
+                             f", got {self.class_order!r}.")
         if not self.label_separator or self.label_separator.strip() != self.label_separator:
             raise ValueError(f"--label_separator must be a non-blank string without "
                              f"surrounding spaces, got {self.label_separator!r}.")
@@ -103,19 +108,27 @@ class LabelColumns:
 
     @property
     def is_default(self) -> bool:
-        """One class per image from ``label``, nothing else: what a folder gives."""
-        return self == ONE_CLASS
+        """One class per image from ``label``, nothing else: what a folder gives (in
+        either class order)."""
+        return dataclasses.replace(self, class_order=ONE_CLASS.class_order) == ONE_CLASS
 
     def required_columns(self) -> tuple[str, ...]:
         """Columns a CSV header must have (besides ``path``)."""
         label = () if self.label_column is None else (self.label_column,)
         return label + self.target_columns + self.carry_columns
 
+    def named_columns(self) -> dict[str, tuple[str, ...]]:
+        """The flag that names each required column → its columns (for errors)."""
+        label = () if self.label_column is None else (self.label_column,)
+        return {"--label_column": label, "--target_columns": self.target_columns,
+                "--carry_columns": self.carry_columns}
+
     def describe(self) -> dict[str, Any]:
         """The manifest's ``preprocessing.labels`` entry."""
         return {
             "label_column": self.label_column,
             "multi_label": self.multi_label,
+            "class_order": None if self.label_column is None else self.class_order,
             "label_separator": self.label_separator if self.multi_label else None,
             "require_label": self.require_label,
             "target_columns": list(self.target_columns),
@@ -134,6 +147,12 @@ class LabelColumns:
         """
         label: Label = None
         if self.label_column is not None:
+            if not from_csv and self.label_column not in row:  # A JSONL row's keys.
+                hint = column_hints.pass_flags_hint(self.named_columns(), list(row),
+                                                    reserved=("path", "split"))
+                raise RowError(dead_letters.MISSING_LABEL,
+                               f"Row has no {self.label_column!r} field; its fields are "
+                               f"{list(row)}{hint}.")
             value = row.get(self.label_column)
             label = (parse_label_set(value, from_csv, self.label_separator,
                                      self.require_label) if self.multi_label

@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_transform as tft
 
-from etl.core import exact_stats, zscore
+from etl.core import class_vocabulary, exact_stats, zscore
 from etl.images import codec
 from etl.images.labels import ONE_CLASS, LabelColumns
 from etl.images.sources import ImageRecord
@@ -27,7 +26,6 @@ from reader.contract import (
     RAW_LABEL_KEY,
     RAW_SOURCE_KEY,
     TARGET_KEY,
-    UNKNOWN_LABEL_ID,
 )
 
 # Raw feature only the analysis reads: a train image's targets as exact moments
@@ -133,17 +131,12 @@ class ImagePreprocessing:
                       "resize's triangle kernel; a 1/r decode resized with each pixel "
                       "spanning r source pixels), then centre crop image_size x "
                       "image_size, round half to even",
-            "label_vocabulary": "tft.vocabulary on the train split: decreasing "
-                                "frequency, ties in reverse byte order; labels not "
-                                f"seen in train get id {UNKNOWN_LABEL_ID}",
         }
 
 
 def _label_features(labels: Any, columns: LabelColumns) -> dict[str, Any]:
     """``label`` (vocabulary id, or sorted ids of a set) and ``label_name``."""
-    ids = tft.compute_and_apply_vocabulary(
-        labels, vocab_filename=contract.LABEL_VOCABULARY_NAME,
-        default_value=UNKNOWN_LABEL_ID)
+    ids = class_vocabulary.apply_class_vocabulary(labels, order=columns.class_order)
     if not columns.multi_label:
         return {contract.LABEL_KEY: ids, contract.LABEL_NAME_KEY: tf.identity(labels)}
     # Each row's ids ascending, its names in the same order: sort by (row, id).

@@ -19,7 +19,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import dead_letters, local_tree, splits, storage, text_rows
+from etl.core import column_hints, dead_letters, local_tree, splits, storage, text_rows
 from etl.core.dead_letters import Rejection
 from etl.images import labels
 from etl.images.labels import Label, LabelColumns
@@ -210,11 +210,11 @@ def read_csv_header(manifest_path: str, columns: LabelColumns = labels.ONE_CLASS
     required = (PATH_COLUMN, *columns.required_columns())
     missing = [c for c in required if c not in header]
     if missing:
-        raise ValueError(
-            f"Manifest {manifest_path!r} lacks column(s) {missing}; its header is "
-            f"{list(header)}. Required: {', '.join(map(repr, required))}; optional: "
-            f"{SPLIT_COLUMN!r}."
-        )
+        hint = column_hints.pass_flags_hint(columns.named_columns(), header,
+                                            reserved=(PATH_COLUMN, SPLIT_COLUMN))
+        raise ValueError(f"Manifest {manifest_path!r} lacks column(s) {missing}; its header "
+                         f"is {list(header)}{hint}. Required: "
+                         f"{', '.join(map(repr, required))}; optional: {SPLIT_COLUMN!r}.")
     return header
 
 

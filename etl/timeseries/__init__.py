@@ -1,6 +1,8 @@
 """The time-series job's steps, in data order.
 
-1. ``sources``: what a long-format row means, the input files, the labels file.
+1. ``sources``: what a long-format row means, the input files, the labels file;
+   ``first_chunk``: each file's first rows, parsed on the driver, stop a job whose
+   rows would all be rejected for one reason before it runs.
 2. ``read``: input ``ranges`` → columns (``parsing``, ``parsed_rows``, ``time_texts``)
    → ``chunks`` per bucket of series, spilled.
 3. ``buckets``: a bucket's chunks → each ``series`` cleaned, split and cut into window

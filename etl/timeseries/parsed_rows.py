@@ -197,7 +197,7 @@ def add_table(builder: RowsBuilder, table: Mapping[str, pa.Array], columns: Colu
     parsed_texts = np.full(len(stamps) + 1, -1, np.int64)
     for k, value in enumerate(stamps):
         try:
-            time, text, kind = parse_timestamp(value)
+            time, text, kind = parse_timestamp(value, columns.timestamp_format)
         except ValueError:
             continue
         parsed_times[k] = time

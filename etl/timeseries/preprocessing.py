@@ -21,14 +21,12 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import tensorflow as tf
-import tensorflow_transform as tft
 
-from etl.core import exact_stats, zscore
+from etl.core import class_vocabulary, exact_stats, zscore
 from etl.timeseries import calendar, categories, per_series
 from etl.timeseries.roles import ColumnRoles
 from etl.timeseries.window_examples import WindowSchema
 from reader import contract
-from reader.contract import UNKNOWN_LABEL_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,9 +225,10 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessin
     outputs[contract.WINDOW_KEY] = zscore.normalise(window, mean, std)
     if config.classification:
         labels = inputs[contract.LABEL_NAME_KEY]
-        outputs[contract.LABEL_KEY] = tft.compute_and_apply_vocabulary(
-            labels, vocab_filename=contract.LABEL_VOCABULARY_NAME,
-            default_value=UNKNOWN_LABEL_ID,
+        # Series labels are numbered by train windows, most first (--class_order is
+        # the image job's).
+        outputs[contract.LABEL_KEY] = class_vocabulary.apply_class_vocabulary(
+            labels, order=class_vocabulary.FREQUENCY,
             weights=tf.cast(inputs[TRAIN_WINDOWS_KEY], tf.float32),
             # A label whose series have train rows but no train window gets no id.
             frequency_threshold=1)

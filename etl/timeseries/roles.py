@@ -53,17 +53,14 @@ class ColumnRoles:
     calendar: tuple[str, ...] = ()
     target_transform: str = "none"
     given: bool = False  # a role flag was given: the covariate layout
+    # The flag the user named the targets with (--value_columns is another name).
+    targets_flag: str = "--target_columns"
 
     def __post_init__(self) -> None:
         if not self.targets:
-            raise ValueError("--target_columns names no column.")
+            raise ValueError(f"{self.targets_flag} names no column.")
         seen: dict[str, str] = {}
-        for role, names in (("--target_columns", self.targets),
-                            ("--past_columns", self.past),
-                            ("--known_columns", self.known),
-                            ("--static_real_columns", self.static_real),
-                            ("--known_categorical_columns", self.known_categorical),
-                            ("--static_categorical_columns", self.static_categorical)):
+        for role, names in self.named_columns().items():
             for name in names:
                 if name in seen:
                     raise ValueError(f"Column {name!r} is in both {seen[name]} and "
@@ -79,6 +76,13 @@ class ColumnRoles:
         if self.target_transform not in TARGET_TRANSFORMS:
             raise ValueError(f"--target_transform must be one of {TARGET_TRANSFORMS}, "
                              f"got {self.target_transform!r}.")
+
+    def named_columns(self) -> dict[str, tuple[str, ...]]:
+        """Each role's flag → the columns it names, in row order."""
+        return {self.targets_flag: self.targets, "--past_columns": self.past,
+                "--known_columns": self.known, "--static_real_columns": self.static_real,
+                "--known_categorical_columns": self.known_categorical,
+                "--static_categorical_columns": self.static_categorical}
 
     @property
     def reals(self) -> tuple[str, ...]:

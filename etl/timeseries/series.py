@@ -93,6 +93,8 @@ class TimeSplit:
     fractions: splits.SplitFractions = dataclasses.field(
         default_factory=lambda: splits.SplitFractions(0.7, 0.15, 0.15))
     cutoffs: tuple[float, float] | None = None  # (validation start, test start)
+    # The cut-offs as --split_times gave them (ISO 8601 or numbers), for the manifest.
+    cutoff_texts: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in SPLIT_MODES:

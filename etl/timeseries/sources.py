@@ -1,7 +1,8 @@
 """Time-series inputs: what a long-format row means, the input files, the labels file.
 
 Long format: one row per (series id, timestamp, value columns...). Timestamps are
-numbers (any unit) or ISO 8601 dates/times (naive ones are taken as UTC). Empty,
+numbers (any unit) or ISO 8601 dates/times (naive ones are taken as UTC), or texts in
+the ``--timestamp_format`` given (``Columns.timestamp_format``). Empty,
 ``"nan"`` and null values are *missing* (handled later by the missing-value policy);
 anything else that is not a finite number is rejected as ``unparsable_value``, and a
 number float32 cannot hold as ``value_out_of_range``. A categorical column's value is
@@ -18,10 +19,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from etl.core import dead_letters, storage
+from etl.core import column_hints, dead_letters, storage
 from etl.core.dead_letters import Rejection
 from etl.core.text_rows import BOM, csv_fields, parse_csv_line, parse_jsonl_line
-from etl.timeseries.roles import closest
 
 REJECTED = dead_letters.REJECTED
 NUMERIC = "numeric"
@@ -39,6 +39,19 @@ class Columns:
     timestamp: str
     values: tuple[str, ...]
     categoricals: tuple[str, ...] = ()
+    # --timestamp_format: the strptime format timestamp texts are written in; None:
+    # numbers or ISO 8601.
+    timestamp_format: str | None = None
+    # The flag that named the value and categorical columns → its columns, as typed
+    # (for errors); empty: --value_columns named them all.
+    value_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def named_columns(self) -> dict[str, tuple[str, ...]]:
+        """The flag that names each column read → its columns (for errors)."""
+        return {"--series_id_column": (self.series_id,),
+                "--timestamp_column": (self.timestamp,),
+                **(dict(self.value_flags)
+                   or {"--value_columns": self.values + self.categoricals})}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -87,14 +100,31 @@ def _finite_float(value: Any) -> float:
     return number
 
 
-def parse_timestamp(value: Any) -> tuple[float, str, str]:
+def parse_timestamp(value: Any, fmt: str | None = None) -> tuple[float, str, str]:
     """``(time, text, kind)`` of a timestamp value.
 
+    With ``fmt`` (``--timestamp_format``, a ``datetime.strptime`` format), every value
+    but a date or datetime object is read as text in that format (naive = UTC).
+
+    Example:
+        >>> parse_timestamp("01/31/1959", "%m/%d/%Y")
+        (-344563200.0, '01/31/1959', 'datetime')
+
     Raises:
-        ValueError: if it is neither a finite number nor an ISO 8601 date/time.
+        ValueError: if it is neither a finite number nor an ISO 8601 date/time, or
+            (with ``fmt``) does not match ``fmt``.
     """
     if isinstance(value, bool) or value is None:
         raise ValueError(f"not a timestamp: {value!r}")
+    if fmt is not None and not isinstance(value, dt.date):
+        text = str(value).strip()
+        try:
+            moment = dt.datetime.strptime(text, fmt)
+        except ValueError:
+            raise ValueError(f"does not match --timestamp_format={fmt}: {text!r}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return moment.timestamp(), text, DATETIME
     if isinstance(value, (int, float)):
         number = _finite_float(value)
         return number, str(value), NUMERIC
@@ -165,7 +195,8 @@ def parse_row(row: Mapping[str, Any], columns: Columns, source: str) -> Row | Re
     series_id = str(series).strip()
     key = f"{series_id}@{row.get(columns.timestamp)}"
     try:
-        time, time_text, kind = parse_timestamp(row.get(columns.timestamp))
+        time, time_text, kind = parse_timestamp(row.get(columns.timestamp),
+                                                columns.timestamp_format)
     except ValueError as e:
         return Rejection(key=key, source=source, reason=dead_letters.UNPARSABLE_TIMESTAMP,
                          message=f"Column {columns.timestamp!r}: {e}")
@@ -226,9 +257,9 @@ def check_columns(names: Sequence[str], columns: Columns, path: str) -> None:
     CSV header or Parquet schema)."""
     missing = [c for c in columns.names if c not in names]
     if missing:
-        hint = closest(missing[0], names)
-        raise ValueError(f"{path!r} lacks column(s) {missing}{hint}; its columns are "
-                         f"{list(names)}.")
+        hint = column_hints.pass_flags_hint(columns.named_columns(), names)
+        raise ValueError(f"{path!r} lacks column(s) {missing}; its columns are "
+                         f"{list(names)}{hint}.")
 
 
 def read_labels(path: str, series_column: str, label_column: str = "label"

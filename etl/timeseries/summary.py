@@ -25,13 +25,16 @@ def describe_preprocessing(columns: Columns, windowing: Windowing, cleaning: Cle
         "windowing": dataclasses.asdict(windowing),
         "value_columns": list(columns.values),
         "timestamp_column": columns.timestamp,
+        "timestamp_format": columns.timestamp_format,
         "series_id_column": columns.series_id,
         "layout": "window: float32 [window_size, num_features], row-major (time "
                   "first); target: float32 [horizon, num_features] or label id",
         "cleaning": dataclasses.asdict(cleaning),
         "split_by": time_split.mode,
-        "split_fractions": time_split.fractions.as_dict(),
-        "split_times": list(time_split.cutoffs) if time_split.cutoffs else None,
+        # Only the rule in effect: --split_times' cut-offs as given, or the fractions.
+        "split_fractions": None if time_split.cutoffs else time_split.fractions.as_dict(),
+        "split_times": (list(time_split.cutoff_texts or time_split.cutoffs)
+                        if time_split.cutoffs else None),
         "normalize": "per_series" if per_series else "global",
         "normalizer": "z-score per value column: exact mean and population std of "
                       "every clean train row, once; std 0 -> 1",

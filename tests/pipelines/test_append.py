@@ -150,6 +150,50 @@ def test_a_label_the_vocabulary_lacks_is_a_dead_letter_with_the_rebuild_hint(gro
     assert grown["v2"]["label_vocab"] == grown["v1"]["label_vocab"]
 
 
+def test_appended_images_take_the_datasets_class_ids(grown):
+    v1, v2 = grown["v1"], grown["v2"]
+    assert v1["label_vocab"] == sorted(v1["label_counts"]["train"])  # numbered by name
+    vocab = v1["label_vocab"]
+    stored = all_records(grown["out"], v2)
+    assert any("-v2-" in path for path in files_under(grown["out"]))
+    assert {key: int(row["label"]) for key, (_, row) in stored.items()} == {
+        key: vocab.index(name) if name in vocab else -1
+        for key, name in ((key, row["label_name"].decode())
+                          for key, (_, row) in stored.items())}
+
+
+def _append_job(folders, out: str, *flags: str):
+    from pipelines import images
+
+    return images.ImageJob.from_options(images.ImagesOptions([
+        f"--input={folders[1]}", f"--output_dir={out}", "--append",
+        f"--image_size={TEST_IMAGE_SIZE}", *FLAGS, *flags]))
+
+
+def test_append_refuses_another_class_order(grown, folders):
+    with pytest.raises(ValueError, match=r"--append keeps the dataset's class ids, numbered "
+                                         r"by name .* --class_order=frequency would "
+                                         r"renumber them"):
+        _append_job(folders, grown["out"], "--class_order=frequency")
+
+
+def test_append_to_a_dataset_from_before_class_order_keeps_frequency_order(
+        grown, folders, tmp_path):
+    old = str(tmp_path / "old")
+    shutil.copytree(grown["out"], old)
+    manifest_path = os.path.join(old, contract.MANIFEST_FILENAME)
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    del manifest["preprocessing"]["labels"]["class_order"]
+    with open(manifest_path, "w") as f:
+        f.write(contract.dumps_manifest(manifest))
+    job = _append_job(folders, old)
+    assert job.columns.class_order == "frequency"
+    assert job.version.number == 3
+    with pytest.raises(ValueError, match="numbered by frequency"):
+        _append_job(folders, old, "--class_order=name")
+
+
 def test_an_append_with_nothing_new_changes_nothing_and_says_so(grown):
     assert _tree_digests(grown["out"]) == grown["v2_files"]
     assert grown["again_stdout"].strip().startswith("Nothing to append:"), grown[

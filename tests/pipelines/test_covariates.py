@@ -309,11 +309,11 @@ def _check_per_series_scaling(frame: pd.DataFrame, records: dict, skip: tuple[st
 
 
 @pytest.mark.parametrize("flag, message", [
-    ("--known_columns=prices", "'prices'] (closest: 'price')"),
+    ("--known_columns=prices", ": pass --known_columns=price (the closest column"),
     ("--calendar_features=weekday", "--calendar_features: unknown ['weekday']"),
     ("--past_columns=sales", "'sales' is in both --target_columns and --past_columns"),
     ("--known_columns=date", "--known_columns names 'date', the series id or timestamp"),
-    ("--static_categorical_columns=itemid", "'itemid'] (closest: 'item_id')"),
+    ("--static_categorical_columns=itemid", ": pass --static_categorical_columns=item_id"),
     ("--known_categorical_columns=sales",
      "'sales' is in both --target_columns and --known_categorical_columns"),
 ])

@@ -109,17 +109,47 @@ def _train_rows(out: str, manifest: dict, rows: list[dict]) -> list[dict]:
 
 # --- What is stored --------------------------------------------------------------------
 
-def test_vocabulary_is_fit_on_train_sets_by_documented_order(labelled):
+def _by_frequency(counts: dict[str, int]) -> list[str]:
+    """Decreasing train frequency, ties in reverse byte order."""
+    return sorted(counts, key=lambda t: (-counts[t], [-b for b in t.encode()]))
+
+
+def test_vocabulary_is_fit_on_train_sets_in_sorted_name_order(labelled):
     out, manifest, rows = labelled
     counts: dict[str, int] = {}
     for row in _train_rows(out, manifest, rows):
         for tag in set(row["tags"]):
             counts[tag] = counts.get(tag, 0) + 1
-    # Decreasing train frequency, ties in reverse byte order.
-    expected = sorted(counts, key=lambda t: (-counts[t], [-b for b in t.encode()]))
+    assert sorted(counts) != _by_frequency(counts)  # the test tells the orders apart
     assert manifest["task"] == "multi_label"
-    assert manifest["label_vocab"] == expected
+    assert manifest["label_vocab"] == sorted(counts)
+    assert manifest["preprocessing"]["labels"]["class_order"] == "name"
     assert manifest["label_counts"]["train"] == dict(sorted(counts.items()))
+
+
+def _garden_tags(i: int) -> list[str]:
+    return (["sky"] + ["pagoda"] * (i % 2 == 0) + ["leaves"] * (i % 3 == 0)
+            + ["Petals"] * (i % 5 == 0))
+
+
+def test_class_order_frequency_numbers_label_sets_by_train_frequency(digit_rows, tmp_path):
+    root, rows = digit_rows
+    garden = [{"path": row["path"], "tags": _garden_tags(i), "split": "train"}
+              for i, row in enumerate(rows[:30])]
+    manifest_path = _write_jsonl(root, garden, [], name="garden.jsonl")
+    out = str(tmp_path / "out")
+    manifest = run_images_job(manifest_path, out, "--multi_label", "--label_column=tags",
+                              "--class_order=frequency")
+    expected = ["sky", "pagoda", "leaves", "Petals"]  # 30, 15, 10 and 6 of 30 rows
+    assert sorted(expected) == ["Petals", "leaves", "pagoda", "sky"]
+    assert manifest["label_vocab"] == expected
+    assert manifest["preprocessing"]["labels"]["class_order"] == "frequency"
+    stored = all_records(out, manifest)
+    for row in garden:
+        features = stored[row["path"]][1]
+        ids = sorted((expected.index(tag), tag) for tag in row["tags"])
+        assert list(features["label"]) == [i for i, _ in ids]
+        assert [n.decode() for n in features["label_name"]] == [tag for _, tag in ids]
 
 
 def test_stored_label_sets_are_sorted_ids_with_their_names(labelled):

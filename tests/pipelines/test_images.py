@@ -225,38 +225,75 @@ def test_images_job_overwrite_leaves_no_stale_shard(image_folder, finished_outpu
 
 # --- Labels: split folders and the vocabulary ----------------------------------------
 
-# Train counts chosen so that the documented order (decreasing train frequency, ties
-# in reverse byte order, docs/FORMAT.md) differs from every simpler rule; the test
-# split holds a label train never saw and enough "d" to come first if counted.
+# Train counts chosen so that the name order (sorted(), as Keras and torchvision,
+# docs/LABELS.md) and the frequency order (decreasing train frequency, ties in reverse
+# byte order) differ from each other and from every simpler rule (the folders are
+# listed in neither order); the test split holds a label train never saw and enough
+# "d" to come first if counted.
 TRAIN_COUNTS = {"b": 3, "a": 2, "c": 2, "Z": 2, "d": 1}
 TEST_COUNTS = {"zebra": 2, "d": 5}
 
 
 @pytest.fixture(scope="module")
-def split_folder_run(tmp_path_factory):
+def split_folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("split_folders")
     for split, counts in (("train", TRAIN_COUNTS), ("test", TEST_COUNTS)):
         for label, count in counts.items():
             for i in range(count):
                 _write(str(root / "in" / split / label / f"{i}.png"),
                        image_fixtures._encode("png", 4, 4, (i, 9, 9)))
-    out = str(root / "out")
-    return out, run_images_job(str(root / "in"), out, "--image_format=png")
+    return root
 
 
-def test_images_job_label_vocabulary_order_is_exactly_the_documented_one(split_folder_run):
+@pytest.fixture(scope="module")
+def split_folder_run(split_folder):
+    out = str(split_folder / "out")
+    return out, run_images_job(str(split_folder / "in"), out, "--image_format=png")
+
+
+@pytest.fixture(scope="module")
+def frequency_order_run(split_folder):
+    out = str(split_folder / "by_frequency")
+    return out, run_images_job(str(split_folder / "in"), out, "--image_format=png",
+                               "--class_order=frequency")
+
+
+def test_images_job_numbers_classes_by_sorted_names_by_default(split_folder_run):
     _, manifest = split_folder_run
-    by_bytes_descending = sorted(TRAIN_COUNTS, key=lambda label: label.encode(), reverse=True)
-    expected = sorted(by_bytes_descending, key=lambda label: -TRAIN_COUNTS[label])
-    assert expected == ["b", "c", "a", "Z", "d"]  # the rule, worked by hand
-    assert manifest["label_vocab"] == expected
+    assert sorted(TRAIN_COUNTS) == ["Z", "a", "b", "c", "d"]  # code points: "Z" < "a"
+    assert manifest["label_vocab"] == sorted(TRAIN_COUNTS)
+    assert manifest["preprocessing"]["labels"]["class_order"] == "name"
 
 
 def test_images_job_stores_vocabulary_positions_as_label_ids(split_folder_run):
     out, manifest = split_folder_run
     rows = read_split(out, manifest, "train")
     assert {(r["label_name"].decode(), int(r["label"])) for r in rows.values()} == {
-        ("b", 0), ("c", 1), ("a", 2), ("Z", 3), ("d", 4)}
+        ("Z", 0), ("a", 1), ("b", 2), ("c", 3), ("d", 4)}
+
+
+def test_images_job_class_order_frequency_is_the_documented_order(frequency_order_run):
+    out, manifest = frequency_order_run
+    by_bytes_descending = sorted(TRAIN_COUNTS, key=lambda label: label.encode(), reverse=True)
+    expected = sorted(by_bytes_descending, key=lambda label: -TRAIN_COUNTS[label])
+    assert expected == ["b", "c", "a", "Z", "d"]  # the rule, worked by hand
+    assert manifest["label_vocab"] == expected
+    assert manifest["preprocessing"]["labels"]["class_order"] == "frequency"
+    rows = read_split(out, manifest, "train")
+    assert {(r["label_name"].decode(), int(r["label"])) for r in rows.values()} == {
+        (name, expected.index(name)) for name in TRAIN_COUNTS}
+
+
+def test_images_job_serving_transform_maps_names_to_the_stored_ids(split_folder_run):
+    out, manifest = split_folder_run
+    stored = {(r["label_name"].decode(), int(r["label"]))
+              for split in contract.SPLITS for r in read_split(out, manifest, split).values()}
+    names = sorted({name for name, _ in stored})
+    png = image_fixtures._encode("png", 4, 4, (0, 9, 9))
+    served = tft.TFTransformOutput(out).transform_raw_features({
+        "image": tf.constant([png] * len(names)), "key": tf.constant(names),
+        "label": tf.constant(names)})
+    assert set(zip(names, served["label"].numpy().tolist(), strict=True)) == stored
 
 
 def test_images_job_gives_labels_unseen_in_train_id_minus_one(split_folder_run):

@@ -400,6 +400,10 @@ def test_timeseries_job_split_times_cut_every_series_at_the_same_instants(tmp_pa
         "train": 16 + 6, "validation": 6 + 6, "test": 14 + 6}
     first_test = min(_starts(out, manifest, "test"))
     assert first_test == "2024-01-02T06:00:00"
+    # The manifest records the rule in effect: the cut-offs as typed, no fractions.
+    assert manifest["preprocessing"]["split_times"] == ["2024-01-01T20:00:00",
+                                                        "2024-01-02T06:00:00"]
+    assert manifest["preprocessing"]["split_fractions"] is None
 
 
 @pytest.mark.parametrize(("flags", "cleaning"), [

@@ -195,3 +195,12 @@ def test_label_vocabulary_rejects_a_set_naming_an_unlisted_class():
                             fractions, allowed)
     assert (rejected.reason, rejected.message) == (
         "unknown_label", "Label 'emu', 'owl' is not in --label_vocabulary.")
+
+
+def test_a_jsonl_row_without_the_label_field_says_which_flag_to_pass():
+    with pytest.raises(RowError) as error:
+        LabelColumns().parse({"path": "a.png", "class": "cat"}, from_csv=False)
+    assert error.value.reason == "missing_label"
+    assert str(error.value) == ("Row has no 'label' field; its fields are ['path', "
+                                "'class']: pass --label_column=class (the closest column "
+                                "no other flag names).")

@@ -471,6 +471,15 @@ def test_read_csv_header_missing_column_names_found_columns(tmp_path):
     assert "its header is ['file', 'label']" in message
 
 
+def test_read_csv_header_missing_label_column_says_which_flag_to_pass(tmp_path):
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("path,class,split\na.png,cat,train\n")
+    with pytest.raises(ValueError) as info:
+        sources.read_csv_header(str(manifest))
+    assert ("lacks column(s) ['label']; its header is ['path', 'class', 'split']: pass "
+            "--label_column=class (the closest column no other flag names)") in str(info.value)
+
+
 def test_read_csv_header_empty_file_lacks_both_columns(tmp_path):
     manifest = tmp_path / "m.csv"
     manifest.write_text("")

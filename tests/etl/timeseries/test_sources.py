@@ -97,6 +97,46 @@ def test_parse_timestamp_integer_too_large_for_float_is_value_error():
         sources.parse_timestamp(10**400)
 
 
+@pytest.mark.parametrize(("text", "fmt", "expected_time"), [
+    ("01/02/2024", "%m/%d/%Y", DAY),
+    (" 02.01.2024 ", "%d.%m.%Y", DAY),
+    ("01/02/2024 03:04:05", "%m/%d/%Y %H:%M:%S", MOMENT),       # naive = UTC
+    ("01/02/2024 05:04:05 +0200", "%m/%d/%Y %H:%M:%S %z", MOMENT),
+])
+def test_parse_timestamp_with_format_reads_the_text_as_written(text, fmt, expected_time):
+    assert sources.parse_timestamp(text, fmt) == (expected_time, text.strip(), "datetime")
+
+
+def test_parse_timestamp_with_format_reads_a_json_number_as_its_text():
+    assert sources.parse_timestamp(20240102, "%Y%m%d") == (DAY, "20240102", "datetime")
+
+
+def test_parse_timestamp_with_format_keeps_date_objects():
+    assert sources.parse_timestamp(dt.date(2024, 1, 2), "%m/%d/%Y") == (
+        DAY, "2024-01-02", "datetime")
+
+
+@pytest.mark.parametrize("value", ["2024-01-02", "13/02/2024", "", 1.5])
+def test_parse_timestamp_with_format_rejects_other_texts_naming_the_flag(value):
+    with pytest.raises(ValueError, match=r"does not match --timestamp_format=%m/%d/%Y"):
+        sources.parse_timestamp(value, "%m/%d/%Y")
+
+
+def test_parse_row_uses_the_columns_timestamp_format():
+    columns = Columns(series_id="id", timestamp="ts", values=("a", "b"),
+                      timestamp_format="%m/%d/%Y")
+    assert sources.parse_row({"id": "s1", "ts": "01/02/2024", "a": "1.5", "b": "2"},
+                             columns, SOURCE) == Row(
+        series_id="s1", time=DAY, time_text="01/02/2024", time_kind="datetime",
+        values=(1.5, 2.0), source=SOURCE)
+    rejected = sources.parse_row({"id": "s1", "ts": "2024-01-02", "a": "1", "b": "2"},
+                                 columns, SOURCE)
+    assert isinstance(rejected, Rejection)
+    assert (rejected.key, rejected.reason, rejected.message) == (
+        "s1@2024-01-02", "unparsable_timestamp",
+        "Column 'ts': does not match --timestamp_format=%m/%d/%Y: '2024-01-02'")
+
+
 # --- parse_value ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("value", [
@@ -282,6 +322,24 @@ def test_check_columns_names_the_missing_columns():
     assert "'/in/x.csv'" in message
     assert "['ts', 'b']" in message
     assert "['id', 'a', 'other']" in message
+
+
+def test_check_columns_says_which_flags_to_pass_for_the_default_columns():
+    columns = Columns(series_id="series_id", timestamp="timestamp", values=("value",))
+    with pytest.raises(ValueError) as info:
+        sources.check_columns(("series", "date", "value"), columns, "/in/x.csv")
+    assert str(info.value) == (
+        "'/in/x.csv' lacks column(s) ['series_id', 'timestamp']; its columns are "
+        "['series', 'date', 'value']: pass --series_id_column=series "
+        "--timestamp_column=date (the closest columns no other flag names).")
+
+
+def test_check_columns_names_the_flag_the_user_typed_for_a_value_column():
+    columns = Columns("id", "ts", ("sales", "prices"),
+                      value_flags=(("--value_columns", ("sales",)),
+                                   ("--known_columns", ("prices",))))
+    with pytest.raises(ValueError, match=r"pass --known_columns=price \("):
+        sources.check_columns(("id", "ts", "sales", "price"), columns, "/in/x.csv")
 
 
 # --- read_labels ----------------------------------------------------------------------
