@@ -113,6 +113,22 @@ def add_shared_flags(parser: Any, job: str | None = None) -> None:
             timeseries="A .csv (with header), .jsonl or .parquet file, or a glob of them, "
                        "of long-format rows. Required."))
     columns = _group(parser, COLUMNS)
+    # One declaration for both jobs: Beam builds one parser of every options class
+    # loaded in a process, and argparse refuses a flag declared twice.
+    columns.add_argument(
+        "--class_order", choices=contract.CLASS_ORDERS,
+        help=_for_job(
+            job,
+            images="How class ids are numbered from the train split's class names: "
+                   "name, their sorted() order, as Keras image_dataset_from_directory "
+                   "and torchvision ImageFolder number classes; frequency, decreasing "
+                   "train frequency (ties in reverse byte order), tf.Transform's own "
+                   "order. --append keeps the dataset's order (docs/LABELS.md). "
+                   "Default: name.",
+            timeseries="With --series_labels, how class ids are numbered: name, the "
+                       "labels' sorted() order (as Keras and torchvision number "
+                       "classes); frequency, decreasing number of train windows (ties in "
+                       "reverse byte order). Default: name."))
     columns.add_argument(
         "--label_column", default="label",
         help=_for_job(
@@ -291,13 +307,6 @@ def _add_image_label_flags(group: Any) -> None:
         "--label_vocabulary",
         help="Optional text file, one label per line: images with any other label are "
              "rejected (unknown_label). Default: none, every label is kept.")
-    group.add_argument(
-        "--class_order", choices=contract.CLASS_ORDERS,
-        help="How class ids are numbered from the train split's class names: name, "
-             "their sorted() order, as Keras image_dataset_from_directory and "
-             "torchvision ImageFolder number classes; frequency, decreasing train "
-             "frequency (ties in reverse byte order), tf.Transform's own order. --append "
-             "keeps the dataset's order (docs/LABELS.md). Default: name.")
     group.add_argument(
         "--multi_label", action="store_true",
         help="Manifest input: the label column holds a set of class names per image "

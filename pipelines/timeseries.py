@@ -277,7 +277,8 @@ class TimeSeriesJob:
             preprocessing=ts_preprocessing.SeriesPreprocessing(
                 window_size=options.window_size, horizon=horizon,
                 num_features=len(roles.reals), classification=classification,
-                per_series=options.normalize == "per_series", roles=roles),
+                per_series=options.normalize == "per_series", roles=roles,
+                class_order=options.class_order or contract.CLASS_ORDER_NAME),
             output=output,
         )
 
@@ -287,6 +288,8 @@ class TimeSeriesJob:
             **summary.describe_preprocessing(self.columns, self.windowing, self.cleaning,
                                              self.time_split, self.preprocessing.per_series),
             **self.preprocessing.describe_roles(),
+            "class_order": (self.preprocessing.class_order
+                            if self.preprocessing.classification else None),
             **self.output.describe(),
         }
 

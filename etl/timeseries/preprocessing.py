@@ -41,8 +41,13 @@ class SeriesPreprocessing:
     classification: bool
     per_series: bool = False
     roles: ColumnRoles | None = None
+    # How series labels are numbered (--class_order): sorted names or train windows.
+    class_order: str = contract.CLASS_ORDER_NAME
 
     def __post_init__(self) -> None:
+        if self.class_order not in contract.CLASS_ORDERS:
+            raise ValueError(f"--class_order must be one of {', '.join(contract.CLASS_ORDERS)}"
+                             f", got {self.class_order!r}.")
         if self.classification and self.horizon:
             raise ValueError("With --labels the target is the series label: use "
                              "--horizon=0.")
@@ -225,10 +230,9 @@ def preprocessing_fn(inputs: dict[str, tf.Tensor], *, config: SeriesPreprocessin
     outputs[contract.WINDOW_KEY] = zscore.normalise(window, mean, std)
     if config.classification:
         labels = inputs[contract.LABEL_NAME_KEY]
-        # Series labels are numbered by train windows, most first (--class_order is
-        # the image job's).
+        # By sorted names, or by train windows, most first (--class_order).
         outputs[contract.LABEL_KEY] = class_vocabulary.apply_class_vocabulary(
-            labels, order=class_vocabulary.FREQUENCY,
+            labels, order=config.class_order,
             weights=tf.cast(inputs[TRAIN_WINDOWS_KEY], tf.float32),
             # A label whose series have train rows but no train window gets no id.
             frequency_threshold=1)

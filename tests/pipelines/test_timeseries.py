@@ -282,7 +282,9 @@ def test_timeseries_job_labelled_series_split_by_series(tmp_path):
     manifest = run_job(path, out, f"--labels={labels_path}", "--window_size=10",
                        "--shift=5")
     assert manifest["task"] == "classification"
-    assert sorted(manifest["label_vocab"]) == ["down", "up"]
+    # Ids by sorted name (--class_order's default), though "up" has twice the windows.
+    assert manifest["label_vocab"] == sorted({"up", "down"}) == ["down", "up"]
+    assert manifest["preprocessing"]["class_order"] == "name"
     seen: dict[str, set[str]] = {}
     for split in contract.SPLITS:
         for record in read_records(out, manifest, split):
@@ -293,6 +295,19 @@ def test_timeseries_job_labelled_series_split_by_series(tmp_path):
             assert name == record["label_name"].decode() == ("down" if int(sid[1:]) % 3 == 0
                                                              else "up")
     assert all(len(s) == 1 for s in seen.values()) and len(seen) == 30
+
+
+@pytest.mark.parametrize("flags, order", [((), "name"),
+                                          (("--class_order=frequency",), "frequency")])
+def test_timeseries_class_order_reaches_the_preprocessing(tmp_path, flags, order):
+    path = write_jsonl(tmp_path / "rows.jsonl", series_rows("a", [1.0] * 12))
+    labels = write_jsonl(tmp_path / "labels.jsonl", [{"series_id": "a", "label": "x"}])
+    options = timeseries.TimeSeriesOptions(
+        [f"--input={path}", f"--output_dir={tmp_path / 'out'}", f"--labels={labels}",
+         "--window_size=4", *flags])
+    job = timeseries.TimeSeriesJob.from_options(options)
+    assert job.preprocessing.class_order == order
+    assert job.describe()["class_order"] == order
 
 
 def test_timeseries_job_rejects_bad_rows_and_reconciles(tmp_path):
