@@ -13,14 +13,14 @@ from setuptools import find_packages, setup
 # google-crc32c for the TFRecord checksums, and fsspec for URIs (gs:// also needs
 # gcsfs: the "gcs" extra). docs/READER.md's TF-free install command installs exactly
 # these. The jobs need no gcsfs: they read and write gs:// with Beam's GCS client
-# (apache-beam[gcp]), their report included (etl/core/describe.py).
+# (apache-beam[gcp]), their report included (etl/core/stats/step.py).
 RECORDS_REQUIRES = ["numpy>=1.26", "pillow>=10", "protobuf>=5.28", "google-crc32c>=1.5",
                     "fsspec>=2024.2"]
 
 GCS_REQUIRES = ["gcsfs>=2026.10,<2027"]
 
-# What the statistics files and the report are made of (reader.stats_files,
-# reader.drift, reader.report): TFDV's protos, without TFDV (which pins older
+# What the statistics files and the report are made of (reader.stats.files,
+# reader.stats.drift, reader.report): TFDV's protos, without TFDV (which pins older
 # TensorFlow and tf.Transform releases). tf.Transform installs the same version.
 REPORT_REQUIRES = ["tensorflow-metadata>=1.21,<1.22"]
 
@@ -39,10 +39,10 @@ INSTALL_REQUIRES = [
     "simplejpeg>=1.8,<2",
     # XXH3-128 of each decoded image's pixels, for the duplicate report: SHA-256 runs
     # at 1.2 GB/s here, 0.87 ms per web photo's megabyte of pixels, a fifth of what the
-    # job spends on the photo; XXH3 takes 0.06 ms (etl/images/image_hashes.py).
+    # job spends on the photo; XXH3 takes 0.06 ms (etl/images/duplicates/signatures.py).
     "xxhash>=3.4,<5",
     # ISA-L's deflate for GZIP shards, the same format at 4-7x zlib's speed
-    # (etl/core/shard_files.py). Its bytes are its own, so the minor version is pinned
+    # (etl/core/shards/files.py). Its bytes are its own, so the minor version is pinned
     # and recorded in each manifest.
     "isal>=1.9,<1.10",
     *RECORDS_REQUIRES,
@@ -64,9 +64,9 @@ EXTRAS_REQUIRE = {
     # (tests/reader/test_other_readers.py); gcsfs is the fsspec filesystem with which
     # reader.records reads gs:// (tests/pipelines/test_object_store.py). imagehash is
     # the independent reference the perceptual hash is pinned to
-    # (tests/etl/images/test_image_hashes.py). playwright drives Debian's headless
+    # (tests/etl/images/duplicates/test_signatures.py). playwright drives Debian's headless
     # Chromium (which scripts/setup_env.sh installs with apt) to open the dataset
-    # report offline (tests/reader/test_report_browser.py); it is pinned because its
+    # report offline (tests/reader/report/test_browser.py); it is pinned because its
     # protocol must match that Chromium's (1.65 expects Chromium 159, close to
     # Debian's 156), and it never downloads a browser: the test passes
     # executable_path=/usr/bin/chromium, and nothing runs `playwright install`.

@@ -28,8 +28,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from etl.core import dead_letters, storage
-from reader import contract, example_proto, records
+from etl.core.io import storage
+from etl.core.publishing import dead_letters
+from reader import records
+from reader.format import contract, example_proto
 
 StrPath = str | os.PathLike
 # The image formats the writer encodes, with their file extensions.
@@ -287,7 +289,7 @@ def read_records(output_dir: StrPath, split: str, *, manifest: Mapping[str, Any]
     Python values (``int``, ``float``, ``str`` or nested lists of them, shaped by the
     manifest's feature spec; ``image`` stays its stored bytes), or with ``as_numpy``
     what ``tf.io.parse_single_example`` gives (NumPy scalars and arrays, ``bytes``).
-    Shards read by ``tf.data.TFRecordDataset``, parsed by ``reader.example_proto``.
+    Shards read by ``tf.data.TFRecordDataset``, parsed by ``reader.format.example_proto``.
 
     Raises:
         ValueError: an unknown split.
@@ -384,7 +386,7 @@ def run_images_job(input_path: StrPath, output_dir: StrPath, *flags: str,
 
     Raises:
         ValueError: invalid flags or input, before anything runs.
-        etl.core.accounting.WithheldError: too many rejections, no train example or
+        etl.core.publishing.accounting.WithheldError: too many rejections, no train example or
             counts that do not reconcile: the job published no manifest.
     """
     from pipelines import images

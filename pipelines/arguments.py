@@ -21,10 +21,10 @@ import argparse
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from etl.images.duplicate_groups import DEFAULT_NEAR_DISTANCE
+from etl.images.duplicates.groups import DEFAULT_NEAR_DISTANCE
 from etl.timeseries.calendar import FEATURES as CALENDAR_FEATURES
 from etl.timeseries.roles import TARGET_TRANSFORMS
-from reader import contract
+from reader.format import contract
 
 IMAGES = "images"
 TIMESERIES = "timeseries"
@@ -44,10 +44,10 @@ GROUPS = (INPUT, COLUMNS, SPLITS, PREPROCESSING, OUTPUT, STATISTICS)
 # Defaults the library defines too (tests/pipelines/test_arguments.py checks they
 # agree); restated here because the modules defining them import Beam or TensorFlow.
 MIB = 1024 * 1024
-DEFAULT_SPLIT_FRACTIONS = "0.8,0.1,0.1"  # etl.core.splits.SplitFractions()
+DEFAULT_SPLIT_FRACTIONS = "0.8,0.1,0.1"  # etl.core.shards.splits.SplitFractions()
 DEFAULT_VALUE_COLUMN = "value"  # the time-series job's --value_columns
-DEFAULT_TARGET_SHARD_BYTES = 128 * MIB  # etl.core.sharding
-DEFAULT_MAX_ERROR_FRACTION = 0.1  # etl.core.accounting
+DEFAULT_TARGET_SHARD_BYTES = 128 * MIB  # etl.core.shards.placement
+DEFAULT_MAX_ERROR_FRACTION = 0.1  # etl.core.publishing.accounting
 DEFAULT_MAX_FILE_BYTES = 64 * MIB  # etl.images.loading
 DEFAULT_MAX_IMAGE_PIXELS = 64 * MIB  # etl.images.loading
 DEFAULT_DECODE_BUDGET_BYTES = 1024 * MIB  # etl.images.loading

@@ -14,21 +14,16 @@ from typing import Any, TypeVar
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
-from etl.core import (
-    accounting,
-    dead_letters,
-    resume,
-    run_lock,
-    sharding,
-    splits,
-    storage,
-    versions,
-)
-from etl.core.output_dir import check_output_path, prepare_output_dir
-from etl.core.shard_files import DEFAULT_GZIP_LEVEL, ShardFormat, check_gzip_level
+from etl.core.io import storage
+from etl.core.publishing import accounting, dead_letters
+from etl.core.run import resume, run_lock, versions
+from etl.core.run.output_dir import check_output_path, prepare_output_dir
+from etl.core.shards import placement as sharding
+from etl.core.shards import splits
+from etl.core.shards.files import DEFAULT_GZIP_LEVEL, ShardFormat, check_gzip_level
 from pipelines import arguments, failures, held_reports, runner_defaults, summary
-from reader import contract
-from reader.contract import MANIFEST_FILENAME
+from reader.format import contract
+from reader.format.contract import MANIFEST_FILENAME
 
 _MIB = 1024 * 1024
 _View = TypeVar("_View", bound=PipelineOptions)

@@ -39,22 +39,26 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 from apache_beam.utils import shared
 
-from etl.core import analysis, dead_letters, splits, storage, versions
-from etl.core.analysis import AnalyzeAndWriteTransformFn
-from etl.core.dead_letters import REJECTED, Rejection
-from etl.core.inputs import InputsEntry, count_one
-from etl.core.publish import ManifestSpec, PublishDataset
+from etl.core.io import storage
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import REJECTED, Rejection
+from etl.core.publishing.inputs import InputsEntry, count_one
+from etl.core.publishing.tail import ManifestSpec, PublishDataset
+from etl.core.run import versions
+from etl.core.shards import splits
+from etl.core.transform import analysis
+from etl.core.transform.analysis import AnalyzeAndWriteTransformFn
 from etl.images import accounting, loading
 from etl.images import labels as image_labels
 from etl.images import preprocessing as image_preprocessing
-from etl.images.describe import DescribeImages
-from etl.images.duplicates import REPORT_DUPLICATES, DuplicateSettings, FindDuplicates
+from etl.images.duplicates.search import REPORT_DUPLICATES, DuplicateSettings, FindDuplicates
 from etl.images.label_entries import DescribeTargetsAndCarried
 from etl.images.shard_plan import PlanImageShards
 from etl.images.shards import TransformAndWriteImageShard, default_gzip_level
 from etl.images.sources import ImageRecord, ReadImageRecords, assign_split, check_input
+from etl.images.stats import DescribeImages
 from pipelines import arguments, common
-from reader import contract
+from reader.format import contract
 
 # The module every SDK harness of this job imports as it starts (Beam's --beam_plugins).
 WORKER_START = "pipelines.worker_start"
@@ -354,7 +358,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     vocabulary (fit on the train split's labels alone) and the shard plan all work
     on ``ImageRecord``s; each shard's images are read, transformed by the exported
     ``transform_fn`` and written inside one step (``etl/images/shards.py``), in the
-    publishing tail both jobs end with (``etl/core/publish.py``).
+    publishing tail both jobs end with (``etl/core/publishing/tail.py``).
 
     Raises:
         AssertionError: if the preprocessing's analyzers would read image bytes.

@@ -31,7 +31,7 @@ from apache_beam.runners.portability.spark_runner import (
 )
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from etl.core import storage
+from etl.core.io import storage
 from pipelines import flags
 
 # Beam's DirectRunner first tries to download and start the Prism runner, which stalls

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etl.core import cores
-from reader import contract
+from reader.format import contract
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +27,8 @@ def run_counts(result: Any) -> RunCounts | None:
     """The counters of a finished pipeline (None where the runner reports none)."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from etl.core import dead_letters, resume, versions
+    from etl.core.publishing import dead_letters
+    from etl.core.run import resume, versions
 
     try:
         counters = result.metrics().query(

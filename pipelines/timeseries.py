@@ -40,11 +40,15 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, describe, singletons, splits, versions
-from etl.core.analysis import AnalyzeAndWriteTransformFn
-from etl.core.dead_letters import Rejection
-from etl.core.inputs import InputsEntry, count_one
-from etl.core.publish import ManifestSpec, PublishDataset
+from etl.core import singletons
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
+from etl.core.publishing.inputs import InputsEntry, count_one
+from etl.core.publishing.tail import ManifestSpec, PublishDataset
+from etl.core.run import versions
+from etl.core.shards import splits
+from etl.core.stats import step as describe
+from etl.core.transform.analysis import AnalyzeAndWriteTransformFn
 from etl.timeseries import (
     accounting,
     buckets,
@@ -68,8 +72,8 @@ from etl.timeseries.runs import PlanRunShards
 from etl.timeseries.shards import TransformAndWriteWindowShard
 from etl.timeseries.sources import Columns, parse_timestamp, read_labels
 from pipelines import arguments, common
-from reader import contract
-from reader.contract import CLASSIFICATION, FORECAST
+from reader.format import contract
+from reader.format.contract import CLASSIFICATION, FORECAST
 
 _LABEL_FILE_SUFFIXES = (".csv", ".jsonl", ".json")
 
@@ -324,7 +328,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
     boundary: chunk references, window runs, counts, one analysis instance per
     series. Each shard's windows are cut, normalised by the exported
     ``transform_fn`` and written inside one step, in the publishing tail both jobs
-    end with (``etl/core/publish.py``).
+    end with (``etl/core/publishing/tail.py``).
     """
     output_dir, plan = job.output.output_dir, job.input_plan
     read = pipeline | "ReadSeriesChunks" >> ReadSeriesChunks(

@@ -10,7 +10,7 @@ Example::
     model.fit(train, epochs=5)
 
 The names below load on first use: ``import reader`` itself imports nothing heavy,
-so the ETL can import ``reader.contract`` without the tf.data pipeline, and
+so the ETL can import ``reader.format.contract`` without the tf.data pipeline, and
 ``FitCheckpoint`` (a tf.keras callback) does not decide which Keras ``tf.keras``
 means in a process that never asks for it. Importing ``reader`` before ``tensorflow``
 hides TensorFlow's C++ warnings (``reader.quiet``) unless ``TF_CPP_MIN_LOG_LEVEL`` is set.
@@ -27,27 +27,27 @@ from reader.quiet import quiet_tensorflow_logs
 quiet_tensorflow_logs()
 
 if TYPE_CHECKING:
-    from reader.augment import Augmentation
-    from reader.dataset_info import DatasetError, DatasetInfo, open_dataset
-    from reader.helpers import label_vocabulary, steps_per_epoch, transform_output
-    from reader.pipeline import make_dataset
-    from reader.read_config import ReadConfig
     from reader.records import ShardedRecords
-    from reader.resume import FitCheckpoint
+    from reader.tfdata.augment import Augmentation
+    from reader.tfdata.dataset_info import DatasetError, DatasetInfo, open_dataset
+    from reader.tfdata.helpers import label_vocabulary, steps_per_epoch, transform_output
+    from reader.tfdata.pipeline import make_dataset
+    from reader.tfdata.read_config import ReadConfig
+    from reader.tfdata.resume import FitCheckpoint
 
 # Public name → the module that defines it.
 _EXPORTS = {
-    "Augmentation": "reader.augment",
-    "DatasetError": "reader.dataset_info",
-    "DatasetInfo": "reader.dataset_info",
-    "FitCheckpoint": "reader.resume",
-    "ReadConfig": "reader.read_config",
+    "Augmentation": "reader.tfdata.augment",
+    "DatasetError": "reader.tfdata.dataset_info",
+    "DatasetInfo": "reader.tfdata.dataset_info",
+    "FitCheckpoint": "reader.tfdata.resume",
+    "ReadConfig": "reader.tfdata.read_config",
     "ShardedRecords": "reader.records",
-    "label_vocabulary": "reader.helpers",
-    "make_dataset": "reader.pipeline",
-    "open_dataset": "reader.dataset_info",
-    "steps_per_epoch": "reader.helpers",
-    "transform_output": "reader.helpers",
+    "label_vocabulary": "reader.tfdata.helpers",
+    "make_dataset": "reader.tfdata.pipeline",
+    "open_dataset": "reader.tfdata.dataset_info",
+    "steps_per_epoch": "reader.tfdata.helpers",
+    "transform_output": "reader.tfdata.helpers",
 }
 
 __all__ = [

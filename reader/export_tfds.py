@@ -48,9 +48,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from reader import contract
-from reader.contract import DatasetError
-from reader.dataset_info import DatasetInfo, open_dataset
+from reader.format import contract
+from reader.format.contract import DatasetError
+from reader.tfdata.dataset_info import DatasetInfo, open_dataset
 
 # What TFDS's DatasetInfo.write_to_directory writes: these two, and the names of each
 # ClassLabel feature in "<feature>.labels.txt".

@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from reader import augment as augment_lib
-from reader import contract
-from reader.contract import FORECAST, IMAGES
-from reader.dataset_info import DatasetInfo, open_dataset
-from reader.pipeline import make_dataset
+from reader.format import contract
+from reader.format.contract import FORECAST, IMAGES
+from reader.tfdata import augment as augment_lib
+from reader.tfdata.dataset_info import DatasetInfo, open_dataset
+from reader.tfdata.pipeline import make_dataset
 
 # Shown tiles are at least / at most this many pixels wide: small images are enlarged
 # by an integer factor (each pixel a square block), large ones shrunk by area.

@@ -16,7 +16,7 @@ split is record ``i`` counting through the shards in manifest order.
 
 Each read is one ranged read of the record's bytes (``os.pread`` on a local file,
 ``fsspec`` for a URI such as ``gs://``), both TFRecord CRCs checked, the Example
-parsed by ``protobuf`` (:mod:`reader.example_proto`) and the image decoded by Pillow
+parsed by ``protobuf`` (:mod:`reader.format.example_proto`) and the image decoded by Pillow
 (libjpeg-turbo's accurate integer IDCT, the pixels ``make_dataset`` decodes). Nothing
 here imports TensorFlow (docs/READER.md: "From PyTorch", "From JAX / Grain").
 """
@@ -37,8 +37,8 @@ from typing import Any, BinaryIO, Protocol
 import numpy as np
 from PIL import Image
 
-from reader import contract, example_proto, record_index
-from reader.contract import IMAGES, MULTI_LABEL, DatasetError
+from reader.format import contract, example_proto, record_index
+from reader.format.contract import IMAGES, MULTI_LABEL, DatasetError
 
 # Stored features that hold text (decoded to ``str``); ``image`` stays bytes until
 # decoded.
@@ -329,7 +329,7 @@ class ShardedRecords:
 
 def _multi_hot(ids: np.ndarray, num_classes: int) -> np.ndarray:
     """Class ids → ``float32 [num_classes]``; ids ``-1`` (not in train) are ignored,
-    as ``reader.labels.multi_hot`` does."""
+    as ``reader.tfdata.labels.multi_hot`` does."""
     hot = np.zeros(num_classes, np.float32)
     hot[ids[ids >= 0]] = 1.0
     return hot

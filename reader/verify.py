@@ -17,8 +17,8 @@ import sys
 
 import tensorflow as tf
 
-from reader import contract, record_index
-from reader.dataset_info import open_dataset
+from reader.format import contract, record_index
+from reader.tfdata.dataset_info import open_dataset
 
 # tf.data's messages for a damaged TFRecord stream (TensorFlow 2.21).
 _CORRUPTED = re.compile(r"corrupted record at (\d+)")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from reader.report_html import SECTION_IDS
+from reader.report.html import SECTION_IDS
 
 # The sections of an image dataset with classes, without --compare.
 IMAGE_SECTIONS = tuple(s for s in SECTION_IDS if s != "compare")

@@ -10,7 +10,7 @@ requests are counted (:meth:`GcsServer.requests`).
 ``hermetic_environment`` is what a job process needs to talk to the server and
 nothing else: ``STORAGE_EMULATOR_HOST``, no metadata-server probe (``NO_GCE_CHECK``),
 an empty gcloud configuration (``CLOUDSDK_CONFIG``) and no credentials file. With
-the emulator set, ``etl.core.storage`` connects anonymously at once.
+the emulator set, ``etl.core.io.storage`` connects anonymously at once.
 
 Usage::
 

@@ -30,7 +30,7 @@ def start_job(job: str, *args: str, env: dict[str, str] | None = None,
 def wait_until_stopped(process: subprocess.Popen, timeout_s: float = 300) -> None:
     """Waits until the job ``process`` (started with ``start_new_session=True``), or
     a worker process it started, has stopped itself at a pause point (SIGSTOP,
-    ``etl/core/fault_injection.py``)."""
+    ``etl/core/run/fault_injection.py``)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -57,7 +57,7 @@ def kill_job(process: subprocess.Popen) -> None:
 def start_job_to_pause(job: str, *args: str, point: str) -> subprocess.Popen:
     """Starts the job's command, silent, in a session of its own, to freeze at
     ``point`` (``ETL_PAUSE_AT``: ``<point>`` or ``<point>:<n>``)."""
-    from etl.core import fault_injection
+    from etl.core.run import fault_injection
 
     return start_job(job, *args, env={fault_injection.PAUSE_ENV: point},
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from reader import contract
+from reader.format import contract
 
 # Small images keep the DirectRunner tests fast; the code path is the same at 224.
 TEST_IMAGE_SIZE = 16

@@ -68,7 +68,7 @@ def test_imported_modules_sees_every_import_form(tmp_path):
     source.write_text("import etl.images.codec\nfrom etl.core import hashing\n"
                       "def f():\n    from pipelines import common\n")
     assert imported_modules(source) == {
-        "etl.images.codec", "etl.core", "etl.core.hashing", "pipelines", "pipelines.common"}
+        "etl.images.codec", "etl.core", "etl.core.shards.hashing", "pipelines", "pipelines.common"}
 
 
 def test_body_lines_skips_the_docstring():
@@ -127,8 +127,8 @@ def test_etl_function_bodies_stay_short():
 # --- one seam to storage ------------------------------------------------------------------
 
 # The storage seam: the only modules of etl/ and pipelines/ that touch files.
-STORAGE_MODULES = ("etl/core/storage.py", "etl/core/gcs.py", "etl/core/local_tree.py",
-                   "etl/core/conditional_writes.py")
+STORAGE_MODULES = ("etl/core/io/storage.py", "etl/core/io/gcs.py", "etl/core/io/local_tree.py",
+                   "etl/core/io/conditional_writes.py")
 # Calls and imports that read, write, list or delete files.
 FILE_CALLS = frozenset({
     "open", "os.walk", "os.listdir", "os.scandir", "os.remove", "os.unlink", "os.rename",
@@ -140,8 +140,8 @@ FILE_MODULES = ("shutil", "glob", "pathlib", "apache_beam.io.filesystems",
                 "google.cloud.storage")
 # Reads that are not job data, with why.
 NOT_JOB_DATA = {
-    ("etl/core/fingerprint.py", "open"): "hashes this package's own source files",
-    ("etl/core/fingerprint.py", "os.walk"): "lists this package's own source files",
+    ("etl/core/run/fingerprint.py", "open"): "hashes this package's own source files",
+    ("etl/core/run/fingerprint.py", "os.walk"): "lists this package's own source files",
     ("pipelines/quiet_start.py", "open"): "opens /dev/null to silence a library",
 }
 

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from etl.core import dead_letters, storage, timed_calls
-from etl.core.dead_letters import Rejection
+from etl.core.io import storage, timed_calls
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
 from etl.images import codec, exif, loading
 from etl.images.preprocessing import ImagePreprocessing
 from etl.images.sources import ImageRecord

@@ -4,7 +4,7 @@ TensorFlow ops.
 They run inside ``preprocessing_fn`` (in the exported ``transform_fn``), so serving
 applies byte-for-byte the preprocessing that produced the stored examples, and in
 the shard plan's size sample. The reader decodes stored images with
-``reader.contract.decode_stored_image``.
+``reader.format.contract.decode_stored_image``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from etl.images import exif
 from etl.images.quality import QUALITY_THUMBNAIL_SIZE, sharpness_side
-from reader.contract import IMAGE_FORMATS, JPEG, PNG, RAW
+from reader.format.contract import IMAGE_FORMATS, JPEG, PNG, RAW
 
 # Leading bytes of the containers tf.io.decode_image understands.
 _MAGIC: tuple[tuple[bytes, str], ...] = (

@@ -8,7 +8,7 @@ the one whose gray levels the perceptual hash reads (``codec.thumbnails``,
 and targets. They leave the shard step as one ``ShardFacts`` per shard, JSON fields
 in record order, beside the duplicate signatures when those are taken too; the
 statistics, the quality flags and the report are made of them
-(``etl.images.describe``), so no image is read or decoded a second time.
+(``etl.images.stats``), so no image is read or decoded a second time.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from etl.core.feature_stats import FLOAT, INT, STRING, FeatureSpec, SplitStatistics
-from etl.images import codec, image_hashes, quality
+from etl.core.stats.features import FLOAT, INT, STRING, FeatureSpec, SplitStatistics
+from etl.images import codec, quality
 from etl.images import labels as image_labels
 from etl.images.batches import DecodedPixels, Finished, Loaded
-from etl.images.image_hashes import ImageHashes
+from etl.images.duplicates import signatures as image_hashes
+from etl.images.duplicates.signatures import ImageHashes
 from etl.images.labels import LabelColumns
 from etl.images.loading import ImageHeader
 from etl.images.quality import ImageQuality

@@ -14,10 +14,10 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import exact_stats, zscore
+from etl.core.transform import exact_stats, zscore
 from etl.images.labels import LabelColumns
 from etl.images.preprocessing import TRAIN_TARGET_MOMENTS_KEY
-from reader.contract import CARRIED_COLUMNS_ENTRY, NO_NORMALIZATION, TARGETS_ENTRY, ZSCORE
+from reader.format.contract import CARRIED_COLUMNS_ENTRY, NO_NORMALIZATION, TARGETS_ENTRY, ZSCORE
 
 
 def _moments(instance: Mapping[str, Any]) -> exact_stats.Moments:

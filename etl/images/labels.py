@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from etl.core import column_hints, dead_letters
-from reader import contract
+from etl.core import column_hints
+from etl.core.publishing import dead_letters
+from reader.format import contract
 
 # --label_column's value for "no class label".
 NO_LABEL = "none"
@@ -59,7 +60,7 @@ class LabelColumns:
     target_columns: tuple[str, ...] = ()
     normalize_targets: bool = True  # z-score by the train split's mean and std.
     carry_columns: tuple[str, ...] = ()
-    # How class ids are numbered (contract.CLASS_ORDERS; etl/core/class_vocabulary.py).
+    # How class ids are numbered (contract.CLASS_ORDERS; etl/core/transform/class_vocabulary.py).
     class_order: str = contract.CLASS_ORDER_NAME
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from etl.core import dead_letters
+from etl.core.publishing import dead_letters
 from etl.images import codec
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from etl.core import class_vocabulary, exact_stats, zscore
+from etl.core.transform import class_vocabulary, exact_stats, zscore
 from etl.images import codec
 from etl.images.labels import ONE_CLASS, LabelColumns
 from etl.images.sources import ImageRecord
-from reader import contract
-from reader.contract import (
+from reader.format import contract
+from reader.format.contract import (
     RAW_IMAGE_KEY,
     RAW_LABEL_KEY,
     RAW_SOURCE_KEY,
@@ -29,7 +29,7 @@ from reader.contract import (
 )
 
 # Raw feature only the analysis reads: a train image's targets as exact moments
-# (``etl/core/exact_stats.py``), merged into the train mean and standard deviation.
+# (``etl/core/transform/exact_stats.py``), merged into the train mean and standard deviation.
 TRAIN_TARGET_MOMENTS_KEY = "train_target_moments"
 
 

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from reader import contract
+from reader.format import contract
 
 # The side of the perceptual hash's thumbnail (imagehash's recipe), which the measures share.
 QUALITY_THUMBNAIL_SIZE = 32

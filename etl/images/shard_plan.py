@@ -27,13 +27,15 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import cores, hashing, storage
-from etl.core.examples import serialize_example
-from etl.core.shard_plan import PlanShards
+from etl.core import cores
+from etl.core.io import storage
+from etl.core.shards import hashing
+from etl.core.shards.plan import PlanShards
+from etl.core.transform.examples import serialize_example
 from etl.images import codec, labels, loading
 from etl.images.preprocessing import ImagePreprocessing
 from etl.images.sources import ImageRecord
-from reader import contract
+from reader.format import contract
 
 SAMPLE_SIZE = 32
 SAMPLE_SALT = "sample"

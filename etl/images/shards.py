@@ -13,13 +13,13 @@ in its batch's buffer; every other image by ``transform_fn``'s own decode
 ``transform_fn`` (``codec.finish``, the same ops, one graph call per batch), and
 the exported ``transform_fn`` maps only their labels and keys. The stored bytes
 equal ``transform_fn(raw bytes)``, which tests check on a corpus of JPEG layouts.
-The duplicate signatures (``etl.images.image_hashes``) are taken from the same
+The duplicate signatures (``etl.images.duplicates.signatures``) are taken from the same
 decoded and finished pixels.
 
 Inside a shard, three things overlap: a thread pool reads and checks the next files
 (``etl.images.batches``), up to ``transform_threads`` (one per core) batches are
 decoded and run through the graphs (libjpeg-turbo and TensorFlow release the GIL),
-and the shard step's frame (``etl.core.shard_step``) writes the finished blocks in
+and the shard step's frame (``etl.core.shards.step``) writes the finished blocks in
 order. A batch that fails (one undecodable image fails the whole graph call) is
 retried image by image, so only the bad images become dead letters.
 """
@@ -37,11 +37,15 @@ from typing import Any
 import numpy as np
 from apache_beam.utils import shared
 
-from etl.core import cores, dead_letters, shard_files, sharding, storage
-from etl.core.dead_letters import Rejection
-from etl.core.examples import serialize_example
-from etl.core.shard_files import ShardFormat
-from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
+from etl.core import cores
+from etl.core.io import storage
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
+from etl.core.shards import files as shard_files
+from etl.core.shards import placement as sharding
+from etl.core.shards.files import ShardFormat
+from etl.core.shards.step import ShardBlock, ShardStep, load_transform_fn
+from etl.core.transform.examples import serialize_example
 from etl.images import codec, loading, progress
 from etl.images import facts as image_facts
 from etl.images import labels as image_labels
@@ -56,7 +60,7 @@ from etl.images.batches import (
 from etl.images.labels import ONE_CLASS, LabelColumns
 from etl.images.preprocessing import ImagePreprocessing, serving_feature_spec
 from etl.images.sources import ImageRecord
-from reader import contract
+from reader.format import contract
 
 # Bounds of one batch given to the transform graph: rows, and bytes of files and JPEG
 # pixels (``Loaded.buffer_bytes``); what batches weigh is bounded in process_shard.
@@ -122,7 +126,7 @@ class ImageTransform:
     its decode, for ``preprocessing``, the configuration ``transform_fn`` was built
     with), and the ``transform_fn`` loaded from ``transform_fn_dir`` without its image
     input maps the labels and keys. With ``hash_images``, each image's duplicate
-    signatures are taken from those same pixels (``etl.images.image_hashes``); with
+    signatures are taken from those same pixels (``etl.images.duplicates.signatures``); with
     ``describe``, its facts and quality measures (``etl.images.facts``).
     Thread-safe, so one instance per process serves every thread (see
     :class:`TransformAndWriteImageShard`).
@@ -298,7 +302,7 @@ class TransformAndWriteImageShard(ShardStep):
     ``ShardResult`` (with label counts), tagged ``Rejection``s and, with
     ``hash_images`` or ``describe``, each written image's facts
     (``etl.images.facts``: its signatures, its quality measures): the
-    image job's writer for ``etl.core.publish.PublishDataset``.
+    image job's writer for ``etl.core.publishing.tail.PublishDataset``.
 
     ``preprocessing`` must be the configuration ``transform_fn`` was built with: the
     JPEGs the step decodes itself are finished with the same ops (:class:`FinishImages`).

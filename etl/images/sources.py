@@ -19,8 +19,11 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import column_hints, dead_letters, local_tree, splits, storage, text_rows
-from etl.core.dead_letters import Rejection
+from etl.core import column_hints
+from etl.core.io import local_tree, storage, text_rows
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
+from etl.core.shards import splits
 from etl.images import labels
 from etl.images.labels import Label, LabelColumns
 

@@ -6,7 +6,7 @@
 2. ``read``: input ``ranges`` → columns (``parsing``, ``parsed_rows``, ``time_texts``)
    → ``chunks`` per bucket of series, spilled.
 3. ``buckets``: a bucket's chunks → each ``series`` cleaned, split and cut into window
-   ``runs``; exact train moments (``etl.core.exact_stats``) for the analysis; with
+   ``runs``; exact train moments (``etl.core.transform.exact_stats``) for the analysis; with
    column ``roles``, the ``covariates`` checks (statics, log1p, missing known values).
 4. ``preprocessing``: the tf.Transform ``preprocessing_fn`` (z-score, labels, the
    covariate blocks and ``calendar`` features) and the manifest's ``normalisation``

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from etl.core import accounting, dead_letters
-from etl.core.accounting import ReconciliationError
-from reader import contract
+from etl.core.publishing import accounting, dead_letters
+from etl.core.publishing.accounting import ReconciliationError
+from reader.format import contract
 
 
 def check_timeseries(manifest: Mapping[str, Any], max_error_fraction: float) -> None:

@@ -27,7 +27,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from etl.timeseries.roles import ColumnRoles
-from reader import contract
+from reader.format import contract
 
 VOCABULARY_FORMAT = "tfrecord_gzip"
 OOV_BUCKETS = 1

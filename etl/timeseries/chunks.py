@@ -23,7 +23,8 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from etl.core import hashing, storage
+from etl.core.io import storage
+from etl.core.shards import hashing
 from etl.timeseries.parsed_rows import ParsedRows
 from etl.timeseries.time_texts import TimeTexts, detect_style
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from etl.core import dead_letters
-from etl.core.dead_letters import Rejection
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
 from etl.timeseries.roles import ColumnRoles
 from etl.timeseries.series import Segment, SeriesRows, Windowing
 from etl.timeseries.time_texts import NUMERIC_BIT

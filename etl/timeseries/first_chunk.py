@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from etl.core import column_hints, dead_letters, storage, text_rows
-from etl.core.dead_letters import Rejection
+from etl.core import column_hints
+from etl.core.io import storage, text_rows
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
 from etl.timeseries.parsed_rows import RowsBuilder, add_table
 from etl.timeseries.parsing import csv_block_rows, jsonl_block_rows
 from etl.timeseries.ranges import POSITION_FILE_STRIDE

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl.core.dead_letters import Rejection
+from etl.core.publishing.dead_letters import Rejection
 from etl.timeseries.sources import (
     DATETIME,
     FLOAT32_OVERFLOW,

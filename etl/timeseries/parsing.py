@@ -4,7 +4,7 @@ pyarrow's CSV, JSON and Parquet readers turn a whole block into Arrow columns wh
 that stands for parsing each line alone (simple CSV fields; JSON objects whose column
 types read back as ``json.loads`` gives them); ``parsed_rows.add_table`` validates
 those columns. Every other line (non-ASCII CSV, quotes inside a field, JSON Lines
-that are not plain, lines that fail) is parsed alone by ``etl.core.text_rows`` and
+that are not plain, lines that fail) is parsed alone by ``etl.core.io.text_rows`` and
 ``parse_row``. pyarrow reads a block of 1 MiB at a time and refuses a line that
 spans a whole one, so a range holding a longer line is read in blocks sized to it.
 """
@@ -18,8 +18,9 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from etl.core import dead_letters, storage, text_rows
-from etl.core.dead_letters import Rejection
+from etl.core.io import storage, text_rows
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
 from etl.timeseries.parsed_rows import ParsedRows, RowsBuilder, add_table
 from etl.timeseries.ranges import (
     DEFAULT_MAX_LINE_BYTES,

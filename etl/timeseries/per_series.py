@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from etl.core import exact_stats
+from etl.core.transform import exact_stats
 
 
 def _moments_by_key(batch: list[np.ndarray]

@@ -1,11 +1,11 @@
 """tf.Transform preprocessing for time-series windows: z-score normalisation, labels.
 
 The analysis never sees a window. The series step sums every train row of a series
-once, exactly (``etl/core/exact_stats.py``), and hands tf.Transform one small instance
+once, exactly (``etl/core/transform/exact_stats.py``), and hands tf.Transform one small instance
 per series with train rows: those moments (``TRAIN_MOMENTS_KEY``, serialized), the
 series id and, with labels, the label and its number of train windows
 (``TRAIN_WINDOWS_KEY``, the vocabulary's weight). The analyzers merge them into the
-train mean and standard deviation, globally (``etl/core/zscore.py``) or per series.
+train mean and standard deviation, globally (``etl/core/transform/zscore.py``) or per series.
 The same graph then normalises every split's windows and targets in the shard step,
 and, at serving time, raw windows (the analysis-only features are not needed there).
 ``DescribeNormalisation`` merges the same instances' moments beside the analysis into
@@ -22,11 +22,11 @@ import apache_beam as beam
 import numpy as np
 import tensorflow as tf
 
-from etl.core import class_vocabulary, exact_stats, zscore
+from etl.core.transform import class_vocabulary, exact_stats, zscore
 from etl.timeseries import calendar, categories, per_series
 from etl.timeseries.roles import ColumnRoles
 from etl.timeseries.window_examples import WindowSchema
-from reader import contract
+from reader.format import contract
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,8 @@ from typing import IO
 
 import numpy as np
 
-from etl.core import dead_letters, storage
+from etl.core.io import storage
+from etl.core.publishing import dead_letters
 from etl.timeseries.sources import Columns, check_columns
 
 # Bytes of CSV / JSON Lines one read task parses (its lines: those starting inside).

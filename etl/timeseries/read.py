@@ -18,8 +18,10 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.transforms import window
 
-from etl.core import cores, dead_letters, singletons, storage, text_rows
-from etl.core.dead_letters import Rejection
+from etl.core import cores, singletons
+from etl.core.io import storage, text_rows
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
 from etl.timeseries.chunks import ChunkRef, num_buckets, spill_chunks, to_chunks
 from etl.timeseries.parsing import parse_range_rows
 from etl.timeseries.ranges import (

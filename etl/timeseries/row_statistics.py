@@ -2,8 +2,8 @@
 
 The series step hands every series it keeps (one with at least one window) to the
 bucket's :class:`BucketStatistics`, which fills two ``SplitStatistics``
-(``etl.core.feature_stats``) per split, emitted once per bucket and merged per split
-by ``etl.core.describe.WriteStatistics``:
+(``etl.core.stats.features``) per split, emitted once per bucket and merged per split
+by ``etl.core.stats.step.WriteStatistics``:
 
 * ``ROWS``, one example per row of the split's pieces (the rows the split keeps:
   cleaned, so duplicates merged, missing values filled or their rows dropped, rows
@@ -43,11 +43,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from etl.core.describe import ROWS, SERIES
-from etl.core.feature_stats import FLOAT, INT, STRING, FeatureSpec, SplitStatistics
+from etl.core.stats.features import FLOAT, INT, STRING, FeatureSpec, SplitStatistics
+from etl.core.stats.step import ROWS, SERIES
 from etl.timeseries.roles import ColumnRoles
 from etl.timeseries.series import Segment, SeriesRows
-from reader import contract
+from reader.format import contract
 
 LABEL = "label"
 LENGTH, PIECES, GAPS, MISSING = "length", "pieces", "gaps", "missing"

@@ -26,8 +26,8 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
-from etl.core import storage
-from etl.core.shard_plan import PlanShards
+from etl.core.io import storage
+from etl.core.shards.plan import PlanShards
 from etl.timeseries.series import Windowing
 
 # Serialized bytes of one run, about: bounds the shard step's memory per run and the

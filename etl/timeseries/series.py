@@ -28,11 +28,12 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from etl.core import dead_letters, splits
-from etl.core.dead_letters import Rejection
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
+from etl.core.shards import splits
 from etl.timeseries.sources import DATETIME, Row
 from etl.timeseries.time_texts import DATETIME_BIT, NUMERIC_BIT, TimeTexts
-from reader import contract
+from reader.format import contract
 
 DUPLICATE_POLICIES = ("mean", "reject")
 MISSING_POLICIES = ("drop", "ffill", "interpolate", "reject")

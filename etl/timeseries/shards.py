@@ -16,14 +16,15 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 from apache_beam.utils import shared
 
-from etl.core import dead_letters, sharding
-from etl.core.dead_letters import Rejection
-from etl.core.shard_files import ShardFormat
-from etl.core.shard_step import ShardBlock, ShardStep, load_transform_fn
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
+from etl.core.shards import placement as sharding
+from etl.core.shards.files import ShardFormat
+from etl.core.shards.step import ShardBlock, ShardStep, load_transform_fn
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries.runs import WindowRun, read_run
 from etl.timeseries.series import Windowing, window_rows
-from reader import contract
+from reader.format import contract
 
 
 class SeriesTransform:

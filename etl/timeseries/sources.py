@@ -19,9 +19,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from etl.core import column_hints, dead_letters, storage
-from etl.core.dead_letters import Rejection
-from etl.core.text_rows import BOM, csv_fields, parse_csv_line, parse_jsonl_line
+from etl.core import column_hints
+from etl.core.io import storage
+from etl.core.io.text_rows import BOM, csv_fields, parse_csv_line, parse_jsonl_line
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
 
 REJECTED = dead_letters.REJECTED
 NUMERIC = "numeric"

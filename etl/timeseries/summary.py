@@ -15,7 +15,7 @@ import apache_beam as beam
 from etl.core import singletons
 from etl.timeseries.series import Cleaning, TimeSplit, Windowing
 from etl.timeseries.sources import Columns
-from reader import contract
+from reader.format import contract
 
 
 def describe_preprocessing(columns: Columns, windowing: Windowing, cleaning: Cleaning,

@@ -1,6 +1,6 @@
 """Serialized ``tf.train.Example``s of time-series windows, a block at a time.
 
-Byte for byte what ``etl.core.examples.serialize_example`` writes for the same instance
+Byte for byte what ``etl.core.transform.examples.serialize_example`` writes for the same instance
 (tested so). A block of windows becomes one Arrow record batch, built from the numpy
 arrays without a Python object per value, which tfx_bsl's C++ encoder
 (``RecordBatchToExamplesEncoder``, as in tf.Transform) turns into examples; each is
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from etl.core.examples import serialize_example
-from reader import contract
+from etl.core.transform.examples import serialize_example
+from reader.format import contract
 
 
 def _list_of_binary(values: Sequence[str]) -> pa.Array:

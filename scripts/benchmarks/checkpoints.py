@@ -30,7 +30,7 @@ import harness
 import tensorflow as tf
 
 import reader
-from reader import pipeline, resume
+from reader.tfdata import pipeline, resume
 
 BENCHMARK = harness.Benchmark(
     name="checkpoints",

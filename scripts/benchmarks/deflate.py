@@ -4,7 +4,7 @@ For each dataset given, every GZIP shard of its train split is inflated to its
 TFRecord frames, and those bytes are deflated, in memory and on one thread, by
 zlib at levels 1 and 6 (what the jobs used before ISA-L, and Python's gzip still
 writes at 7-9) and by ISA-L at its levels 1, 2 and 3 (``isal``; the jobs' levels 1-3
-and 4-6, ``etl.core.shard_files.deflate_level``): the compressed size over the
+and 4-6, ``etl.core.shards.files.deflate_level``): the compressed size over the
 records' and MB of records per second of CPU, the best of --rounds.
 
 Usage (datasets written by the jobs beforehand, e.g. the series_job benchmark's and

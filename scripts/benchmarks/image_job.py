@@ -125,11 +125,11 @@ import tensorflow as tf
 from PIL import Image, ImageOps
 from sample_photos import KINDS, describe, ensure_tree
 
-from etl.core.examples import serialize_example
+from etl.core.transform.examples import serialize_example
 from etl.images import codec
 from etl.images.shards import default_gzip_level
 from pipelines.worker_start import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each
-from reader import contract
+from reader.format import contract
 
 BENCHMARK = harness.Benchmark(
     name="image_job",

@@ -18,7 +18,7 @@ meanwhile (it shares the machine's cores with the job here; on GCS that work is
 Google's). Every command passes --overwrite, so from the second round on a run also
 deletes the previous run's output. It checks that each ``*_gcs`` output,
 downloaded, holds shards byte-identical to its ``*_disk`` twin. Last, it reads every
-photo once more through ``etl.core.storage.read_bytes`` alone, from disk and from the
+photo once more through ``etl.core.io.storage.read_bytes`` alone, from disk and from the
 server, on 4 threads as the shard step does: the CPU each read costs the job's
 process and the server, apart from everything else the job does.
 
@@ -83,7 +83,7 @@ def read_costs(server: GcsServer, photos: str) -> dict[str, Any]:
     import concurrent.futures
     import resource
 
-    from etl.core import storage
+    from etl.core.io import storage
 
     def own_cpu() -> float:
         usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -106,7 +106,7 @@ IMAGE_PHASES = [
 
 # py-spy counts threads waiting in C (a queue's get) as working: a sample whose
 # innermost frame is Python's waiting machinery (threads, queues, selectors) or the
-# loop of a thread that only waits for calls (``etl.core.timed_calls``) is idle.
+# loop of a thread that only waits for calls (``etl.core.io.timed_calls``) is idle.
 _WAITING = re.compile(r"\((threading|queue|selectors|concurrent/futures/thread)\.py:\d+\)$|"
                       r"^_Helper\.run \(etl/core/timed_calls\.py:\d+\)$")
 

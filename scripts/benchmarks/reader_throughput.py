@@ -49,7 +49,7 @@ import tensorflow as tf
 from sample_photos import describe, ensure_photos
 
 import reader
-from reader import contract
+from reader.format import contract
 
 BENCHMARK = harness.Benchmark(
     name="reader_throughput",

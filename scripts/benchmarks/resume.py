@@ -49,8 +49,8 @@ from typing import Any
 import harness
 from sample_photos import describe, ensure_tree
 
-from etl.core import fault_injection
-from reader import contract
+from etl.core.run import fault_injection
+from reader.format import contract
 
 BENCHMARK = harness.Benchmark(
     name="resume",
@@ -62,7 +62,7 @@ BENCHMARK = harness.Benchmark(
 
 RESUMED_LINE = re.compile(r"resumed: (\d+) shard\(s\) kept from the interrupted run, "
                           r"(\d+) transformed \((\d+) inputs\)")
-PROGRESS_SHARDS = os.path.join("progress", "shards")  # etl/core/resume.py's layout.
+PROGRESS_SHARDS = os.path.join("progress", "shards")  # etl/core/run/resume.py's layout.
 
 
 def run_job(tree: str, out: str, flags: Sequence[str], env: dict[str, str],

@@ -65,7 +65,7 @@ from collections.abc import Callable
 import harness
 import numpy as np
 
-from reader import contract
+from reader.format import contract
 
 BENCHMARK = harness.Benchmark(
     name="series_job",

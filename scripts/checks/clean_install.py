@@ -59,7 +59,7 @@ IMAGE_FLAGS = ("--image_size=16", "--num_shards=2", "--max_error_fraction=0.5")
 SERIES_FLAGS = ("--window_size=6", "--shift=2", "--horizon=3")
 TWO_PROCESSES = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
 # What a job must not print: gcsfs (not installed by the wheel) or google-auth looking
-# for credentials means a read or write left the storage seam (etl/core/storage.py).
+# for credentials means a read or write left the storage seam (etl/core/io/storage.py).
 FORBIDDEN_OUTPUT = ("WARNING:gcsfs", "default credentials were not found")
 
 SYS_PATH = ("import json, sys; print(json.dumps({'path': sys.path, "
@@ -188,7 +188,7 @@ def _compare(name: str, ours: str, reference: str, local_input: str,
     """Exits unless both outputs hold the same files and ``output_digests`` agree; a
     dead letter names its input file (``"source"``), so the reference's are compared
     with its local input path read as the gs:// one."""
-    from reader import contract
+    from reader.format import contract
     from tests.job_runs import files_under, output_digests
 
     digests = [output_digests(folder) for folder in (ours, reference)]

@@ -15,9 +15,9 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from etl.core import dead_letters
-from etl.core.dead_letters import Rejection
-from etl.core.text_rows import parse_csv_line, parse_jsonl_line
+from etl.core.io.text_rows import parse_csv_line, parse_jsonl_line
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
 from etl.images import codec
 from etl.images.loading import InputLimits, validate_image_bytes
 from etl.images.shards import Loaded, transform_batch

@@ -25,9 +25,9 @@ import pytest
 from PIL import Image
 
 from etl import testing
-from etl.core.dead_letters import Rejection
+from etl.core.publishing.dead_letters import Rejection
 from etl.images import labels, sources
-from reader import contract
+from reader.format import contract
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PILLOW_FORMATS = {"jpeg": "JPEG", "png": "PNG", "gif": "GIF", "bmp": "BMP", "webp": "WEBP"}

@@ -17,8 +17,9 @@ import shutil
 import pytest
 
 import reader
-from etl.core import dead_letters, fault_injection, versions
-from reader import contract
+from etl.core.publishing import dead_letters
+from etl.core.run import fault_injection, versions
+from reader.format import contract
 from tests import image_fixtures
 from tests.job_commands import run_until_killed
 from tests.job_runs import (

@@ -137,7 +137,9 @@ def test_run_with_help_prints_the_jobs_help_and_exits_0(capsys):
 
 
 def test_flag_defaults_match_the_library():
-    from etl.core import accounting, sharding, splits
+    from etl.core.publishing import accounting
+    from etl.core.shards import placement as sharding
+    from etl.core.shards import splits
     from etl.images import labels, loading
     from etl.timeseries import ranges, series
 

@@ -23,8 +23,8 @@ import pytest
 import xxhash
 from PIL import Image, PngImagePlugin
 
-from etl.images.duplicate_groups import DEFAULT_NEAR_DISTANCE
-from reader import contract
+from etl.images.duplicates.groups import DEFAULT_NEAR_DISTANCE
+from reader.format import contract
 from tests.job_runs import output_digests, read_split, run_images_job
 
 IMAGE_SIZE = 64

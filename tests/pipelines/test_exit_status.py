@@ -42,7 +42,7 @@ import numpy as np
 import pytest
 
 from pipelines import runner_defaults
-from reader import contract
+from reader.format import contract
 from tests import image_fixtures
 from tests.job_commands import start_job
 from tests.job_runs import REPORT_DUPLICATES, TEST_IMAGE_SIZE, output_digests, run_images_job

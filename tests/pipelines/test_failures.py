@@ -17,10 +17,10 @@ import threading
 
 import pytest
 
-from etl.core import fault_injection, resume
+from etl.core.run import fault_injection, resume
 from pipelines import common, failures, held_reports
 from pipelines.failures import Outcome, Publication, RunFailure
-from reader import contract
+from reader.format import contract
 from tests import image_fixtures
 from tests.job_commands import start_job
 from tests.job_runs import REPORT_DUPLICATES, TEST_IMAGE_SIZE, run_images_job_printing
@@ -416,7 +416,7 @@ def test_main_keeps_option_errors_in_one_line(monkeypatch, root_logging):
 
 def test_images_job_on_a_full_disk_ends_in_one_line_and_the_rerun_reuses_its_shards(tmp_path):
     # The disk fills after some shards are written (ETL_FAIL_WRITES_AFTER_BYTES,
-    # etl/core/fault_injection.py): one line names the cause and the shard file.
+    # etl/core/run/fault_injection.py): one line names the cause and the shard file.
     root, out = str(tmp_path / "in"), tmp_path / "out"
     image_fixtures.write_image_folder(root, copies=1)
     job = start_job("images", f"--input={root}", f"--output_dir={out}",

@@ -41,7 +41,7 @@ from PIL import Image
 
 from etl import testing
 from pipelines import common, images, timeseries
-from reader import contract
+from reader.format import contract
 from tests import special_files
 from tests.job_runs import restored_console
 

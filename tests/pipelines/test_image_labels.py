@@ -21,7 +21,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from reader import contract, make_dataset
+from reader import make_dataset
+from reader.format import contract
 from tests.job_runs import (
     TEST_IMAGE_SIZE,
     all_records,

@@ -20,8 +20,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from etl.core import accounting, splits
-from reader import contract
+from etl.core.publishing import accounting
+from etl.core.shards import splits
+from reader.format import contract
 from tests import image_fixtures
 from tests.job_commands import start_job
 from tests.job_runs import (
@@ -613,7 +614,7 @@ def test_images_job_lenient_decoding_stores_damaged_pixels(damage_runs, tmp_path
 
 def _keys_in_shard(prefix: str, shard: int, num_shards: int, count: int,
                    suffix: str = ".jpg") -> list[str]:
-    from etl.core import sharding
+    from etl.core.shards import placement as sharding
 
     keys = (f"{prefix}{i}{suffix}" for i in range(10_000))
     return [k for k in keys if sharding.shard_of(k, num_shards) == shard][:count]
@@ -670,7 +671,7 @@ def test_images_job_dropped_shards_lose_nothing(all_rejected_shards_run):
 # --- Analysis ------------------------------------------------------------------------
 
 def test_images_analysis_reads_only_the_label_column():
-    from etl.core.analysis import analyze_input_columns
+    from etl.core.transform.analysis import analyze_input_columns
     from etl.images import preprocessing as image_preprocessing
 
     assert analyze_input_columns(image_preprocessing.preprocessing_fn,
@@ -691,7 +692,7 @@ def _image_reading(preprocessing_fn):
 
 
 def test_analyze_input_columns_finds_an_analyzer_reading_the_image():
-    from etl.core.analysis import analyze_input_columns
+    from etl.core.transform.analysis import analyze_input_columns
     from etl.images import preprocessing as image_preprocessing
 
     image_reading_fn = _image_reading(image_preprocessing.preprocessing_fn)

@@ -21,8 +21,13 @@ import sys
 import numpy as np
 import pytest
 
-from etl.core import dead_letters, describe, fault_injection, storage
-from reader import contract, report, report_html
+from etl.core.io import storage
+from etl.core.publishing import dead_letters
+from etl.core.run import fault_injection
+from etl.core.stats import step as describe
+from reader.format import contract
+from reader.report import build as report
+from reader.report import html as report_html
 from tests import image_fixtures
 from tests.gcs_server import download_tree, objects, upload_tree
 from tests.job_commands import kill_when_stopped, start_job_to_pause

@@ -17,8 +17,8 @@ import socket
 
 import pytest
 
-from etl.core import fault_injection, resume, run_lock
-from reader import contract
+from etl.core.run import fault_injection, resume, run_lock
+from reader.format import contract
 from tests import image_fixtures
 from tests.job_commands import (
     kill_job,
@@ -36,7 +36,7 @@ from tests.job_runs import (
 )
 
 FLAGS = ("--num_shards=6", f"--image_size={TEST_IMAGE_SIZE}")
-# Where each run is frozen and killed (ETL_PAUSE_AT, etl/core/fault_injection.py):
+# Where each run is frozen and killed (ETL_PAUSE_AT, etl/core/run/fault_injection.py):
 # the 4th shard written but not yet recorded (~30 % of the shards finished); the
 # 9th shard's temporary file half written (~70 %); every shard renamed to its final
 # name, no manifest yet. A copy of the ~30 % run's folder is rerun with another option

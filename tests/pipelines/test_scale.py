@@ -1,6 +1,6 @@
 """What running at scale relies on (docs/RUNNING_AT_SCALE.md), checked in seconds.
 
-* The tf.Transform analysis' columnar data path (``etl/core/analysis.py``): the record
+* The tf.Transform analysis' columnar data path (``etl/core/transform/analysis.py``): the record
   batches it builds equal those tf.Transform builds itself from instance dicts, and
   batches are bounded by rows and bytes. (The jobs' byte-identity across runners and
   worker counts is tested end to end in test_images, test_timeseries, test_runners.)
@@ -21,7 +21,7 @@ from tensorflow_transform.tf_metadata import dataset_metadata
 from tfx_bsl.coders import example_coder
 from tfx_bsl.tfxio import tf_example_record
 
-from etl.core import analysis as transform
+from etl.core.transform import analysis as transform
 
 SPEC = {
     "image": tf.io.FixedLenFeature([], tf.string),

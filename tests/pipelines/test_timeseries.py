@@ -15,10 +15,13 @@ import pytest
 import tensorflow as tf
 
 import reader
-from etl.core import accounting, fault_injection, resume, sharding, splits
+from etl.core.publishing import accounting
+from etl.core.run import fault_injection, resume
+from etl.core.shards import placement as sharding
+from etl.core.shards import splits
 from etl.timeseries.series import Cleaning
 from pipelines import runner_defaults, timeseries
-from reader import contract
+from reader.format import contract
 from tests.job_commands import REPO_ROOT, run_until_killed
 from tests.job_runs import output_digests, printing
 from tests.series_fixtures import GEOMETRY, series_rows, write_jsonl
@@ -234,7 +237,7 @@ def test_per_series_lookup_in_job_and_serving_with_unseen_series_fallback(tmp_pa
 
 
 def test_per_series_analyzer_refuses_fingerprint_clashes(monkeypatch):
-    from etl.core import exact_stats
+    from etl.core.transform import exact_stats
     from etl.timeseries import per_series
 
     monkeypatch.setattr(per_series, "fingerprint",

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from pipelines import command, timeseries
-from reader import contract
+from reader.format import contract
 from tests.job_runs import run_main
 from tests.series_fixtures import run_timeseries_job as run_job
 
@@ -96,7 +96,7 @@ def test_timeseries_job_on_gcs_stops_in_one_line_at_a_line_over_max_line_mb(
     # On an object store no line is probed before the run: the read step finds it,
     # on a worker, and the job still ends in its one line: the traceback Beam logs
     # for it is held back.
-    from etl.core import storage
+    from etl.core.io import storage
 
     path = f"{gcs_bucket.url}/rows.csv"
     storage.write_text(path, "\n".join([HEADER, *GOOD[:30], "a,900," + "x" * (2 * MIB),

@@ -1,4 +1,4 @@
-"""Runs one side of a resume test in its own process (tests/reader/test_resume.py).
+"""Runs one side of a resume test in its own process (tests/reader/tfdata/test_resume.py).
 
 ``python -m tests.reader.resume_worker iterator DATA_DIR RESTORES.json`` restores each
 checkpoint listed in RESTORES.json (``[checkpoint, out.json, endless, batches]``

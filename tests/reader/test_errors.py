@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 import reader
-from reader import contract, verify
+from reader import verify
+from reader.format import contract
 from tests.reader.helpers import first_train_shard, flip_byte_in_middle
 
 

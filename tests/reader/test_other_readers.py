@@ -21,9 +21,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import reader
-from reader import contract, verify
-from reader.contract import DatasetError
+from reader import verify
 from reader.export_tfds import accurate_jpeg_decoders, export_tfds, main
+from reader.format import contract
+from reader.format.contract import DatasetError
 from reader.records import ShardedRecords
 from scripts.checks.tf_free_reader import reader_md_snippet
 from tests import image_fixtures

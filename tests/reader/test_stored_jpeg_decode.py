@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from reader import contract, decoding
+from reader.format import contract
+from reader.tfdata import decoding
 
 SIZE = 224
 QUALITY = 95  # What the image job stores by default.

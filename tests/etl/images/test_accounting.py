@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from etl.core import accounting
+from etl.core.publishing import accounting
 from etl.images.accounting import check_images
 
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 from PIL import Image
 
 from etl.images import codec
-from reader import contract
+from reader.format import contract
 from tests.image_fixtures import _encode, exif_jpeg, pillow_exif_transpose, random_pixels
 
 RGB = (200, 100, 50)

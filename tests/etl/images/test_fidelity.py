@@ -16,7 +16,7 @@ from PIL import Image, ImageOps
 from etl.images import codec, loading
 from etl.images.batches import DecodedPixels, FinishImages
 from etl.images.preprocessing import ImagePreprocessing
-from reader import contract
+from reader.format import contract
 from tests import jpeg_corpus
 
 SIZE = 224

@@ -184,7 +184,7 @@ def test_a_folder_input_refuses_label_columns(tmp_path):
 
 
 def test_label_vocabulary_rejects_a_set_naming_an_unlisted_class():
-    from etl.core import splits
+    from etl.core.shards import splits
     from etl.images.sources import ImageRecord, assign_split
 
     fractions = splits.SplitFractions.parse("0.8,0.1,0.1")

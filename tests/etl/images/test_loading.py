@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from etl.core import dead_letters, storage
+from etl.core.io import storage
+from etl.core.publishing import dead_letters
 from etl.images import codec, loading
 from tests.image_fixtures import KINDS, _encode, corrupt_mid_stream, exif_block, textured_jpeg
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etl.core.examples import serialize_example
+from etl.core.transform.examples import serialize_example
 from etl.images import codec, loading, shard_plan
 from etl.images.preprocessing import ImagePreprocessing
 from etl.images.sources import ImageRecord
-from reader import contract
+from reader.format import contract
 
 LIMITS = loading.InputLimits()
 

@@ -10,7 +10,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from etl.core import splits
+from etl.core.shards import splits
 from etl.images import sources
 from etl.images.sources import ImageRecord
 

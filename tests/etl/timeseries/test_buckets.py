@@ -16,8 +16,8 @@ import numpy as np
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from etl.core import dead_letters
-from etl.core.splits import SplitFractions
+from etl.core.publishing import dead_letters
+from etl.core.shards.splits import SplitFractions
 from etl.timeseries import read
 from etl.timeseries.buckets import STATS, ProcessSeriesBucket, SeriesSettings
 from etl.timeseries.runs import read_run

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from etl.core import dead_letters, text_rows
-from etl.core.dead_letters import Rejection
+from etl.core.io import text_rows
+from etl.core.publishing import dead_letters
+from etl.core.publishing.dead_letters import Rejection
 from etl.timeseries import parsed_rows, parsing
 from etl.timeseries.ranges import (
     count_line_breaks,

@@ -8,7 +8,7 @@ import numpy as np
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from etl.core import exact_stats
+from etl.core.transform import exact_stats
 from etl.timeseries.preprocessing import (
     DescribeNormalisation,
     SeriesPreprocessing,

@@ -19,7 +19,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from etl.core import dead_letters
+from etl.core.publishing import dead_letters
 from etl.timeseries import read
 from etl.timeseries.chunks import read_chunks
 from etl.timeseries.ranges import POSITION_FILE_STRIDE, RANGE_BYTES

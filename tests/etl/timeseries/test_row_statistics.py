@@ -22,9 +22,9 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from google.protobuf import json_format
 
-from etl.core.describe import ROWS, SERIES
-from etl.core.feature_stats import merge_in_order
-from etl.core.splits import SplitFractions
+from etl.core.shards.splits import SplitFractions
+from etl.core.stats.features import merge_in_order
+from etl.core.stats.step import ROWS, SERIES
 from etl.timeseries import read
 from etl.timeseries import series as ts_series
 from etl.timeseries.buckets import STATISTICS, ProcessSeriesBucket, SeriesSettings
@@ -33,7 +33,7 @@ from etl.timeseries.roles import ColumnRoles
 from etl.timeseries.row_statistics import BucketStatistics, StatisticsLayout
 from etl.timeseries.sources import Columns
 from etl.timeseries.time_texts import NUMERIC_BIT, TimeTexts
-from reader import contract
+from reader.format import contract
 
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 CUTOFFS = (10.0, 16.0)  # train < 10 <= validation < 16 <= test

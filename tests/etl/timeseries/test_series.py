@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from etl.core import splits
+from etl.core.shards import splits
 from etl.timeseries.series import (
     Cleaning,
     CleanSeries,

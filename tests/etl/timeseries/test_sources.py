@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from etl.core.dead_letters import Rejection
+from etl.core.publishing.dead_letters import Rejection
 from etl.timeseries import sources
 from etl.timeseries.sources import Columns, Row
 

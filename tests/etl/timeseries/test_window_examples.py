@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etl.core.examples import serialize_example
+from etl.core.transform.examples import serialize_example
 from etl.timeseries.window_examples import WindowSchema
 
 STARTS = ["2024-01-01 00:00:00", "17", "", "é" * 70, "x" * 200, "2024-01-01 00:00:01"]

@@ -1,0 +1,263 @@
+"""Shard files: how one shard's records are framed, compressed and written, and its
+record index beside it.
+
+A shard is written whole by one worker, in the order its records are given, and
+appears only once complete (``etl.core.io.storage.write``). With ``--compression=gzip``
+(the default) the file is a GZIP stream at ``gzip_level`` 0-9 of TFRecord-framed
+records (:func:`write_tfrecord`), deflated a ``DEFLATE_CHUNK_BYTES`` chunk at a time,
+at levels 1-6 by ISA-L (``isal``; :func:`deflate_level`), at 7-9 by zlib. Level 0
+keeps the GZIP container (every reader reads it unchanged) and stores the records,
+through Python's ``gzip``; it is the image job's default for encoded images, which
+deflate barely shrinks (``etl.images.shards.default_gzip_level``). With
+``--compression=none`` the records are written as they are, and the writer also
+writes the shard's record index (``contract.index_relpath``: each record's offset and
+length, known as it is written, so no second pass), which lets readers without
+TensorFlow seek to any record (``reader.records``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import gzip
+import io
+import re
+from collections.abc import Iterable
+from typing import Any, BinaryIO
+
+from apache_beam.io.tfrecordio import _TFRecordUtil
+
+from etl.core.io import storage
+from etl.core.run import fault_injection
+from reader.format import contract
+
+DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
+# Framed records are deflated a chunk at a time, the GIL released for each chunk.
+DEFLATE_CHUNK_BYTES = 1 << 20
+
+
+def deflate_level(gzip_level: int) -> int | None:
+    """ISA-L's level for zlib's ``gzip_level``: 1-3 → 1, 4-6 → 3; None for 0 (stored)
+    and 7-9, which Python's ``gzip`` (zlib) writes.
+
+    ISA-L writes the same GZIP format as zlib several times faster, which made zlib's
+    deflate the largest part of the time-series job (``python -m scripts.benchmarks
+    deflate``; docs/FORMAT.md). At the default 6 it deflates at its level 3, its
+    smallest: overlapping windows (``--shift`` well below ``--window_size``) repeat
+    most of each window, which its levels 1 and 2 find less of. Its bytes are its
+    own: the same for a given ``isal`` version (pinned in setup.py, recorded in the
+    manifest's ``versions``) and the same records, not zlib's. Levels 7-9 ask for size
+    over speed and stay zlib's, as do their bytes.
+    """
+    check_gzip_level(gzip_level)
+    if gzip_level == 0 or gzip_level >= 7:
+        return None
+    return 1 if gzip_level <= 3 else 3
+
+
+# A shard file's name as our jobs write it, in a split folder: final
+# (``<name>-<split>-00000-of-00003``), pending (``<name>-<split>-pending-00000``), a
+# record index beside either, and any of them still being written.
+_SPLIT_NAMES = "|".join(map(re.escape, contract.SPLITS))
+_SHARD_FILE = re.compile(
+    rf"[^/]+-(?:{_SPLIT_NAMES})-(?:pending-\d{{5}}|\d{{5}}-of-\d{{5}})\.tfrecord(?:\.gz)?"
+    rf"(?:{re.escape(contract.INDEX_SUFFIX)})?(?:{re.escape(storage.INCOMPLETE_SUFFIX)})?")
+
+
+def is_shard_file(name: str) -> bool:
+    """True for a file name in a split folder that a run of ours writes (what a run
+    may delete there); False for anything else, a user's file named otherwise."""
+    return _SHARD_FILE.fullmatch(name) is not None
+
+
+def check_gzip_level(level: int) -> int:
+    """``level`` if it is a zlib compression level (0-9), else ValueError."""
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
+        raise ValueError(f"--gzip_level must be an integer from 0 (store) to 9 "
+                         f"(smallest), got {level!r}.")
+    return level
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardFormat:
+    """How shard files are written: ``compression`` (``contract.COMPRESSIONS``) and,
+    for GZIP, the zlib level."""
+
+    compression: str = contract.GZIP
+    gzip_level: int = DEFAULT_GZIP_LEVEL
+
+    def __post_init__(self) -> None:
+        contract.check_compression(self.compression)
+        check_gzip_level(self.gzip_level)
+
+    @property
+    def indexed(self) -> bool:
+        """Whether each shard has a record index beside it (uncompressed shards)."""
+        return self.compression == contract.NO_COMPRESSION
+
+
+def write_tfrecord(out: BinaryIO, record: bytes) -> None:
+    """Appends ``record`` to ``out`` in TFRecord framing (length, masked CRC32C, data,
+    masked CRC32C: what ``tf.io.TFRecordWriter`` writes and tf.data reads).
+
+    Framed with Beam's private ``_TFRecordUtil`` (Beam's own TFRecord sink uses it),
+    not ``tf.io.TFRecordWriter``: that releases the GIL for every record and must
+    win it back from the shard step's other threads each time, while framing here
+    lets the file's deflate release the GIL once per chunk."""
+    _TFRecordUtil.write_record(out, record)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileFacts:
+    """A written file's size and sha256, as the manifest records them."""
+
+    num_bytes: int
+    sha256: str
+
+
+class ShardWriter:
+    """Writes one shard's records, in the order given, as a TFRecord file (GZIP or
+    uncompressed, as ``shard_format`` says), and an uncompressed shard's record index.
+
+    Use as a context manager: the file appears at ``path`` only when the block ends
+    without an error (``storage.write``); with no record written it is not kept at
+    all (``num_records`` 0, ``sha256`` None). The sha256 and size are those of the
+    file's bytes, hashed as they are written; ``index`` holds the record index's
+    (None without one).
+    """
+
+    def __init__(self, path: str, shard_format: ShardFormat) -> None:
+        self.path = path
+        self._format = shard_format
+        self.num_records = 0
+        self.num_bytes = 0
+        self.sha256: str | None = None
+        self.index: FileFacts | None = None
+        # "<offset> <length>" of each record written, for the record index.
+        self._index_lines: list[str] = []
+        self._offset = 0
+
+    def __enter__(self) -> ShardWriter:
+        self._writing = storage.write(self.path)
+        self._file = self._writing.__enter__()
+        self._gzip = None
+        if self._format.indexed:
+            sink: Any = _RawStream(self._file)
+        else:
+            # No file name and mtime 0 in the GZIP header: the bytes depend on the
+            # records and the level only.
+            self._gzip = sink = _gzip_stream(self._file, self._format.gzip_level)
+        self._records = io.BufferedWriter(sink, buffer_size=DEFLATE_CHUNK_BYTES)
+        return self
+
+    def write(self, serialized: bytes) -> None:
+        fault_injection.check_write_budget(len(serialized), self._file.path)
+        write_tfrecord(self._records, serialized)
+        if self._format.indexed:
+            length = len(serialized) + contract.RECORD_FRAMING_BYTES
+            self._index_lines.append(f"{self._offset} {length}\n")
+            self._offset += length
+        self.num_records += 1
+        if self.num_records == 1:
+            fault_injection.pause_point(fault_injection.SHARD_WRITING)
+
+    def write_all(self, records: Iterable[bytes]) -> None:
+        for serialized in records:
+            self.write(serialized)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self._records.flush()
+            self._records.detach()
+            if self._gzip is not None:
+                self._gzip.close()  # ends the GZIP stream
+        except BaseException as e:
+            self._writing.__exit__(type(e), e, e.__traceback__)
+            raise
+        if exc_type is None and self.num_records == 0:
+            exc_type, exc, tb = _NoRecord, _NoRecord(), None
+        # Completes the file, or (an error, no record) leaves none.
+        self._writing.__exit__(exc_type, exc, tb)
+        if exc_type is None:
+            self.num_bytes = self._file.size
+            self.sha256 = self._file.sha256
+            if self._format.indexed:
+                self.index = self._write_index()
+            fault_injection.pause_point(fault_injection.SHARD_WRITTEN)
+
+    def _write_index(self) -> FileFacts:
+        with storage.write(contract.index_relpath(self.path)) as index:
+            index.write("".join(self._index_lines).encode("ascii"))
+        return FileFacts(index.size, index.sha256)
+
+
+def _gzip_stream(file: Any, gzip_level: int) -> Any:
+    """A GZIP writer onto ``file``: ISA-L's deflate at its ``deflate_level``, else
+    Python's ``gzip`` (stored blocks at level 0, which ISA-L's level 0, a fast
+    deflate, would not keep)."""
+    isal_level = deflate_level(gzip_level)
+    if isal_level is None:
+        return gzip.GzipFile(filename="", mode="wb", compresslevel=gzip_level,
+                             fileobj=file, mtime=0)
+    from isal import igzip
+
+    return igzip.IGzipFile(filename="", mode="wb", compresslevel=isal_level,
+                           fileobj=file, mtime=0)
+
+
+class _RawStream(io.RawIOBase):
+    """``storage.write``'s writer as a raw stream, which ``io.BufferedWriter`` takes:
+    an uncompressed shard's small frame writes reach the file a chunk at a time."""
+
+    def __init__(self, file: Any) -> None:
+        super().__init__()
+        self._file = file
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._file.write(bytes(data))  # io.BufferedWriter passes memoryviews
+        return len(data)
+
+
+class _NoRecord(Exception):
+    """Thrown into the file's writer to leave no file for a shard without records."""
+
+
+class BlockWriter:
+    """Writes blocks of records to a ``ShardWriter`` on a background thread, in order.
+
+    A shard step prepares the next block (decode, transform, serialize) while the
+    previous one is written: ``ShardWriter`` deflates a chunk at a time with the GIL
+    released, so the two overlap on separate cores. One block is in flight at a time, and the
+    file's bytes are those of writing every block in turn on one thread. Use as a
+    context manager inside the ``ShardWriter`` block: leaving it waits for the block
+    in flight, so the file is never closed under a write.
+    """
+
+    def __init__(self, writer: ShardWriter, pool: concurrent.futures.Executor) -> None:
+        self._writer = writer
+        self._pool = pool
+        self._in_flight: concurrent.futures.Future | None = None
+
+    def write(self, records: list[bytes]) -> None:
+        """Queues ``records`` after the block in flight (raising its error, if any)."""
+        self.wait()
+        if records:
+            self._in_flight = self._pool.submit(self._writer.write_all, records)
+
+    def wait(self) -> None:
+        """Blocks until the block in flight is written; raises what writing it raised."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.result()
+
+    def __enter__(self) -> BlockWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.wait()
+        elif self._in_flight is not None:
+            concurrent.futures.wait([self._in_flight])
