@@ -9,17 +9,17 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
+from etl.core import dead_letters
 from etl.core.io import storage
-from etl.core.publishing import accounting, dead_letters
+from etl.core.publishing import accounting
 from etl.core.run import resume, run_lock, versions
 from etl.core.run.output_dir import check_output_path, prepare_output_dir
-from etl.core.shards import placement as sharding
-from etl.core.shards import splits
+from etl.core.shards import placement, splits
 from etl.core.shards.files import DEFAULT_GZIP_LEVEL, ShardFormat, check_gzip_level
 from pipelines import arguments, failures, held_reports, runner_defaults, summary
 from reader.format import contract
@@ -112,7 +112,7 @@ class OutputSettings:
             raise ValueError(f"--gzip_level={options.gzip_level} needs "
                              f"--compression=gzip; --compression=none writes no GZIP.")
         target_shard_bytes = mib_to_bytes(options.target_shard_mb)
-        sharding.plan_num_shards(1, 1, target_shard_bytes, options.num_shards)
+        placement.plan_num_shards(1, 1, target_shard_bytes, options.num_shards)
         return cls(
             output_dir=options.output_dir,
             name=options.name or default_name,
@@ -147,17 +147,34 @@ class OutputSettings:
         }
 
 
-def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
-            make_job: Callable[[Any], Any],
-            build_pipeline: Callable[[beam.Pipeline, Any], None],
+class Job(Protocol):
+    """What ``run_job`` needs of a job's validated settings (``ImageJob``,
+    ``TimeSeriesJob``)."""
+
+    @property
+    def output(self) -> OutputSettings:
+        """The output flags: where the dataset is written and how."""
+
+    @property
+    def version(self) -> versions.DatasetVersion:
+        """The dataset version the run publishes: the first, or (``--append``) the
+        next one."""
+
+
+_Options = TypeVar("_Options", bound=DatasetOptions)
+_Job = TypeVar("_Job", bound=Job)
+
+
+def run_job(argv: Sequence[str] | None, options_class: type[_Options],
+            make_job: Callable[[_Options], _Job],
+            build_pipeline: Callable[[beam.Pipeline, _Job], None],
             adjust_options: Callable[[PipelineOptions], None] | None = None
             ) -> dict[str, Any]:
     """Validates, prepares the output dir, runs, cleans up, prints the summary.
 
     ``make_job(options)`` validates everything and changes nothing (nothing is
-    written before it returns); the job it returns must have an ``output``
-    ``OutputSettings``. ``adjust_options(options)``, if given, then changes the
-    options the runner sees.
+    written before it returns). ``adjust_options(options)``, if given, then changes
+    the options the runner sees.
 
     Returns:
         The manifest the job published.
@@ -182,7 +199,7 @@ def run_job(argv: Sequence[str] | None, options_class: type[PipelineOptions],
         print("Dry run: job graph built and validated; nothing submitted or written.")
         return {}
     started, started_cpu = time.monotonic(), summary.cpu_seconds()
-    version = getattr(job, "version", versions.FIRST_VERSION)
+    version = job.version
     check_output_path(job.output.output_dir)
     # The lock first: nothing in the folder is read for a decision, or changed,
     # while another run may be changing it.

@@ -39,11 +39,12 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 from apache_beam.utils import shared
 
+from etl.core import dead_letters
+from etl.core.column_hints import column_names
+from etl.core.dead_letters import REJECTED, Rejection
 from etl.core.io import storage
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import REJECTED, Rejection
 from etl.core.publishing.inputs import InputsEntry, count_one
-from etl.core.publishing.tail import ManifestSpec, PublishDataset
+from etl.core.publishing.tail import ManifestSpec, PublishDataset, PublishSpec
 from etl.core.run import versions
 from etl.core.shards import splits
 from etl.core.transform import analysis
@@ -56,7 +57,7 @@ from etl.images.label_entries import DescribeTargetsAndCarried
 from etl.images.shard_plan import PlanImageShards
 from etl.images.shards import TransformAndWriteImageShard, default_gzip_level
 from etl.images.sources import ImageRecord, ReadImageRecords, assign_split, check_input
-from etl.images.stats import DescribeImages
+from etl.images.stats import WriteImageStatistics
 from pipelines import arguments, common
 from reader.format import contract
 
@@ -188,11 +189,6 @@ def _read_timeout(seconds: float) -> float | None:
     return seconds or None
 
 
-def _column_list(value: str | None) -> tuple[str, ...]:
-    """A comma-separated flag value → its column names (None → none)."""
-    return tuple(part.strip() for part in value.split(",")) if value else ()
-
-
 def _label_columns(options: ImagesOptions) -> image_labels.LabelColumns:
     """The label, target and carried columns the flags name.
 
@@ -204,9 +200,9 @@ def _label_columns(options: ImagesOptions) -> image_labels.LabelColumns:
         label_column=None if label_column == image_labels.NO_LABEL else label_column,
         multi_label=options.multi_label, label_separator=options.label_separator,
         require_label=options.require_label,
-        target_columns=_column_list(options.target_columns),
+        target_columns=column_names(options.target_columns),
         normalize_targets=options.normalize_targets == "zscore",
-        carry_columns=_column_list(options.carry_columns),
+        carry_columns=column_names(options.carry_columns),
         class_order=options.class_order or contract.CLASS_ORDER_NAME)
 
 
@@ -384,9 +380,9 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
     else:
         transform_dir, *entries = split_records | "AnalyzeLabels" >> AnalyzeTrainImages(
             job)
-    extras = [inputs, *entries]
+    extras = (inputs, *entries)
 
-    _ = split_records | "Publish" >> PublishDataset(
+    _ = split_records | "Publish" >> PublishDataset(PublishSpec(
         output_dir, job.output.name,
         plan=PlanImageShards(job.preprocessing, job.limits,
                              target_shard_bytes=job.output.target_shard_bytes,
@@ -398,7 +394,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
             hash_images=job.duplicates.enabled, describe=job.output.statistics,
             read_timeout_s=job.read_timeout_s),
         write_label="TransformAndWrite",
-        rejected=[listing_rejected, decided[REJECTED]],
+        rejected=(listing_rejected, decided[REJECTED]),
         transform_dir=transform_dir, extras=extras,
         manifest=ManifestSpec(
             kind=contract.IMAGES, task=job.columns.task,
@@ -409,8 +405,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
         screen=FindDuplicates(output_dir, job.duplicates, job.version,
                               multi_label=job.columns.multi_label)
         if job.duplicates.enabled else None,
-        describe=DescribeImages(output_dir, job.version, job.columns)
-        if job.output.statistics else None, report=job.output.statistics)
+        statistics=WriteImageStatistics(output_dir, job.version, job.columns)
+        if job.output.statistics else None, report=job.output.statistics))
 
 
 def start_workers_as_this_process(options: PipelineOptions) -> None:

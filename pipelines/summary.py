@@ -27,7 +27,7 @@ def run_counts(result: Any) -> RunCounts | None:
     """The counters of a finished pipeline (None where the runner reports none)."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from etl.core.publishing import dead_letters
+    from etl.core import dead_letters
     from etl.core.run import resume, versions
 
     try:

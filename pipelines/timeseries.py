@@ -40,23 +40,16 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.utils import shared
 
-from etl.core import singletons
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
+from etl.core import dead_letters, singletons
+from etl.core.column_hints import column_names
+from etl.core.dead_letters import Rejection
 from etl.core.publishing.inputs import InputsEntry, count_one
-from etl.core.publishing.tail import ManifestSpec, PublishDataset
+from etl.core.publishing.tail import ManifestSpec, PublishDataset, PublishSpec
 from etl.core.run import versions
 from etl.core.shards import splits
-from etl.core.stats import step as describe
+from etl.core.stats import step as stats_step
 from etl.core.transform.analysis import AnalyzeAndWriteTransformFn
-from etl.timeseries import (
-    accounting,
-    buckets,
-    categories,
-    first_chunk,
-    ranges,
-    summary,
-)
+from etl.timeseries import accounting, buckets, categories, summary
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries import roles as roles_lib
 from etl.timeseries import series as ts_series
@@ -67,10 +60,11 @@ from etl.timeseries.buckets import (
     ProcessSeriesBucket,
     SeriesSettings,
 )
-from etl.timeseries.read import ROW_COUNTS, InputPlan, ReadSeriesChunks
+from etl.timeseries.rows import first_chunk, ranges
+from etl.timeseries.rows.read import ROW_COUNTS, InputPlan, ReadSeriesChunks
+from etl.timeseries.rows.sources import Columns, parse_timestamp, read_labels
 from etl.timeseries.runs import PlanRunShards
 from etl.timeseries.shards import TransformAndWriteWindowShard
-from etl.timeseries.sources import Columns, parse_timestamp, read_labels
 from pipelines import arguments, common
 from reader.format import contract
 from reader.format.contract import CLASSIFICATION, FORECAST
@@ -123,13 +117,13 @@ _ROLE_FLAGS = (*_COLUMN_FLAGS, "calendar_features", "target_transform")
 def column_roles(options: TimeSeriesOptions, values: tuple[str, ...]
                  ) -> roles_lib.ColumnRoles:
     """The real columns by role; with no role flag, the value columns are the targets
-    (and the layout is today's).
+    (and the windows have the single-role layout, docs/TIMESERIES_JOB.md).
 
     Raises:
         ValueError: a column given two roles, an unknown calendar feature or transform.
     """
     given = any(getattr(options, flag) for flag in _ROLE_FLAGS)
-    names = roles_lib.split_names
+    names = column_names
     for flag in _COLUMN_FLAGS:
         for name in names(getattr(options, flag)):
             # The series id may be a static category (an embedding per series).
@@ -202,7 +196,6 @@ def _cutoff(text: str, timestamp_format: str | None) -> float:
 class TimeSeriesJob:
     """The time-series job's validated settings."""
 
-    input: str
     input_plan: InputPlan
     columns: Columns
     labels: tuple[tuple[str, str], ...]  # (series id, label), sorted; empty: forecast
@@ -216,6 +209,12 @@ class TimeSeriesJob:
     @property
     def classification(self) -> bool:
         return self.preprocessing.classification
+
+    @property
+    def version(self) -> versions.DatasetVersion:
+        """The dataset version a run publishes: always the first, since a time-series
+        dataset is rebuilt rather than appended to (``--append`` is refused)."""
+        return versions.FIRST_VERSION
 
     @classmethod
     def from_options(cls, options: TimeSeriesOptions) -> TimeSeriesJob:
@@ -238,9 +237,8 @@ class TimeSeriesJob:
             raise ValueError(f"--value_columns={options.value_columns} and --target_columns="
                              f"{options.target_columns} both name the columns to predict: "
                              f"pass one of them.")
-        values = roles_lib.split_names(arguments.DEFAULT_VALUE_COLUMN
-                                       if options.value_columns is None
-                                       else options.value_columns)
+        values = column_names(arguments.DEFAULT_VALUE_COLUMN
+                              if options.value_columns is None else options.value_columns)
         if not values:
             raise ValueError("--value_columns names no column.")
         roles = column_roles(options, values)
@@ -268,7 +266,6 @@ class TimeSeriesJob:
             raise ValueError("--normalize=per_series needs --split_by=time (each series "
                              "must have train rows to fit its statistics on).")
         return cls(
-            input=options.input,
             input_plan=input_plan,
             columns=columns,
             labels=tuple(sorted(labels.items())),
@@ -362,11 +359,8 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
         # {"categories": ...}: each vocabulary's size and the ids it gives.
         extras.append(transform_dir | "DescribeCategories" >> beam.Map(
             categories.describe_categories, roles=roles))
-    if job.output.statistics:  # {"statistics": ...}: the rows' and series' statistics
-        extras.append(processed[buckets.STATISTICS] | "DescribeRowsAndSeries" >> (
-            describe.WriteStatistics(output_dir, versions.FIRST_VERSION)))
     # WindowRun: consecutive windows of a piece of a series, kept whole in one shard.
-    _ = processed.runs | "Publish" >> PublishDataset(
+    _ = processed.runs | "Publish" >> PublishDataset(PublishSpec(
         output_dir, job.output.name,
         plan=PlanRunShards(target_shard_bytes=job.output.target_shard_bytes,
                            num_shards=job.output.num_shards),
@@ -374,10 +368,10 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
             output_dir, job.output.name, job.output.shard_format, job.preprocessing,
             job.windowing, shared.Shared()),
         write_label="WindowTransformAndWrite",
-        rejected=[read[dead_letters.REJECTED], processed[dead_letters.REJECTED],
-                  pipeline | "LabelFileRejections" >> beam.Create(job.label_rejections)],
+        rejected=(read[dead_letters.REJECTED], processed[dead_letters.REJECTED],
+                  pipeline | "LabelFileRejections" >> beam.Create(job.label_rejections)),
         transform_dir=transform_dir,
-        extras=extras,
+        extras=tuple(extras),
         # The rows shape the windows: every input file's size and mtime, and the
         # labels read from the labels file, identify them for a resumed run.
         inputs={"files": [list(stat) for stat in plan.file_stats],
@@ -387,7 +381,11 @@ def build_pipeline(pipeline: beam.Pipeline, job: TimeSeriesJob) -> None:
             preprocessing=job.describe(),
             check=functools.partial(accounting.check_timeseries,
                                     max_error_fraction=job.output.max_error_fraction)),
-        report=job.output.statistics)
+        version=job.version,
+        # {"statistics": ...}: the rows' and series' statistics the series step summed.
+        statistics=stats_step.WriteStatisticsOf(processed[buckets.STATISTICS], output_dir,
+                                                job.version)
+        if job.output.statistics else None, report=job.output.statistics))
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:

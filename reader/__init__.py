@@ -9,6 +9,12 @@ Example::
     train = make_dataset("out/images", "train", batch_size=64, seed=1, augment=True)
     model.fit(train, epochs=5)
 
+Inside: ``tfdata/`` the tf.data reader (the one part that needs TensorFlow);
+``records`` the records by index, TF-free; ``format/`` the on-disk contract both
+sides share; ``stats/`` statistics, schema and drift; ``report/`` the HTML report;
+the commands ``verify``, ``preview`` and ``export_tfds``; ``quiet`` TensorFlow's
+log level.
+
 The names below load on first use: ``import reader`` itself imports nothing heavy,
 so the ETL can import ``reader.format.contract`` without the tf.data pipeline, and
 ``FitCheckpoint`` (a tf.keras callback) does not decide which Keras ``tf.keras``

@@ -51,6 +51,7 @@ import tensorflow as tf
 from reader.format import contract
 from reader.format.contract import DatasetError
 from reader.tfdata.dataset_info import DatasetInfo, open_dataset
+from reader.tfdata.decoding import decode_stored_image
 
 # What TFDS's DatasetInfo.write_to_directory writes: these two, and the names of each
 # ClassLabel feature in "<feature>.labels.txt".
@@ -332,8 +333,8 @@ def accurate_jpeg_decoders() -> dict[str, Any]:
     """``as_dataset``'s ``decoders`` that decode stored JPEGs as our reader does.
 
     TFDS's ``Image`` uses TensorFlow's fast IDCT, a few levels off the stored pixels;
-    this decodes ``image`` with ``contract.decode_stored_image`` (the accurate IDCT).
-    For JPEG datasets only (PNG and raw images already decode exactly).
+    this decodes ``image`` with ``reader.tfdata.decoding.decode_stored_image`` (the
+    accurate IDCT). For JPEG datasets only (PNG and raw images already decode exactly).
 
         builder.as_dataset(split="train", decoders=accurate_jpeg_decoders())
     """
@@ -341,7 +342,7 @@ def accurate_jpeg_decoders() -> dict[str, Any]:
 
     @tfds.decode.make_decoder()
     def accurate_jpeg(serialized: Any, feature: Any) -> Any:
-        return contract.decode_stored_image(serialized, contract.JPEG, feature.shape[0])
+        return decode_stored_image(serialized, contract.JPEG, feature.shape[0])
 
     return {contract.IMAGE_KEY: accurate_jpeg()}
 

@@ -27,7 +27,6 @@ import contextlib
 import contextvars
 import hashlib
 import io
-import json
 import os
 import posixpath
 import threading
@@ -133,17 +132,21 @@ def file_names(directory: str) -> list[str]:
     return os.listdir(directory)
 
 
+def _read_if_there(path: str) -> bytes | None:
+    try:
+        return read_file(path)
+    except FileNotFoundError:
+        return None
+
+
 def load_manifest(data_dir: str) -> dict[str, Any]:
     """``<data_dir>/manifest.json``, read without TensorFlow.
 
     Raises:
         FileNotFoundError: no manifest (the job did not finish).
+        DatasetError: the manifest is not a JSON object.
     """
-    path = posixpath.join(data_dir, contract.MANIFEST_FILENAME)
-    try:
-        return json.loads(read_file(path))
-    except FileNotFoundError as e:
-        raise FileNotFoundError(contract.no_manifest_message(data_dir)) from e
+    return contract.load_manifest(data_dir, _read_if_there)
 
 
 class _Shards:

@@ -18,7 +18,7 @@ import sys
 import tensorflow as tf
 
 from reader.format import contract, record_index
-from reader.tfdata.dataset_info import open_dataset
+from reader.tfdata.dataset_info import open_dataset, sha256_of_file
 
 # tf.data's messages for a damaged TFRecord stream (TensorFlow 2.21).
 _CORRUPTED = re.compile(r"corrupted record at (\d+)")
@@ -73,7 +73,7 @@ def _file_problems(path: str, entry: dict) -> list[str]:
     if size != entry["num_bytes"]:
         return [(f"{size:,} bytes, the manifest records {entry['num_bytes']:,} "
                 f"(truncated or replaced)")]
-    if contract.sha256_of_file(path) != entry["sha256"]:
+    if sha256_of_file(path) != entry["sha256"]:
         return [("its sha256 differs from the manifest's (bytes changed after the job "
                 "wrote it)")]
     return []

@@ -35,7 +35,7 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-# tests/reader/test_report_browser.py opens the dataset report in headless Chromium:
+# tests/reader/report/test_browser.py opens the dataset report in headless Chromium:
 # Debian's package (about 290 MB installed; fonts so text renders in screenshots).
 if ! command -v chromium >/dev/null 2>&1; then
   sudo=""
@@ -52,7 +52,7 @@ if ! command -v chromium >/dev/null 2>&1; then
            $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null; }
   else
     echo "note: chromium is not installed and apt-get (as root or with sudo) is not" \
-         "available: tests/reader/test_report_browser.py will skip (and fail under CI)." \
+         "available: tests/reader/report/test_browser.py will skip (and fail under CI)." \
          "Install Debian's chromium package, or a Chromium at /usr/bin/chromium." >&2
   fi
 fi

@@ -30,7 +30,7 @@ def run_images_job(input_path: str, output_dir: str, *flags: str) -> dict:
     """Runs ``python -m pipelines.images`` in-process (``etl.testing.run_images_job``,
     printing what the job prints); returns the manifest. ``--image_size=16``, and
     without a ``--cross_split_duplicates`` flag, with the report off."""
-    from etl import testing
+    from pipelines import testing
 
     report = [] if any(f.startswith(DUPLICATES_FLAG) for f in flags) else [
         f"{DUPLICATES_FLAG}=off"]
@@ -90,7 +90,7 @@ def read_split(out: str, manifest: dict, split: str) -> dict[str, dict]:
     """Reads a split back (``etl.testing.read_records``: tf.data, each Example parsed
     as ``tf.io.parse_single_example`` gives it: NumPy values, ``bytes``); returns
     key → features."""
-    from etl import testing
+    from pipelines import testing
 
     return {row["key"].decode(): row
             for row in testing.read_records(out, split, manifest=manifest, as_numpy=True)}
@@ -105,7 +105,7 @@ def all_records(out: str, manifest: dict) -> dict[str, tuple[str, dict]]:
 def rejected_records(out: str) -> list[dict]:
     """The job's dead letters (``errors/rejected.jsonl``, and an appended version's
     file), one dict per line (``etl.testing.read_rejected``)."""
-    from etl import testing
+    from pipelines import testing
 
     return testing.read_rejected(out)
 

@@ -2,14 +2,13 @@
 ``--list`` names them, and a toy benchmark runs through the entry point side by side.
 
 No benchmark of the project runs here (each runs jobs for minutes); the toy stands for
-them, in a folder of its own beside a copy of the harness.
+them, in a package of its own that imports the harness as the benchmarks do.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from scripts.benchmarks import harness
 TOY = '''
 import argparse
 
-from harness import Benchmark, side_by_side, write_rates
+from scripts.benchmarks.harness import Benchmark, side_by_side, write_rates
 
 BENCHMARK = Benchmark(
     name="toy",
@@ -55,13 +54,20 @@ if __name__ == "__main__":
 '''
 
 
+TOY_PACKAGE = "toy_benchmarks"
+
+
 @pytest.fixture
-def toy_folder(tmp_path):
-    folder = tmp_path / "benchmarks"
+def toy_folder(tmp_path, monkeypatch):
+    """The package ``toy_benchmarks``, importable, holding the toy benchmark."""
+    folder = tmp_path / TOY_PACKAGE
     folder.mkdir()
-    shutil.copy(harness.__file__, folder / "harness.py")
+    (folder / "__init__.py").write_text("")
     (folder / "toy.py").write_text(TOY)
-    return folder
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield folder
+    for name in [m for m in sys.modules if m.split(".")[0] == TOY_PACKAGE]:
+        del sys.modules[name]
 
 
 def test_every_benchmark_module_declares_itself_with_a_quick_run_outside_the_docs():
@@ -87,19 +93,19 @@ def test_list_names_every_benchmark(capsys):
 
 
 def test_the_entry_point_runs_a_toy_benchmark_side_by_side(toy_folder, tmp_path, capsys):
-    harness.main(["--list"], folder=str(toy_folder))
+    harness.main(["--list"], package=TOY_PACKAGE)
     assert capsys.readouterr().out.split()[0] == "toy"
     path_before, argv_before = list(sys.path), list(sys.argv)
     out = tmp_path / "toy.json"
     # --quick's own --out is overridden by the one given after it; the second run, on
     # another input, is another setting of the same results file.
-    harness.main(["toy", "--quick", "--out", str(out)], folder=str(toy_folder))
-    harness.main(["toy", "--quick", "--out", str(out), "--n", "500"], folder=str(toy_folder))
+    harness.main(["toy", "--quick", "--out", str(out)], package=TOY_PACKAGE)
+    harness.main(["toy", "--quick", "--out", str(out), "--n", "500"], package=TOY_PACKAGE)
     assert (sys.path, sys.argv) == (path_before, argv_before)
     content = json.loads(out.read_text())
     assert content["benchmark"] == "toy" and set(content["settings"]) == {"n1000", "n500"}
     assert (tmp_path / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(os.listdir(tmp_path)) == ["benchmarks", "toy.json", "toy.png"]
+    assert sorted(os.listdir(tmp_path)) == ["toy.json", "toy.png", TOY_PACKAGE]
     for setting, n in (("n1000", 1000), ("n500", 500)):
         result = content["settings"][setting]
         assert set(result["samples"]) == {"job", "reference"}
@@ -110,7 +116,6 @@ def test_the_entry_point_runs_a_toy_benchmark_side_by_side(toy_folder, tmp_path,
             assert result["median"][name] == pytest.approx(statistics.median(rates))
             assert result["best"][name] == pytest.approx(max(rates))
         assert result["machine"]["cpu_cores"] == os.cpu_count()
-        # Empty: a copy outside git.
         assert set(result["code"]) == {"commit", "uncommitted_changes"}
 
 
@@ -137,7 +142,7 @@ def test_the_docs_hold_one_results_file_and_one_chart_per_benchmark():
 
 def test_an_unknown_benchmark_names_the_ones_there_are(toy_folder):
     with pytest.raises(SystemExit, match="No benchmark 'tyo'; there are: toy"):
-        harness.main(["tyo"], folder=str(toy_folder))
+        harness.main(["tyo"], package=TOY_PACKAGE)
 
 
 def test_a_module_that_declares_no_benchmark_is_an_error(toy_folder):
@@ -147,7 +152,7 @@ def test_a_module_that_declares_no_benchmark_is_an_error(toy_folder):
     """))
     with pytest.raises(ValueError, match=r"stray\.py: no top-level BENCHMARK"):
         harness.declared(str(toy_folder))
-    (toy_folder / "stray.py").write_text('from harness import Benchmark\n'
+    (toy_folder / "stray.py").write_text('from scripts.benchmarks.harness import Benchmark\n'
                                          'BENCHMARK = Benchmark(name="toy", measures="x")\n')
     with pytest.raises(ValueError, match="name it 'stray'"):
         harness.declared(str(toy_folder))

@@ -4,13 +4,25 @@ Both jobs read columns by the names their flags give (``--label_column``,
 ``--series_id_column``, ``--value_columns`` ...), each with a default; an input whose
 columns are named otherwise lacks them. The error then names the flag to pass and,
 as its value, the input's column closest to the one missing among those no flag
-names yet (``pass --label_column=class``), so the fix can be copied.
+names yet (``pass --label_column=class``), so the fix can be copied. The flags that
+name several columns are read by one parser (``column_names``).
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
+
+
+def column_names(flag_value: str | None) -> tuple[str, ...]:
+    """A comma-separated flag value → its column names, each stripped of spaces; empty
+    entries (``"a,"``, a blank flag, None) name nothing.
+
+    Example:
+        >>> column_names(" sales , price,")
+        ('sales', 'price')
+    """
+    return tuple(name for part in (flag_value or "").split(",") if (name := part.strip()))
 
 
 def pass_flags_hint(named: Mapping[str, Sequence[str]], available: Sequence[str],

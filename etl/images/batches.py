@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage, timed_calls
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
 from etl.images import codec, exif, loading
 from etl.images.preprocessing import ImagePreprocessing
 from etl.images.sources import ImageRecord
@@ -209,8 +209,7 @@ class FinishImages:
         if any(p.buffer is not buffer for p in pixels):
             pixels = _into_one_buffer(pixels)
             buffer = pixels[0].buffer
-        # DLPack hands the pixels to TensorFlow without a copy; the EXIF orientation is
-        # read from each file's head only.
+        # DLPack hands TensorFlow the pixels without a copy; EXIF came from the file heads.
         tensor = pixels[0].tensor
         outputs = self._finish(
             tf.experimental.dlpack.from_dlpack(buffer.__dlpack__()) if tensor is None

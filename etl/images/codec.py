@@ -4,7 +4,7 @@ TensorFlow ops.
 They run inside ``preprocessing_fn`` (in the exported ``transform_fn``), so serving
 applies byte-for-byte the preprocessing that produced the stored examples, and in
 the shard plan's size sample. The reader decodes stored images with
-``reader.format.contract.decode_stored_image``.
+``reader.tfdata.decoding.decode_stored_image``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ JPEG_DCT_METHOD = "INTEGER_ACCURATE"
 JPEG_DECODE_RATIOS = (1, 2, 4, 8)
 # A JPEG is decoded at the smallest scale that keeps its shorter side at least this
 # many times the output size; the antialiased resize does the rest. 2 is Pillow's
-# reducing_gap and libvips' shrink-on-load rule (docs/FORMAT.md has the measured
+# reducing_gap and libvips' shrink-on-load rule (docs/BENCHMARKS.md has the measured
 # pixel error of each choice).
 JPEG_SCALE_MARGIN = 2
 

@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from etl.core import column_hints
-from etl.core.publishing import dead_letters
+from etl.core import column_hints, dead_letters
 from reader.format import contract
 
 # --label_column's value for "no class label".

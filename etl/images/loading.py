@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from etl.core.publishing import dead_letters
+from etl.core import dead_letters
 from etl.images import codec
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -73,12 +73,6 @@ def read_header(data: bytes) -> ImageHeader | None:
         except (OSError, SyntaxError, ValueError, EOFError, struct.error):
             return None  # A header Pillow cannot parse: TensorFlow's decode decides.
     return ImageHeader(width * height, mode, (width, height))
-
-
-def declared_pixels(data: bytes) -> int | None:
-    """Width × height from the image header (:func:`read_header`), or None."""
-    header = read_header(data)
-    return None if header is None else header.pixels
 
 
 # The two decoders below report some problems only in words: these two functions
@@ -327,18 +321,6 @@ def decode_jpeg_into(data: bytes, plan: JpegDecode, out: np.ndarray, strict: boo
     return pixels
 
 
-def decode_jpeg_checked(data: bytes, image_size: int, strict: bool
-                        ) -> np.ndarray | tuple[str, str] | None:
-    """A JPEG's one decode for ``image_size`` px output, into a buffer of its own
-    (:func:`plan_jpeg_decode`, :func:`decode_jpeg_into`): its pixels, a refusal,
-    or None where the transform decodes it (with ``strict``, after
-    :func:`corrupt_data_problem`'s check of a layout outside the agreeing ones)."""
-    plan = plan_jpeg_decode(data, image_size)
-    if plan is None:
-        return _jpeg_problem(data) if strict else None
-    return decode_jpeg_into(data, plan, aligned_buffer(plan.nbytes), strict)
-
-
 def check_image(data: bytes, limits: InputLimits = InputLimits(),
                 image_size: int | None = None, composite_alpha: bool = False
                 ) -> Checked | tuple[str, str]:
@@ -390,11 +372,3 @@ def check_image(data: bytes, limits: InputLimits = InputLimits(),
         if problem is not None:
             return problem
     return Checked(header=header, weight=weight)
-
-
-def validate_image_bytes(data: bytes, limits: InputLimits = InputLimits()
-                         ) -> tuple[str, str] | None:
-    """``(reason, message)`` if ``data`` is refused before the transform, else None:
-    :func:`check_image`'s checks, without keeping a decode."""
-    checked = check_image(data, limits)
-    return None if isinstance(checked, Checked) else checked

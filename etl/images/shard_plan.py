@@ -27,9 +27,8 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import cores
+from etl.core import cores, hashing
 from etl.core.io import storage
-from etl.core.shards import hashing
 from etl.core.shards.plan import PlanShards
 from etl.core.transform.examples import serialize_example
 from etl.images import codec, labels, loading

@@ -13,15 +13,14 @@ in its batch's buffer; every other image by ``transform_fn``'s own decode
 ``transform_fn`` (``codec.finish``, the same ops, one graph call per batch), and
 the exported ``transform_fn`` maps only their labels and keys. The stored bytes
 equal ``transform_fn(raw bytes)``, which tests check on a corpus of JPEG layouts.
-The duplicate signatures (``etl.images.duplicates.signatures``) are taken from the same
-decoded and finished pixels.
+The duplicate signatures (``duplicates.signatures``) are taken from those pixels.
 
 Inside a shard, three things overlap: a thread pool reads and checks the next files
 (``etl.images.batches``), up to ``transform_threads`` (one per core) batches are
 decoded and run through the graphs (libjpeg-turbo and TensorFlow release the GIL),
 and the shard step's frame (``etl.core.shards.step``) writes the finished blocks in
-order. A batch that fails (one undecodable image fails the whole graph call) is
-retried image by image, so only the bad images become dead letters.
+order. A batch that fails (one undecodable image fails the whole graph call) is retried
+image by image, so only the bad images become dead letters.
 """
 
 from __future__ import annotations
@@ -37,12 +36,11 @@ from typing import Any
 import numpy as np
 from apache_beam.utils import shared
 
-from etl.core import cores
+from etl.core import cores, dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
 from etl.core.shards import files as shard_files
-from etl.core.shards import placement as sharding
+from etl.core.shards import placement
 from etl.core.shards.files import ShardFormat
 from etl.core.shards.step import ShardBlock, ShardStep, load_transform_fn
 from etl.core.transform.examples import serialize_example
@@ -72,7 +70,7 @@ BATCH_BYTES = 16 * 1024 * 1024
 # repeats and the example's feature names, and next to nothing of compressed pixels,
 # so from these sizes up it saves too little to pay for its CPU time
 # (scripts/measure_gzip_levels.py and docs/benchmarks/gzip_levels.json, in git at
-# 6b89e51; docs/FORMAT.md): JPEG and PNG records are stored in the GZIP container
+# 6b89e51; docs/BENCHMARKS.md): JPEG and PNG records are stored in the GZIP container
 # (level 0, which every reader reads unchanged); smaller ones, and raw pixels, are
 # deflated.
 STORE_FROM_IMAGE_SIZE = {contract.JPEG: 192, contract.PNG: 64}
@@ -256,8 +254,7 @@ def process_shard(records: Iterable[ImageRecord], transform: ImageTransform,
     """
     load = functools.partial(load_record, limits=limits, image_size=image_size,
                              read_timeout_s=read_timeout_s, composite_alpha=composite_alpha)
-    budget = limits.decode_budget_bytes
-    # (run, its future, its weight)
+    budget = limits.decode_budget_bytes  # pending: (run, its future, its weight)
     pending: collections.deque[tuple[list[Loaded | Rejection],
                                      concurrent.futures.Future | None, int]] = (
         collections.deque())
@@ -352,7 +349,7 @@ class TransformAndWriteImageShard(ShardStep):
     def transform_blocks(self, units: Iterable[ImageRecord], transform: ImageTransform
                          ) -> Iterator[ShardBlock]:
         progress.start(self._progress_run)
-        ordered = sorted(units, key=lambda r: sharding.shard_sort_key(r.key))
+        ordered = sorted(units, key=lambda r: placement.shard_sort_key(r.key))
         examples: list[bytes] = []
         labels: list[str] = []
         rejections: list[Rejection] = []
@@ -382,7 +379,7 @@ class TransformAndWriteImageShard(ShardStep):
         file rewritten in place changes its shard's inputs."""
         return list(self._read_pool.map(_record_with_file_stat, units))
 
-    def shard_written(self, result: sharding.ShardResult, num_shards: dict[str, int],
+    def shard_written(self, result: placement.ShardResult, num_shards: dict[str, int],
                       kept: bool) -> None:
         progress.shard_done(self._progress_run, result.num_records,
                             sum(num_shards.values()), result.split, kept)

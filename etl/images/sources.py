@@ -5,8 +5,8 @@ Layouts (docs/IMAGE_JOB.md, "Input layouts"): ``<root>/<class>/.../<file>``,
 manifest of ``path``, ``label`` and optional ``split`` columns (RFC 4180 CSV, or JSON
 Lines; more columns: ``etl/images/labels.py``). A key is its file's path relative to
 the root, one per file however it is spelled (docs/FORMAT.md, "Image keys"); hidden
-files are no inputs; a local input whose real path leaves the root is
-``path_outside_root`` unless ``--allow_paths_outside_root``.
+files are no inputs; a local input whose real path leaves the root is ``path_outside_root``
+unless ``--allow_paths_outside_root``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import column_hints
+from etl.core import column_hints, dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import local_tree, storage, text_rows
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
 from etl.core.shards import splits
 from etl.images import labels
 from etl.images.labels import Label, LabelColumns
@@ -39,11 +38,10 @@ class ImageRecord:
 
     ``label`` is one class name, a sorted tuple of names (``--multi_label``) or None
     (``--label_column=none``); ``targets`` and ``carried`` hold the values of
-    ``--target_columns`` and ``--carry_columns``, in the flags' order. ``listed`` is
-    the file's ``(size, mtime)`` as the folder listing reported it (None for a
-    manifest row, or a file the listing could not look up): what tells a resumed
-    run the file is unchanged, which on an object store would otherwise cost a
-    request per image.
+    ``--target_columns`` and ``--carry_columns``, in the flags' order. ``listed`` is the
+    file's ``(size, mtime)`` as the folder listing reported it (None for a manifest
+    row, or a file the listing could not look up): what tells a resumed run the file
+    is unchanged, which on an object store would cost a request per image.
     """
 
     key: str
@@ -72,11 +70,9 @@ class ImageRecord:
 
 def assign_split(record: ImageRecord, fractions: splits.SplitFractions,
                  allowed_labels: frozenset[str] | None = None) -> ImageRecord | Rejection:
-    """The record with its split decided, or an ``unknown_label`` rejection.
-
-    An explicit split (folder or column) wins; otherwise a stable hash of the key
-    decides. From here on the split travels on the record itself.
-    """
+    """The record with its split decided, or an ``unknown_label`` rejection: an explicit
+    split (folder or column) wins, else a stable hash of the key decides. From here on
+    the split travels on the record itself."""
     unknown = labels.names_not_in(record.label, allowed_labels or frozenset())
     if allowed_labels is not None and unknown:
         return Rejection(key=record.key, source=record.source, reason=dead_letters.UNKNOWN_LABEL,

@@ -1,22 +1,24 @@
 """The image job's statistics and quality flags, from the facts its shard step took.
 
-``DescribeImages`` gets each shard's ``ShardFacts`` (``etl.images.facts``: sizes,
-format, orientation, quality measures, labels, targets of every written image, in
-record order) and, with ``--cross_split_duplicates=drop``, the records taken out of
-the shards, which it leaves out. Per shard, the facts become partial statistics,
-merged per split and written by ``etl.core.stats.step.WriteStatistics``. The flags
-(``etl.images.quality``) need one fact of the whole dataset, the quartiles of
-sqrt(width x height) for ``odd_size``: those sizes, a float per image in one tuple
-per shard, are gathered and their bounds computed exactly; then each shard's
-images are flagged, and the flagged ones, sorted by key, are written to
-``statistics/flags.jsonl``. Flags report; no image is dropped for one.
+``WriteImageStatistics``, the job's statistics step in the publishing tail
+(``etl.core.publishing.spec.StatisticsStep``), gets each shard's ``ShardFacts``
+(``etl.images.facts``: sizes, format, orientation, quality measures, labels, targets
+of every written image, in record order) and, with ``--cross_split_duplicates=drop``,
+the records taken out of the shards, which it leaves out. Per shard, the facts become
+partial statistics, merged per split and written by
+``etl.core.stats.step.WriteStatistics``. The flags (``etl.images.quality``) need one
+fact of the whole dataset, the quartiles of sqrt(width x height) for ``odd_size``:
+those sizes, a float per image in one tuple per shard, are gathered and their bounds
+computed exactly; then each shard's images are flagged, and the flagged ones, sorted
+by key, are written to ``statistics/flags.jsonl``. Flags report; no image is dropped
+for one.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
 
@@ -24,13 +26,15 @@ from etl.core.io import storage
 from etl.core.run.versions import DatasetVersion
 from etl.core.shards.step import ShardFacts
 from etl.core.singletons import Once
-from etl.core.stats import step as describe
+from etl.core.stats import step as stats_step
 from etl.core.stats.features import FeatureSpec
-from etl.core.stats.step import WriteStatistics
 from etl.images import facts as image_facts
 from etl.images import quality
 from etl.images.labels import LabelColumns
 from reader.format import contract
+
+if TYPE_CHECKING:
+    from etl.core.publishing.spec import WrittenShards
 
 
 def kept_facts(element: ShardFacts, removed: Mapping[tuple[str, int], Sequence[int]]
@@ -95,18 +99,18 @@ class _FlagsFile:
         for line in lines:
             for name in line["flags"]:
                 counts[name] += 1
-        statistics = dict(entry[describe.STATISTICS_ENTRY])
+        statistics = dict(entry[stats_step.STATISTICS_ENTRY])
         statistics["flags"] = {"file": self._relpath, "images": len(lines),
                                "counts": counts,
                                "odd_size_bounds": None if bounds is None
                                else [round(bound, 3) for bound in bounds]}
-        return {describe.STATISTICS_ENTRY: statistics}
+        return {stats_step.STATISTICS_ENTRY: statistics}
 
 
-class DescribeImages(beam.PTransform):
-    """``{"facts": ShardFacts, "removals": Removal}`` (removals only with ``drop``) → the statistics
-    and flags files; returns a single-element PCollection, the manifest's
-    ``statistics`` entry."""
+class WriteImageStatistics(beam.PTransform):
+    """``WrittenShards``, ``{"facts": ShardFacts, "removals": Removal}`` (removals
+    only with ``drop``) → the statistics and flags files; returns a single-element
+    PCollection, the manifest's ``statistics`` entry."""
 
     def __init__(self, output_dir: str, version: DatasetVersion, columns: LabelColumns,
                  thresholds: quality.FlagThresholds | None = None) -> None:
@@ -118,18 +122,19 @@ class DescribeImages(beam.PTransform):
         self._features: list[FeatureSpec] = image_facts.statistics_features(columns)
 
     def _partials(self, element: ShardFacts) -> Iterator[Any]:
-        yield ((element.split, describe.ROWS), (element.shard, image_facts.facts_statistics(
+        yield ((element.split, stats_step.ROWS), (element.shard, image_facts.facts_statistics(
             element.facts, self._features, self._columns.multi_label)))
 
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        facts, removals = inputs["facts"], inputs.get("removals")
+    def expand(self, written: WrittenShards) -> beam.PCollection:
+        facts, removals = written["facts"], written.get("removals")
         if removals is not None:
             removed = beam.pvalue.AsDict(removals | "RemovedPositions" >> beam.Map(
                 lambda r: ((r.split, r.shard), r.positions)))
             facts = facts | "LeaveOutRemoved" >> beam.Map(kept_facts, removed=removed)
         entry = (facts
                  | "ShardStatistics" >> beam.FlatMap(self._partials)
-                 | "WriteStatistics" >> WriteStatistics(self._output_dir, self._version))
+                 | "WriteStatistics" >> stats_step.WriteStatistics(self._output_dir,
+                                                                   self._version))
         sizes = facts | "Sizes" >> beam.Map(
             lambda e: tuple(image_size(fields) for fields in e.facts))
         pipeline = facts.pipeline

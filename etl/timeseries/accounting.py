@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from etl.core.publishing import accounting, dead_letters
+from etl.core import dead_letters
+from etl.core.publishing import accounting
 from etl.core.publishing.accounting import ReconciliationError
 from reader.format import contract
 

@@ -21,18 +21,18 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
 from etl.core.transform import exact_stats
 from etl.timeseries import covariates, row_statistics
 from etl.timeseries import series as ts_series
-from etl.timeseries.chunks import ChunkRef, RowChunk, own_categories, read_chunks
 from etl.timeseries.preprocessing import analysis_instance
-from etl.timeseries.ranges import POSITION_FILE_STRIDE
 from etl.timeseries.roles import ColumnRoles
+from etl.timeseries.rows.chunks import ChunkRef, RowChunk, own_categories, read_chunks
+from etl.timeseries.rows.ranges import POSITION_FILE_STRIDE
+from etl.timeseries.rows.time_texts import TimeTexts
 from etl.timeseries.runs import WindowRun, rows_of, run_bounds, run_windows, write_run
-from etl.timeseries.time_texts import TimeTexts
 from etl.timeseries.window_examples import WindowSchema
 from reader.format import contract
 

@@ -25,11 +25,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.timeseries.roles import ColumnRoles
+from etl.timeseries.rows.time_texts import NUMERIC_BIT
 from etl.timeseries.series import Segment, SeriesRows, Windowing
-from etl.timeseries.time_texts import NUMERIC_BIT
 
 
 def _series_rejection(series_id: str, source: str, reason: str, message: str,

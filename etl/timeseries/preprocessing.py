@@ -32,8 +32,8 @@ from reader.format import contract
 @dataclasses.dataclass(frozen=True)
 class SeriesPreprocessing:
     """What the transform needs to know about the windows. ``num_features`` counts
-    every real column (``roles.reals``); ``roles`` None or not ``given``: today's
-    layout, every column in ``window`` and ``target``."""
+    every real column (``roles.reals``); ``roles`` None or not ``given``: the
+    single-role layout, every column in ``window`` and ``target``."""
 
     window_size: int
     horizon: int

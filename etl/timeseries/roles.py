@@ -25,7 +25,8 @@ step maps back to their texts. The blocks stored per window (docs/TIMESERIES_JOB
   to real units.
 
 With no role flag given (``given`` False) the targets are the value columns and the
-job writes today's ``window`` / ``target`` layout byte for byte.
+job writes the single-role layout: every real column in ``window`` ``[W, F]`` and,
+forecasting, in ``target`` ``[H, F]``; no covariate block.
 """
 
 from __future__ import annotations
@@ -159,11 +160,6 @@ class ColumnRoles:
             blocks["static_real"] = list(self.static_real)
         blocks["target_scale"] = ["centre", "scale"]
         return blocks
-
-
-def split_names(text: str | None) -> tuple[str, ...]:
-    """``"a, b"`` → ``("a", "b")``; None or blank → ``()``."""
-    return tuple(n.strip() for n in (text or "").split(",") if n.strip())
 
 
 def closest(name: str, names: Sequence[str]) -> str:

@@ -24,15 +24,14 @@ import collections
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.shards import splits
-from etl.timeseries.sources import DATETIME, Row
-from etl.timeseries.time_texts import DATETIME_BIT, NUMERIC_BIT, TimeTexts
+from etl.timeseries.rows.time_texts import DATETIME_BIT, NUMERIC_BIT, TimeTexts
 from reader.format import contract
 
 DUPLICATE_POLICIES = ("mean", "reject")
@@ -127,20 +126,6 @@ class SeriesRows:
                           values=self.values[index] if values is None else values,
                           positions=self.positions[index], texts=self.texts.take(index),
                           kinds=self.kinds)
-
-    @classmethod
-    def from_rows(cls, rows: Sequence[Row], num_features: int | None = None) -> SeriesRows:
-        """Columns of ``Row`` objects; a row's position is its index in ``rows``."""
-        if num_features is None:
-            num_features = len(rows[0].values) if rows else 1
-        kinds = 0
-        for row in rows:
-            kinds |= DATETIME_BIT if row.time_kind == DATETIME else NUMERIC_BIT
-        return cls(times=np.array([r.time for r in rows], np.float64),
-                   values=np.array([r.values for r in rows], np.float64).reshape(
-                       len(rows), num_features),
-                   positions=np.arange(len(rows), dtype=np.int64),
-                   texts=TimeTexts.stored([r.time_text for r in rows]), kinds=kinds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,13 +319,6 @@ def clean_rows(series_id: str, rows: SeriesRows, cleaning: Cleaning,
     stats["rows_kept"] += len(rows)
     return CleanSeries(_segments(rows.times, rows.texts, rows.values, cleaning.max_gap, stats),
                        rejections + missing_rejections, stats)
-
-
-def clean_series(series_id: str, rows: Iterable[Row], cleaning: Cleaning) -> CleanSeries:
-    """Steps 1-4 for ``Row`` objects (their order is the input order)."""
-    rows = list(rows)
-    return clean_rows(series_id, SeriesRows.from_rows(rows), cleaning,
-                      lambda position: rows[position].source)
 
 
 def split_pieces(series_id: str, segments: Sequence[Segment], time_split: TimeSplit

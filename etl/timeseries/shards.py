@@ -16,9 +16,9 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 from apache_beam.utils import shared
 
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
-from etl.core.shards import placement as sharding
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
+from etl.core.shards import placement
 from etl.core.shards.files import ShardFormat
 from etl.core.shards.step import ShardBlock, ShardStep, load_transform_fn
 from etl.timeseries import preprocessing as ts_preprocessing
@@ -177,7 +177,7 @@ class _ShardWindows:
         self._categories = np.array(categories, dtype=object)
         self._start_rows = np.concatenate(start_rows) if start_rows else np.zeros(0, np.int64)
         self.run_of = np.concatenate(run_of) if run_of else np.zeros(0, np.int64)
-        sort_keys = [sharding.shard_sort_key(f"{runs[r].series_id}@{start}")
+        sort_keys = [placement.shard_sort_key(f"{runs[r].series_id}@{start}")
                      for r, start in zip(self.run_of.tolist(), self.starts, strict=True)]
         self.order = np.array(sorted(range(len(sort_keys)), key=sort_keys.__getitem__),
                               np.int64)

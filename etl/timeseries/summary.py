@@ -13,8 +13,8 @@ from typing import Any
 import apache_beam as beam
 
 from etl.core import singletons
+from etl.timeseries.rows.sources import Columns
 from etl.timeseries.series import Cleaning, TimeSplit, Windowing
-from etl.timeseries.sources import Columns
 from reader.format import contract
 
 

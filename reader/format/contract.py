@@ -2,8 +2,9 @@
 
 The reader owns it: ``etl/`` and ``pipelines/`` import it from here, never the
 reverse, so a training install (TensorFlow and ``reader/``) has the whole format.
-Nothing here imports Apache Beam or tf.Transform; TensorFlow itself is imported
-lazily, only by the functions that need it (parse specs, stored-image decoding).
+Nothing here imports TensorFlow, Apache Beam or tf.Transform: what needs TensorFlow
+(parse specs, stored-image decoding, reading through ``tf.io.gfile``) is in
+``reader.tfdata``.
 
 Layout of a finished output directory::
 
@@ -22,10 +23,11 @@ Layout of a finished output directory::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import posixpath
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 FORMAT_VERSION = 1
@@ -80,6 +82,14 @@ INDEX_SUFFIX = ".idx"
 # Bytes of TFRecord framing around each record: length (8), its masked CRC32C (4),
 # and the data's masked CRC32C (4).
 RECORD_FRAMING_BYTES = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class FileFacts:
+    """A written file's size and sha256, as the manifest records them."""
+
+    num_bytes: int
+    sha256: str
 
 # What an example holds (manifest ``kind``) and what its target is (manifest ``task``).
 IMAGES = "images"
@@ -229,70 +239,6 @@ def index_relpath(shard_path: str) -> str:
 STORED_JPEG_DCT_METHOD = "INTEGER_ACCURATE"
 
 
-def decode_stored_image(encoded: Any, image_format: str, size: int) -> Any:
-    """One stored image (scalar string tensor) → ``uint8 [size, size, 3]``.
-
-    The inverse of the job's encoding (``etl/images/codec.py``'s ``encode``). JPEG
-    decodes with the IDCT :data:`STORED_JPEG_DCT_METHOD`.
-
-    Raises:
-        ValueError: for an ``image_format`` not in :data:`IMAGE_FORMATS`.
-    """
-    import tensorflow as tf
-
-    if image_format == RAW:
-        image = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [size, size, 3])
-    elif image_format == JPEG:
-        image = tf.io.decode_jpeg(encoded, channels=3, dct_method=STORED_JPEG_DCT_METHOD)
-    elif image_format == PNG:
-        image = tf.io.decode_png(encoded, channels=3)
-    else:
-        raise ValueError(f"Unknown image format {image_format!r}; use one of "
-                         f"{IMAGE_FORMATS}.")
-    image.set_shape([size, size, 3])
-    return image
-
-
-def feature_spec_to_json(feature_spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Describes a ``tf.io`` feature spec as plain JSON (for the manifest).
-
-    Only ``tf.io.FixedLenFeature`` and ``tf.io.VarLenFeature`` occur in our outputs;
-    anything else is a programming error and raises ``TypeError``.
-    """
-    import tensorflow as tf
-
-    described: dict[str, dict[str, Any]] = {}
-    for name in sorted(feature_spec):
-        spec = feature_spec[name]
-        if isinstance(spec, tf.io.FixedLenFeature):
-            described[name] = {
-                "kind": "fixed_len",
-                "dtype": tf.as_dtype(spec.dtype).name,
-                "shape": [int(d) for d in spec.shape],
-            }
-        elif isinstance(spec, tf.io.VarLenFeature):
-            described[name] = {"kind": "var_len", "dtype": tf.as_dtype(spec.dtype).name}
-        else:
-            raise TypeError(f"Feature {name!r} has unsupported spec type {type(spec)}.")
-    return described
-
-
-def feature_spec_from_json(described: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Inverse of :func:`feature_spec_to_json`: the spec for ``tf.io.parse_example``."""
-    import tensorflow as tf
-
-    spec: dict[str, Any] = {}
-    for name, desc in described.items():
-        dtype = tf.as_dtype(desc["dtype"])
-        if desc["kind"] == "fixed_len":
-            spec[name] = tf.io.FixedLenFeature(list(desc["shape"]), dtype)
-        elif desc["kind"] == "var_len":
-            spec[name] = tf.io.VarLenFeature(dtype)
-        else:
-            raise ValueError(f"Feature {name!r} has unknown kind {desc['kind']!r}.")
-    return spec
-
-
 def closest_split(name: str, splits: list[str]) -> str | None:
     """The split ``name`` most likely means: one whose name starts with it or that it
     starts with (``val``, ``valid`` → ``validation``; ``training`` → ``train``, as the
@@ -328,30 +274,34 @@ def no_manifest_message(data_dir: str) -> str:
             f"manifest is written last, only when the whole dataset is complete.")
 
 
-def load_manifest(data_dir: str) -> dict[str, Any]:
-    """Reads ``<data_dir>/manifest.json``.
+def load_manifest(data_dir: str, read: Callable[[str], bytes | None]) -> dict[str, Any]:
+    """``<data_dir>/manifest.json``, its bytes fetched by ``read``.
+
+    Each reader reaches files its own way (``tf.io.gfile``, fsspec, the ETL's storage
+    layer) and passes that here, so every one of them parses a manifest, and fails on
+    a missing or damaged one, alike.
+
+    Args:
+        data_dir: the dataset's directory (local or a URI).
+        read: the whole file at a path, or None if there is no file there.
 
     Raises:
         FileNotFoundError: if there is no manifest, i.e. the job did not finish.
+        DatasetError: if the file is not a JSON object.
     """
-    import tensorflow as tf
-
-    path = f"{data_dir.rstrip('/')}/{MANIFEST_FILENAME}"
-    if not tf.io.gfile.exists(path):
+    path = posixpath.join(data_dir, MANIFEST_FILENAME)
+    data = read(path)
+    if data is None:
         raise FileNotFoundError(no_manifest_message(data_dir))
-    with tf.io.gfile.GFile(path, "r") as f:
-        return json.loads(f.read())
-
-
-def sha256_of_file(path: str, chunk_bytes: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file (local or remote, via tf.io.gfile), as the manifest records."""
-    import tensorflow as tf
-
-    digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        while chunk := f.read(chunk_bytes):
-            digest.update(chunk)
-    return digest.hexdigest()
+    try:
+        manifest = json.loads(data)
+    except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8.
+        raise DatasetError(f"{path!r} is not valid JSON ({e}): the job writes it whole, "
+                           f"so it was changed or cut short afterwards.") from e
+    if not isinstance(manifest, dict):
+        raise DatasetError(f"{path!r} holds a JSON {type(manifest).__name__}, not a "
+                           f"manifest object.")
+    return manifest
 
 
 def dumps_manifest(manifest: Mapping[str, Any]) -> str:

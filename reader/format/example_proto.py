@@ -71,8 +71,8 @@ def _example_class() -> Any:
 
 Example = _example_class()
 
-# The manifest's dtype names (``contract.feature_spec_to_json``) → the list each is
-# stored in and its NumPy type.
+# The manifest's dtype names (``reader.tfdata.feature_specs.feature_spec_to_json``) →
+# the list each is stored in and its NumPy type.
 _LISTS = {"string": ("bytes_list", None), "float32": ("float_list", np.float32),
           "int64": ("int64_list", np.int64)}
 

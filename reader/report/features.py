@@ -7,13 +7,12 @@ distinct values and top values, from TFDV's ``DatasetFeatureStatistics`` protos.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from reader.report import svg as report_svg
-from reader.report.svg import number
+from reader.report.svg import esc, number
 from reader.stats.files import feature_name
 
 TOP_VALUES_SHOWN = 10
@@ -31,10 +30,6 @@ IMAGE_FEATURE_NOTES = {
 }
 _NUMERIC_HEAD = ("count", "missing", "mean", "std", "min", "median", "max", "histogram")
 _STRING_HEAD = ("count", "missing", "distinct", "top values")
-
-
-def _esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def standard_histogram(stats: statistics_pb2.NumericStatistics
@@ -95,12 +90,12 @@ def _feature_table(name: str, per_split: Mapping[str, statistics_pb2.FeatureName
     for split, feature in per_split.items():
         head, cells = _cells(feature, split)
         kind = statistics_pb2.FeatureNameStatistics.Type.Name(feature.type)
-        rows.append(f"<tr><th>{_esc(split)}</th>" + "".join(
+        rows.append(f"<tr><th>{esc(split)}</th>" + "".join(
             f'<td class="n">{c}</td>' if i < len(cells) - 1 else f"<td>{c}</td>"
             for i, c in enumerate(cells)) + "</tr>")
-    header = "".join(f"<th>{_esc(h)}</th>" for h in ("split", *head))
-    about = f' <span class="about">{_esc(note)}</span>' if note else ""
-    return (f'<div class="feature"><h3>{_esc(name)} <span class="type">{_esc(kind)}'
+    header = "".join(f"<th>{esc(h)}</th>" for h in ("split", *head))
+    about = f' <span class="about">{esc(note)}</span>' if note else ""
+    return (f'<div class="feature"><h3>{esc(name)} <span class="type">{esc(kind)}'
             f'</span>{about}</h3><table><tr>{header}</tr>{"".join(rows)}</table></div>')
 
 
@@ -113,7 +108,7 @@ def features_html(columns: Mapping[str, statistics_pb2.DatasetFeatureStatistics]
     for split, dataset in columns.items():
         for feature in dataset.features:
             names.setdefault(feature_name(feature), {})[split] = feature
-    examples = ", ".join(f"{_esc(split)}: {number(dataset.num_examples)}"
+    examples = ", ".join(f"{esc(split)}: {number(dataset.num_examples)}"
                          for split, dataset in columns.items())
     return (f'<p class="note">Examples described: {examples}. Counts are of examples; '
             "a histogram's buckets come from a quantiles sketch, so a count marked ≈ "

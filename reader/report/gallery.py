@@ -11,8 +11,8 @@ from reader.format import contract
 from reader.report import svg as report_svg
 from reader.report.samples import ImageFinds
 from reader.report.series import SeriesView
-from reader.report.svg import number
-from reader.report.tables import esc, figure, table
+from reader.report.svg import esc, number
+from reader.report.tables import figure, table
 
 # cleanvision's issue names in its order; names outside it follow, sorted.
 FLAG_ORDER = contract.QUALITY_FLAGS

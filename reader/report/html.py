@@ -29,13 +29,12 @@ from reader.report.gallery import (
 )
 from reader.report.samples import ImageFinds
 from reader.report.series import SeriesView
-from reader.report.svg import number
+from reader.report.svg import esc, number
 from reader.report.tables import (
     absent,
     counts_html,
     drift_table,
     duplicates_html,
-    esc,
     label_names,
     labels_html,
     rejected_html,

@@ -19,7 +19,9 @@ OTHER_COLOUR = "#8c8c8c"
 MAX_POLYLINE_POINTS = 1500
 
 
-def _esc(value: object) -> str:
+def esc(value: object) -> str:
+    """``value`` as HTML text, quotes escaped too (every section of the report and
+    every chart escapes with it)."""
     return html.escape(str(value), quote=True)
 
 
@@ -59,8 +61,8 @@ def histogram(buckets: Sequence[tuple[float, float, float]], fill: str,
         parts.append(
             f'<rect x="{i * bar + 0.5:.1f}" y="{height - 1 - h:.1f}" '
             f'width="{max(bar - 1, 0.5):.1f}" height="{h:.1f}" fill="{fill}">'
-            f'<title>{_esc(number(low))} to {_esc(number(high))}: '
-            f'{_esc(_examples(examples))}</title></rect>')
+            f'<title>{esc(number(low))} to {esc(number(high))}: '
+            f'{esc(_examples(examples))}</title></rect>')
     parts.append(f'<line x1="0" y1="{height - 0.5}" x2="{width}" y2="{height - 0.5}" '
                  f'stroke="#999"/></svg>')
     return "".join(parts)
@@ -92,11 +94,11 @@ def ranked(values: Sequence[tuple[str, float]], fill: str, width: int = 240) -> 
         length = (width - label - 40) * frequency / top
         parts.append(
             f'<text x="{label - 4:.1f}" y="{i * row + 11}" text-anchor="end">'
-            f'{_esc(text)}</text><rect x="{label:.1f}" y="{i * row + 2}" '
+            f'{esc(text)}</text><rect x="{label:.1f}" y="{i * row + 2}" '
             f'width="{length:.1f}" height="{row - 4}" fill="{fill}"><title>'
-            f'{_esc(value)}: {_esc(_examples(frequency))}</title></rect>'
+            f'{esc(value)}: {esc(_examples(frequency))}</title></rect>'
             f'<text x="{label + length + 3:.1f}" y="{i * row + 11}">'
-            f'{_esc(count(frequency))}</text>')
+            f'{esc(count(frequency))}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -132,7 +134,7 @@ def series_chart(view: SeriesView, column: int, width: int = 760,
     for split, (start, end, target_end, label) in view.windows.items():
         parts.append(f'<rect x="{x(start):.1f}" y="{pad}" width="{max(x(end) - x(start), 1):.1f}"'
                      f' height="{plot_h}" fill="{colour(split)}" opacity="0.18"><title>'
-                     f'{_esc(split)} window from {_esc(label)}</title></rect>')
+                     f'{esc(split)} window from {esc(label)}</title></rect>')
         if target_end is not None:
             parts.append(f'<rect x="{x(end):.1f}" y="{pad}" width="'
                          f'{max(x(target_end) - x(end), 1):.1f}" height="{plot_h}" '
@@ -141,16 +143,16 @@ def series_chart(view: SeriesView, column: int, width: int = 760,
     for split, pts in lines.items():
         coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in _thinned(pts))
         parts.append(f'<polyline points="{coords}" fill="none" stroke="{colour(split)}" '
-                     f'stroke-width="1.2"><title>{_esc(split)}</title></polyline>')
+                     f'stroke-width="1.2"><title>{esc(split)}</title></polyline>')
         if split != next(iter(lines)):
             left = x(pts[0][0])
             parts.append(f'<line x1="{left:.1f}" y1="{pad}" x2="{left:.1f}" '
                          f'y2="{pad + plot_h}" stroke="#333" stroke-dasharray="4 3"/>'
-                         f'<text x="{left + 3:.1f}" y="{pad + 10}">{_esc(split)}</text>')
+                         f'<text x="{left + 3:.1f}" y="{pad + 10}">{esc(split)}</text>')
     first, last = view.span
-    parts.append(f'<text x="{pad}" y="{height - 6}">{_esc(first)}</text>'
+    parts.append(f'<text x="{pad}" y="{height - 6}">{esc(first)}</text>'
                  f'<text x="{width / 2:.1f}" y="{height - 6}" text-anchor="middle">'
-                 f'{_esc(number(v0))} to {_esc(number(v1))} ({_esc(view.units)} units)</text>'
+                 f'{esc(number(v0))} to {esc(number(v1))} ({esc(view.units)} units)</text>'
                  f'<text x="{width - pad}" y="{height - 6}" text-anchor="end">'
-                 f'last window from {_esc(last)}</text></svg>')
+                 f'last window from {esc(last)}</text></svg>')
     return "".join(parts)

@@ -1,9 +1,8 @@
 """The report's tables: counts, labels, drift, duplicates and dead letters, and the
-escaping and table helpers every section uses."""
+table helpers every section uses."""
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -12,16 +11,11 @@ from typing import Any
 from reader.format import contract
 from reader.report import svg as report_svg
 from reader.report.samples import Thumbnail
-from reader.report.svg import number
+from reader.report.svg import esc, number
 from reader.stats import drift
 
 # Cells that hold one number (or "—") are right-aligned.
 _NUMERIC = re.compile(r"[-+]?(\d[\d,]*(\.\d+)?(e[-+]?\d+)?|inf|nan)%?|—")
-
-
-def esc(value: object) -> str:
-    """``value`` as HTML text, quotes escaped too."""
-    return html.escape(str(value), quote=True)
 
 
 def absent(what: str) -> str:

@@ -33,7 +33,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
+from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from reader.stats.files import feature_name
 
@@ -61,10 +61,6 @@ _Histogram = statistics_pb2.Histogram
 # range, so a few outliers in one split, or a constant (every photo 4:3), move every
 # bucket (JSD 1.0 between two splits of the same photos).
 DRIFT_HISTOGRAM = _Histogram.QUANTILES
-_MEASUREMENT_TYPES = {
-    INFINITY_NORM: anomalies_pb2.DriftSkewInfo.Measurement.L_INFTY,
-    JENSEN_SHANNON_DIVERGENCE: anomalies_pb2.DriftSkewInfo.Measurement.JENSEN_SHANNON_DIVERGENCE,
-}
 
 
 def string_counts(feature: statistics_pb2.FeatureNameStatistics) -> dict[str, float]:
@@ -323,81 +319,3 @@ def sort_entries(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Over first, then by split, baseline, feature and comparator."""
     return sorted((dict(e) for e in entries), key=lambda e: (
         not e["over"], e["split"], e["baseline"], e["feature"], e["comparator"]))
-
-
-_HIGH = {
-    INFINITY_NORM: (anomalies_pb2.AnomalyInfo.COMPARATOR_L_INFTY_HIGH, "Linfty distance"),
-    JENSEN_SHANNON_DIVERGENCE: (anomalies_pb2.AnomalyInfo.COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH,
-                                "approximate Jensen-Shannon divergence"),
-}
-_MISSING = {
-    MISSING_IN_BASELINE: (anomalies_pb2.AnomalyInfo.COMPARATOR_CONTROL_DATA_MISSING, "previous"),
-    MISSING_IN_SPLIT: (anomalies_pb2.AnomalyInfo.COMPARATOR_TREATMENT_DATA_MISSING, "current"),
-}
-
-
-def _reason(entry: Mapping[str, Any], most_moved: str | None) -> tuple[int, str, str] | None:
-    """TFDV's (type, short description, description) of an entry over threshold."""
-    comparator = entry["comparator"]
-    if comparator in _MISSING:
-        kind, side = _MISSING[comparator]
-        return kind, f"{side} data missing", f"{side} data is missing."
-    if not entry["over"] or entry["distance"] is None:
-        return None
-    kind, measure = _HIGH[comparator]
-    text = (f"The {measure} between current and previous is {entry['distance']:.6g} (up to "
-            f"six significant digits), above the threshold {entry['threshold']:.6g}.")
-    if comparator == INFINITY_NORM and most_moved is not None:
-        text += f" The feature value with maximum difference is: {most_moved}"
-    return kind, f"High {measure} between current and previous", text
-
-
-def anomalies_proto(entries: Iterable[Mapping[str, Any]], *,
-                    control: statistics_pb2.DatasetFeatureStatistics | None = None,
-                    treatment: statistics_pb2.DatasetFeatureStatistics | None = None,
-                    ) -> anomalies_pb2.Anomalies:
-    """The entries of one comparison as TFDV's ``Anomalies``: ``drift_skew_info``
-    measurements per feature and an ``anomaly_info`` per feature over threshold.
-
-    TFDV's L∞ description ends with the value that moved most, which entries do not
-    carry: pass the compared statistics to have it, else that sentence is left out.
-
-    Raises:
-        ValueError: the entries come from more than one (split, baseline) pair.
-    """
-    entries = sort_entries(entries)
-    pairs = {(e["split"], e["baseline"]) for e in entries}
-    if len(pairs) > 1:
-        raise ValueError(f"Anomalies describe one comparison; the entries hold "
-                         f"{sorted(pairs)}.")
-    result = anomalies_pb2.Anomalies(anomaly_name_format=anomalies_pb2.Anomalies.SERIALIZED_PATH)
-    sides = _by_name(control), _by_name(treatment)
-    for name in sorted({e["feature"] for e in entries}):
-        mine = [e for e in entries if e["feature"] == name]
-        pair = sides[0].get(name), sides[1].get(name)
-        most_moved = linf_distance(*pair)[0] if None not in pair else None
-        measured = [e for e in mine if e["distance"] is not None]
-        if measured:
-            info = result.drift_skew_info.add()
-            info.path.step.append(name)
-            for e in measured:
-                info.drift_measurements.add(type=_MEASUREMENT_TYPES[e["comparator"]],
-                                            value=e["distance"], threshold=e["threshold"])
-        reasons = [r for e in mine if (r := _reason(e, most_moved)) is not None]
-        if reasons:
-            result.anomaly_info[name].path.step.append(name)
-            _add_anomaly_info(result.anomaly_info[name], reasons)
-    return result
-
-
-def _add_anomaly_info(info: anomalies_pb2.AnomalyInfo,
-                      reasons: Sequence[tuple[int, str, str]]) -> None:
-    """Fills ``info`` as TFDV's ``GetAnomalyInfo`` does (one reason each, unified)."""
-    for kind, short, long in reasons:
-        info.reason.add(type=kind, short_description=short, description=long)
-    info.severity = anomalies_pb2.AnomalyInfo.ERROR
-    if len(reasons) == 1:
-        info.short_description, info.description = reasons[0][1], reasons[0][2]
-    else:
-        info.short_description = "Multiple errors"
-        info.description = " ".join(r[2] for r in reasons)

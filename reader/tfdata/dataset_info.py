@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import posixpath
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +22,7 @@ from reader.format.contract import (
     DatasetError,
     check_splits,
 )
+from reader.tfdata.feature_specs import feature_spec_from_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +69,7 @@ class DatasetInfo:
     @property
     def feature_spec(self) -> dict[str, Any]:
         """``tf.io.parse_example`` spec, from the manifest (never typed by hand)."""
-        return contract.feature_spec_from_json(self.manifest["features"])
+        return feature_spec_from_json(self.manifest["features"])
 
     @property
     def task(self) -> str:
@@ -237,6 +239,32 @@ def check_labels(manifest: Mapping[str, Any], data_dir: str) -> None:
                            f"feature is {label_kind or 'missing'}, not var_len.")
 
 
+def _read_through_gfile(path: str) -> bytes | None:
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read()
+
+
+def load_manifest(data_dir: str) -> dict[str, Any]:
+    """Reads ``<data_dir>/manifest.json`` through ``tf.io.gfile`` (local or remote).
+
+    Raises:
+        FileNotFoundError: if there is no manifest, i.e. the job did not finish.
+        DatasetError: if the manifest is not a JSON object.
+    """
+    return contract.load_manifest(data_dir, _read_through_gfile)
+
+
+def sha256_of_file(path: str, chunk_bytes: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file (local or remote, via tf.io.gfile), as the manifest records."""
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def check_shards(manifest: Mapping[str, Any], data_dir: str, splits: list[str],
                  verify: bool) -> None:
     """Checks that every listed shard exists with the recorded size (and sha256).
@@ -254,7 +282,7 @@ def check_shards(manifest: Mapping[str, Any], data_dir: str, splits: list[str],
                 raise DatasetError(
                     f"Shard {path!r} has {size} bytes but the manifest records "
                     f"{shard['num_bytes']}: it was truncated or replaced.")
-            if verify and contract.sha256_of_file(path) != shard["sha256"]:
+            if verify and sha256_of_file(path) != shard["sha256"]:
                 raise DatasetError(
                     f"Shard {path!r} does not match the sha256 in the manifest: its "
                     f"bytes were altered after the job wrote it.")
@@ -275,7 +303,7 @@ def open_dataset(data_dir: str, *, splits: list[str] | None = None,
             or the format version is newer than this reader.
         ValueError: ``splits`` names a split the dataset does not have.
     """
-    manifest = contract.load_manifest(data_dir)
+    manifest = load_manifest(data_dir)
     version = manifest.get("format_version")
     if version != contract.FORMAT_VERSION:
         raise DatasetError(f"{data_dir!r} has format_version {version!r}; this reader "

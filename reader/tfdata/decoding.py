@@ -89,6 +89,29 @@ def _ragged(sparse: tf.SparseTensor) -> tf.RaggedTensor:
                                              nrows=rows, validate=False)
 
 
+def decode_stored_image(encoded: Any, image_format: str, size: int) -> Any:
+    """One stored image (scalar string tensor) → ``uint8 [size, size, 3]``.
+
+    The inverse of the job's encoding (``etl/images/codec.py``'s ``encode``). JPEG
+    decodes with the IDCT :data:`reader.format.contract.STORED_JPEG_DCT_METHOD`.
+
+    Raises:
+        ValueError: for an ``image_format`` not in ``contract.IMAGE_FORMATS``.
+    """
+    if image_format == contract.RAW:
+        image = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [size, size, 3])
+    elif image_format == contract.JPEG:
+        image = tf.io.decode_jpeg(encoded, channels=3,
+                                  dct_method=contract.STORED_JPEG_DCT_METHOD)
+    elif image_format == contract.PNG:
+        image = tf.io.decode_png(encoded, channels=3)
+    else:
+        raise ValueError(f"Unknown image format {image_format!r}; use one of "
+                         f"{contract.IMAGE_FORMATS}.")
+    image.set_shape([size, size, 3])
+    return image
+
+
 def decode_images_fn(preprocessing: Mapping[str, Any]) -> Callable[[dict], dict]:
     """Replaces the encoded ``image`` of a parsed batch by ``uint8 [batch, s, s, 3]``.
 
@@ -104,7 +127,7 @@ def decode_images_fn(preprocessing: Mapping[str, Any]) -> Callable[[dict], dict]
             images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, size, size, 3])
         else:
             images = tf.map_fn(
-                lambda x: contract.decode_stored_image(x, image_format, size), encoded,
+                lambda x: decode_stored_image(x, image_format, size), encoded,
                 fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8),
                 parallel_iterations=16)
         return {**features, contract.IMAGE_KEY: images}

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from reader.format import contract
-from reader.tfdata.dataset_info import open_dataset
+from reader.tfdata.dataset_info import load_manifest, open_dataset
 
 
 def steps_per_epoch(data_dir: str, split: str, batch_size: int, *,
@@ -27,7 +26,7 @@ def label_vocabulary(data_dir: str) -> list[str]:
     (as Keras and torchvision number classes), or by decreasing train frequency where
     the dataset was built with ``--class_order=frequency``
     (``manifest["preprocessing"]["labels"]["class_order"]``; docs/LABELS.md)."""
-    return list(contract.load_manifest(data_dir)["label_vocab"])
+    return list(load_manifest(data_dir)["label_vocab"])
 
 
 def transform_output(data_dir: str) -> Any:
@@ -40,7 +39,7 @@ def transform_output(data_dir: str) -> Any:
         FileNotFoundError: no manifest (the job did not finish).
         ImportError: tensorflow-transform is not installed (it is optional).
     """
-    contract.load_manifest(data_dir)  # Refuse unfinished directories.
+    load_manifest(data_dir)  # Refuse unfinished directories.
     try:
         # Imported on demand: only serving needs it, and a training install lacks it.
         import tensorflow_transform as tft

@@ -36,13 +36,12 @@ import pathlib
 import statistics
 import time
 
-import harness
 import numpy as np
-import sample_photos
 from PIL import Image, ImageFilter
 
 from etl.images import batches, quality
 from etl.images.preprocessing import ImagePreprocessing
+from scripts.benchmarks import harness, sample_photos
 
 BENCHMARK = harness.Benchmark(
     name="blur_flag",

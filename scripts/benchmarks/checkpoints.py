@@ -26,11 +26,11 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import harness
 import tensorflow as tf
 
 import reader
 from reader.tfdata import pipeline, resume
+from scripts.benchmarks import harness
 
 BENCHMARK = harness.Benchmark(
     name="checkpoints",

@@ -118,10 +118,11 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-import harness
 import psutil
-from sample_photos import describe, ensure_photos
-from series_job import ensure_input
+
+from scripts.benchmarks import harness
+from scripts.benchmarks.sample_photos import describe, ensure_photos
+from scripts.benchmarks.series_job import ensure_input
 
 BENCHMARK = harness.Benchmark(
     name="clusters",

@@ -46,9 +46,10 @@ import shutil
 import statistics
 import time
 
-import harness
 import numpy as np
-import series_job as series_bench
+
+from scripts.benchmarks import harness
+from scripts.benchmarks import series_job as series_bench
 
 BENCHMARK = harness.Benchmark(
     name="covariates",

@@ -49,9 +49,10 @@ import tempfile
 import time
 import zlib
 
-import harness
 import numpy as np
-from sample_photos import describe, ensure_photos
+
+from scripts.benchmarks import harness
+from scripts.benchmarks.sample_photos import describe, ensure_photos
 
 BENCHMARK = harness.Benchmark(
     name="decode_memory",

@@ -23,8 +23,7 @@ import os
 import time
 import zlib
 
-import harness
-import series_job
+from scripts.benchmarks import harness, series_job
 
 BENCHMARK = harness.Benchmark(
     name="deflate",

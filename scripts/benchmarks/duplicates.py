@@ -41,8 +41,8 @@ import statistics
 import subprocess
 import tempfile
 
-import harness
-from sample_photos import describe, ensure_tree
+from scripts.benchmarks import harness
+from scripts.benchmarks.sample_photos import describe, ensure_tree
 
 BENCHMARK = harness.Benchmark(
     name="duplicates",

@@ -4,10 +4,11 @@ results file (an entry per setting) and chart, and the entry point that runs the
 
 Every module of this folder but the helpers (:data:`HELPERS`) is a benchmark and
 declares itself at its top level (:class:`Benchmark`). ``python -m scripts.benchmarks
---list`` names them; ``python -m scripts.benchmarks NAME [--quick] [ARGS...]`` runs one
-as its own script, with this folder first on ``sys.path``: benchmarks import this
-harness and each other by module name, and ``etl``, ``reader`` and ``pipelines`` by
-package (``scripts/setup_env.sh`` installs the project into ``.venv``).
+--list`` names them; ``python -m scripts.benchmarks NAME [--quick] [ARGS...]``, from the
+repository's root, runs one as ``python -m scripts.benchmarks.NAME`` would: benchmarks
+import this harness and each other by package (``from scripts.benchmarks import
+harness``), as they import ``etl``, ``reader`` and ``pipelines`` (``scripts/setup_env.sh``
+installs the project into ``.venv``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import ast
 import dataclasses
 import glob
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -338,7 +340,7 @@ def image_dataset(work_dir: str, num_images: int, num_shards: int, name: str,
     """Web-size photos (kept in ``work_dir``) → the image job's 224 px records, all in
     train, with ``flags``, in ``<work_dir>/<name>_<num_images>_<num_shards>``; returns
     that folder. The job runs in its own process, once: a finished dataset is reused."""
-    from sample_photos import ensure_photos
+    from scripts.benchmarks.sample_photos import ensure_photos
 
     os.makedirs(work_dir, exist_ok=True)
     photos = ensure_photos(work_dir, num_images, verbose=True)
@@ -375,8 +377,11 @@ def read_json(path: str) -> Any:
 
 
 def read_manifest(output_dir: str) -> dict[str, Any]:
-    """The manifest a job published in ``output_dir``."""
-    return read_json(os.path.join(output_dir, "manifest.json"))
+    """The manifest a job published in ``output_dir`` (``reader.records.load_manifest``)."""
+    # Imported here: small_jobs_profile.py reads this file under another checkout's code.
+    from reader import records
+
+    return records.load_manifest(output_dir)
 
 
 def output_summary(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -542,6 +547,8 @@ def setting_title(setting: str, result: dict[str, Any], what: str) -> str:
 # --- the suite: declarations, side-by-side rounds, the entry point ---------------------
 
 FOLDER = os.path.dirname(os.path.abspath(__file__))
+# The package of the benchmarks, the modules of FOLDER.
+PACKAGE = "scripts.benchmarks"
 # Modules of this folder that are not benchmarks: this harness and what benchmarks share.
 HELPERS = ("harness", "sample_photos", "small_jobs_profile")
 # Where ``--quick`` runs put their inputs and results ("{quick_dir}" in ``Benchmark.quick``),
@@ -632,31 +639,39 @@ def write_rates(out: str, setting: str, title: str, samples: dict[str, list[dict
     return result
 
 
-def run(name: str, args: Sequence[str], *, quick: bool = False, folder: str = FOLDER
+def package_folder(package: str) -> str:
+    """The folder of the importable package ``package``."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"{package!r} is not a package on sys.path: run the benchmarks "
+                         f"from the repository's root.")
+    return next(iter(spec.submodule_search_locations))
+
+
+def run(name: str, args: Sequence[str], *, quick: bool = False, package: str = PACKAGE
         ) -> None:
-    """Runs benchmark ``name`` of ``folder`` as its own script would run, on ``args``
-    (after its ``quick`` arguments with ``quick``).
+    """Runs benchmark ``name`` of ``package`` as ``python -m PACKAGE.NAME ARGS`` would
+    (with ``quick``, its ``quick`` arguments before ``args``).
 
     Raises:
         SystemExit: no benchmark of that name (the message lists them).
     """
-    benchmarks = declared(folder)
+    benchmarks = declared(package_folder(package))
     if name not in benchmarks:
         raise SystemExit(f"No benchmark {name!r}; there are: {', '.join(benchmarks)}.")
-    path = os.path.join(folder, name + ".py")
     extra = [a.format(quick_dir=QUICK_DIR) for a in benchmarks[name].quick] if quick else []
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [path, *extra, *args]
-    sys.path.insert(0, folder)  # Benchmarks import the harness and each other by name.
+    saved_argv = sys.argv
+    sys.argv = [name, *extra, *args]  # run_module puts the module's path first.
     try:
-        runpy.run_path(path, run_name="__main__")
+        runpy.run_module(f"{package}.{name}", run_name="__main__", alter_sys=True)
     finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
+        sys.argv = saved_argv
 
 
-def main(argv: Sequence[str] | None = None, folder: str = FOLDER) -> None:
+def main(argv: Sequence[str] | None = None, package: str = PACKAGE) -> None:
     """``--list``, or ``NAME [--quick] [ARGS...]``: ARGS are the benchmark's own flags."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    folder = package_folder(package)
     if not argv or argv[0] in ("-h", "--help"):
         print(main.__doc__)
         print("Benchmarks: " + ", ".join(declared(folder)))
@@ -666,4 +681,4 @@ def main(argv: Sequence[str] | None = None, folder: str = FOLDER) -> None:
             print(f"{benchmark.name:<18} {benchmark.measures}")
         return
     quick = argv[1:2] == ["--quick"]
-    run(argv[0], argv[2:] if quick else argv[1:], quick=quick, folder=folder)
+    run(argv[0], argv[2:] if quick else argv[1:], quick=quick, package=package)

@@ -120,16 +120,16 @@ from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import harness
 import tensorflow as tf
 from PIL import Image, ImageOps
-from sample_photos import KINDS, describe, ensure_tree
 
 from etl.core.transform.examples import serialize_example
 from etl.images import codec
 from etl.images.shards import default_gzip_level
 from pipelines.worker_start import INTRA_OP_THREADS_ENV, run_ops_on_one_thread_each
 from reader.format import contract
+from scripts.benchmarks import harness
+from scripts.benchmarks.sample_photos import KINDS, describe, ensure_tree
 
 BENCHMARK = harness.Benchmark(
     name="image_job",
@@ -467,10 +467,10 @@ def run_job(code_dir: str, argv: list[str], output_dir: str) -> dict:
 
 
 def main() -> None:
-    # Before TensorFlow's first op (in main, not at import: measure_gzip_levels
-    # imports this module): the ceiling, the fused loop and the check costs run each
-    # op on one thread, by the job's own rule (run_ops_on_one_thread_each says why),
-    # and the job subprocesses inherit it. TF_NUM_INTRAOP_THREADS=0 measures
+    # Before TensorFlow's first op (in main, so that importing this module changes no
+    # setting): the ceiling, the fused loop and the check costs run each op on one
+    # thread, by the job's own rule (run_ops_on_one_thread_each says why), and the job
+    # subprocesses inherit it. TF_NUM_INTRAOP_THREADS=0 measures
     # everything with TensorFlow's default (one thread per core) instead; the value
     # is in the results.
     run_ops_on_one_thread_each()

@@ -55,8 +55,8 @@ import sys
 import tempfile
 import time
 
-import harness
-from sample_photos import KINDS, describe, ensure_tree
+from scripts.benchmarks import harness
+from scripts.benchmarks.sample_photos import KINDS, describe, ensure_tree
 
 BENCHMARK = harness.Benchmark(
     name="memory",

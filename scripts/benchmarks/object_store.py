@@ -38,16 +38,13 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any
 
-import harness
-from sample_photos import describe, ensure_tree
-from series_job import ensure_input
-
-sys.path.insert(0, harness.REPO_ROOT)
+from scripts.benchmarks import harness
+from scripts.benchmarks.sample_photos import describe, ensure_tree
+from scripts.benchmarks.series_job import ensure_input
 from tests.gcs_server import GcsServer, download_tree, upload_tree
 
 BENCHMARK = harness.Benchmark(
@@ -192,8 +189,8 @@ def main() -> None:
             download_tree(server, BUCKET, job, copy)
             same[job] = _shard_digests(copy) == _shard_digests(os.path.join(out, job))
             assert same[job], f"{job}: the gs:// shards differ from the local ones"
-    images = harness.read_json(os.path.join(out, "images", "manifest.json"))["inputs"]
-    rows = harness.read_json(os.path.join(out, "series", "manifest.json"))["inputs"]
+    images = harness.read_manifest(os.path.join(out, "images"))["inputs"]
+    rows = harness.read_manifest(os.path.join(out, "series"))["inputs"]
     result = summarize(samples, images, rows)
     result.update({"date": time.strftime("%Y-%m-%d"), "machine": harness.machine(),
                    "code": harness.code_version(), "same_shards": same, "reads_alone": reads,

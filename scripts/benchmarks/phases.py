@@ -40,9 +40,7 @@ import subprocess
 import sys
 import time
 
-import harness
-import sample_photos
-import series_job
+from scripts.benchmarks import harness, sample_photos, series_job
 
 BENCHMARK = harness.Benchmark(
     name="phases",
@@ -62,14 +60,14 @@ COMMON_HEAD = [
     ("framing (TFRecord length + CRC32C)",
      r"write_tfrecord|crc32c|_TFRecordUtil|ShardWriter\.write"),
 ]
-_OUR_STATISTICS = (r"\((etl|reader)/[^)]*(stats|statistics|describe|drift|report|quality|"
+_OUR_STATISTICS = (r"\((etl|reader)/[^)]*(stats|statistics|drift|report|quality|"
                    r"facts)[^)]*\.py")
 COMMON_TAIL = [
     ("statistics and report", _OUR_STATISTICS),
     ("tf.Transform analysis", r"tensorflow_transform|analysis\.py|zscore\.py"),
     ("building the pipeline", r"build_pipeline|\.expand \(|pipeline\.py"),
     ("publish (manifest, renames, rejections)",
-     r"publish\.py|manifest\.py|versions\.py|record_removal|output_dir\.py"),
+     r"\(etl/core/publishing/|versions\.py|shards/removal\.py|output_dir\.py"),
     ("Beam runner: bundles, coders, stage boundaries",
      r"apache_beam/(runners|coders|transforms|utils|io)|grpc|_pb2|protobuf"),
     ("TensorFlow runtime", r"tensorflow"),
@@ -78,29 +76,29 @@ SERIES_PHASES = [
     *COMMON_HEAD,
     ("statistics and report", r"\(etl/timeseries/row_statistics\.py|" + _OUR_STATISTICS),
     ("shard: read runs back, order windows",
-     r"_ShardWindows\.__init__|\(etl/core/sharding\.py"),
+     r"_ShardWindows\.__init__|\(etl/core/shards/placement\.py"),
     ("shard: cut windows", r"_ShardWindows\.cut"),
     ("Example encoding (tfx_bsl + deterministic re-serialize)",
      r"\(etl/timeseries/window_examples\.py|example_coder"),
     ("transform_fn (TensorFlow)", r"SeriesTransform|PrunedTransform"),
-    ("shard step, other", r"\(etl/timeseries/shards\.py|\(etl/core/shard_step\.py"),
+    ("shard step, other", r"\(etl/timeseries/shards\.py|\(etl/core/shards/step\.py"),
     ("clean, split, window runs (per bucket of series)",
      r"\(etl/timeseries/(buckets|series|runs|per_series|covariates|calendar|categories)\.py"),
     ("read and parse the CSV (pyarrow), spill by bucket",
-     r"\(etl/timeseries/(read|parsing|parsed_rows|chunks|ranges|sources|time_texts)\.py"),
+     r"\(etl/timeseries/rows/"),
     *COMMON_TAIL,
 ]
 IMAGE_PHASES = [
     *COMMON_HEAD,
-    ("facts and hashes", r"\(etl/images/(facts|image_hashes|quality|describe)\.py|xxh"),
+    ("facts and hashes", r"\(etl/images/(facts|duplicates/signatures|quality|stats)\.py|xxh"),
     ("read files, header checks",
-     r"ReadImages|\(etl/images/(sources|exif|label_entries)\.py|\(etl/core/local_tree\.py"),
+     r"ReadImages|\(etl/images/(sources|exif|label_entries)\.py|\(etl/core/io/local_tree\.py"),
     ("decode (strict JPEG check, scaled)",
      r"simplejpeg|\(etl/images/loading\.py|DecodeJpeg|decode_jpeg"),
-    ("Example encoding", r"\(etl/core/examples\.py|SerializeToString"),
+    ("Example encoding", r"\(etl/core/transform/examples\.py|SerializeToString"),
     ("transform ops (resize, crop, encode)",
      r"ImageTransform|FinishImages|\(etl/images/(preprocessing|codec|batches)\.py"),
-    ("shard step, other", r"\(etl/images/shards\.py|\(etl/core/shard_step\.py"),
+    ("shard step, other", r"\(etl/images/shards\.py|\(etl/core/shards/step\.py"),
     *COMMON_TAIL,
 ]
 
@@ -108,7 +106,7 @@ IMAGE_PHASES = [
 # innermost frame is Python's waiting machinery (threads, queues, selectors) or the
 # loop of a thread that only waits for calls (``etl.core.io.timed_calls``) is idle.
 _WAITING = re.compile(r"\((threading|queue|selectors|concurrent/futures/thread)\.py:\d+\)$|"
-                      r"^_Helper\.run \(etl/core/timed_calls\.py:\d+\)$")
+                      r"^_Helper\.run \(etl/core/io/timed_calls\.py:\d+\)$")
 
 UNITS = {"timeseries": ("row", 1e6, "us"), "images": ("photo", 1e3, "ms")}
 

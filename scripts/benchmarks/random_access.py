@@ -67,9 +67,10 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import harness
 import numpy as np
 import psutil
+
+from scripts.benchmarks import harness
 
 BENCHMARK = harness.Benchmark(
     name="random_access",
@@ -295,7 +296,7 @@ def run_mode(mode: str, args: argparse.Namespace, data_dir: str) -> dict[str, An
     """``mode`` run once in a fresh interpreter, the only child of a fresh wrapper
     (``harness.measure``: a process exec'd from a big one would start with
     its ru_maxrss); its result."""
-    from harness import measure  # Not in the modes' own processes.
+    from scripts.benchmarks.harness import measure  # Not in the modes' own processes.
 
     with tempfile.TemporaryDirectory() as tmp:
         result_path, log_path = os.path.join(tmp, "result.json"), os.path.join(tmp, "log")
@@ -423,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown --modes {unknown}: choose from {', '.join(MODES)}")
 
-    from sample_photos import describe, ensure_photos
+    from scripts.benchmarks.sample_photos import describe, ensure_photos
 
     data_dir = harness.image_dataset(args.work_dir, args.num_images, args.num_shards,
                                      "random_access", "--compression=none")

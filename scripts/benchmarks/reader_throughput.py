@@ -44,12 +44,12 @@ from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import harness
 import tensorflow as tf
-from sample_photos import describe, ensure_photos
 
 import reader
 from reader.format import contract
+from scripts.benchmarks import harness
+from scripts.benchmarks.sample_photos import describe, ensure_photos
 
 BENCHMARK = harness.Benchmark(
     name="reader_throughput",

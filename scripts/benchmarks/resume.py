@@ -46,11 +46,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import harness
-from sample_photos import describe, ensure_tree
-
 from etl.core.run import fault_injection
 from reader.format import contract
+from scripts.benchmarks import harness
+from scripts.benchmarks.sample_photos import describe, ensure_tree
 
 BENCHMARK = harness.Benchmark(
     name="resume",

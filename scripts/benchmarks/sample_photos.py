@@ -43,7 +43,7 @@ Usage: nice -n 19 python scripts/benchmarks/sample_photos.py --work_dir /work/be
 
 From another script::
 
-    from sample_photos import ensure_camera_photos, ensure_photos, ensure_tree
+    from scripts.benchmarks.sample_photos import ensure_camera_photos, ensure_photos, ensure_tree
     root = ensure_photos("/work/bench_data", 2000)  # -> /work/bench_data/photos_2000
     root = ensure_camera_photos("/work/bench_data", 120, 12)  # -> .../camera12_120
     root = ensure_tree("/work/bench_data", 120, "camera24")  # -> .../camera24_120

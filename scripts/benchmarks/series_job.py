@@ -62,10 +62,10 @@ import sys
 import time
 from collections.abc import Callable
 
-import harness
 import numpy as np
 
 from reader.format import contract
+from scripts.benchmarks import harness
 
 BENCHMARK = harness.Benchmark(
     name="series_job",

@@ -50,10 +50,9 @@ import tempfile
 import time
 from typing import Any
 
-import harness
-from sample_photos import describe, ensure_photos
-
 from etl import testing
+from scripts.benchmarks import harness
+from scripts.benchmarks.sample_photos import describe, ensure_photos
 
 BENCHMARK = harness.Benchmark(
     name="small_jobs",

@@ -46,6 +46,7 @@ import functools
 import importlib
 import json
 import os
+import runpy
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -131,9 +132,12 @@ def profile() -> None:
     timed(apache_beam.Pipeline, "to_runner_api", "to_runner_api_s")
     timed(fn_runner.FnApiRunner, "run_stages", "stages_s", first="stages_start",
           last="stages_end")
-    from harness import TIME_STAGES
+    # Read from the harness beside this file by its path: the job's code dir comes
+    # first on sys.path, and a checkout there has a ``scripts.benchmarks`` of its own.
+    harness = os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness.py")
+    time_stages = runpy.run_path(harness)["TIME_STAGES"]
 
-    exec(TIME_STAGES, stage_timing)  # Each _execute_bundle's stage name and window.
+    exec(time_stages, stage_timing)  # Each _execute_bundle's stage name and window.
     common.main = reporting_main(common.main, timings_path)
     sys.argv = [job.__file__, *job_argv]
     if os.path.exists(os.path.join(os.path.dirname(common.__file__), "command.py")):

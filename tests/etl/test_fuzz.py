@@ -15,16 +15,18 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io.text_rows import parse_csv_line, parse_jsonl_line
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
 from etl.images import codec
-from etl.images.loading import InputLimits, validate_image_bytes
+from etl.images.loading import InputLimits
 from etl.images.shards import Loaded, transform_batch
 from etl.images.sources import ImageRecord, record_from_row
-from etl.timeseries.series import Cleaning, clean_series
-from etl.timeseries.sources import Columns, Row, parse_row
+from etl.timeseries.rows.sources import Columns, Row, parse_row
+from etl.timeseries.series import Cleaning
 from tests.image_fixtures import _encode, exif_block, textured_jpeg
+from tests.image_loading import validate_image_bytes
+from tests.series_fixtures import clean_series
 
 FUZZ = settings(max_examples=1500, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

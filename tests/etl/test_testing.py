@@ -1,10 +1,11 @@
-"""Tests of etl/testing.py, the fixtures and job runs users' tests import.
+"""Tests of etl/testing.py's fixtures and readers and pipelines/testing.py's job runs,
+the module users' tests import.
 
 The writers are checked against independent readings (Pillow opens each image with
 the format and size asked; the csv and json modules read the tables back; the job's
 own row parser reads the manifests); one image job run on a tree with every bad kind
 and one series job run show the stated reasons and what the results hold. The first
-``python`` block of the docs that uses ``etl.testing`` runs as written, in an empty
+``python`` block of the docs that uses ``pipelines.testing`` runs as written, in an empty
 folder.
 """
 
@@ -24,10 +25,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from etl import testing
-from etl.core.publishing.dead_letters import Rejection
+from etl.core.dead_letters import Rejection
 from etl.images import labels, sources
+from pipelines import testing
 from reader.format import contract
+from reader.tfdata.feature_specs import feature_spec_from_json
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PILLOW_FORMATS = {"jpeg": "JPEG", "png": "PNG", "gif": "GIF", "bmp": "BMP", "webp": "WEBP"}
@@ -120,13 +122,15 @@ def test_write_images_refuses_unknown_formats_and_bad_kinds(tmp_path):
 
 
 def test_photos_without_scikit_learn_name_the_extra(monkeypatch):
-    testing._photos.cache_clear()
+    from etl import testing as fixtures  # where the photos are cached
+
+    fixtures._photos.cache_clear()
     monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
     try:
         with pytest.raises(ImportError, match=re.escape("pip install 'tfrecord-etl[testing]'")):
             testing.sample_photo(0)
     finally:
-        testing._photos.cache_clear()
+        fixtures._photos.cache_clear()
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
@@ -224,7 +228,7 @@ def test_run_images_job_as_numpy_gives_what_tf_parses(image_run):
 
     _, result, _ = image_run
     ours = result.records("train", as_numpy=True)
-    spec = contract.feature_spec_from_json(result.manifest["features"])
+    spec = feature_spec_from_json(result.manifest["features"])
     shard = os.path.join(result.output_dir, result.manifest["splits"]["train"]["shards"][0]["path"])
     theirs = [tf.io.parse_single_example(record, spec)
               for record in tf.data.TFRecordDataset([shard], "GZIP")]
@@ -286,13 +290,14 @@ def test_run_timeseries_job_records_hold_the_written_values(series_run):
 
 def _docs_example() -> tuple[str, str]:
     """The first ``python`` block of README.md, then docs/*.md (sorted), that uses
-    ``etl.testing`` and defines a test: ``(file, code)``."""
+    ``pipelines.testing`` and defines a test: ``(file, code)``."""
     for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         for block in re.findall(r"^```python\n(.*?)^```", path.read_text(), re.S | re.M):
-            uses = "etl.testing" in block or "from etl import testing" in block
+            uses = "pipelines.testing" in block or "from pipelines import testing" in block
             if uses and "def test_" in block:
                 return str(path.relative_to(REPO)), block
-    raise AssertionError("No python block in README.md or docs/ uses etl.testing in a test.")
+    raise AssertionError("No python block in README.md or docs/ uses pipelines.testing in a "
+                         "test.")
 
 
 def test_docs_example_passes_in_an_empty_folder(tmp_path):

@@ -17,9 +17,10 @@ import shutil
 import pytest
 
 import reader
-from etl.core.publishing import dead_letters
+from etl.core import dead_letters
 from etl.core.run import fault_injection, versions
 from reader.format import contract
+from reader.tfdata.dataset_info import load_manifest
 from tests import image_fixtures
 from tests.job_commands import run_until_killed
 from tests.job_runs import (
@@ -78,12 +79,12 @@ def grown(folders, tmp_path_factory) -> dict:
     run_until_killed("images", f"--input={whole}", f"--output_dir={out}", "--append",
                      f"--image_size={TEST_IMAGE_SIZE}", *FLAGS,
                      point=fault_injection.MANIFEST_WRITING)
-    after_kill = {"manifest": contract.load_manifest(out), "read": _read_count(out),
+    after_kill = {"manifest": load_manifest(out), "read": _read_count(out),
                   "files": files_under(out)}
     reader.open_dataset(out, verify=True)  # every shard of version 1, hashed
     # The reruns in-process: the same job, without another interpreter start.
     _, stdout, stderr = run_images_job_printing(whole, out, "--append", *FLAGS)
-    v2 = contract.load_manifest(out)
+    v2 = load_manifest(out)
     v2_files = _tree_digests(out)
     _, again_stdout, _ = run_images_job_printing(whole, out, "--append", *FLAGS)
     return {"out": out, "v1": v1, "v1_files": v1_files, "after_kill": after_kill,
@@ -266,7 +267,7 @@ def test_an_append_to_a_dataset_deflated_by_zlib_reads_whole(folders, tmp_path):
     before = _tree_digests(out)
     reader.open_dataset(out, verify=True)
     _, stdout, _ = run_images_job_printing(whole, out, "--append", *FLAGS)
-    manifest = contract.load_manifest(out)
+    manifest = load_manifest(out)
     assert manifest["dataset_version"] == 2, stdout
     shards = [shard["path"] for split in contract.SPLITS
               for shard in manifest["splits"][split]["shards"]]

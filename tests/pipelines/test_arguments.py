@@ -138,14 +138,14 @@ def test_run_with_help_prints_the_jobs_help_and_exits_0(capsys):
 
 def test_flag_defaults_match_the_library():
     from etl.core.publishing import accounting
-    from etl.core.shards import placement as sharding
-    from etl.core.shards import splits
+    from etl.core.shards import placement, splits
     from etl.images import labels, loading
-    from etl.timeseries import ranges, series
+    from etl.timeseries import series
+    from etl.timeseries.rows import ranges
 
     assert (splits.SplitFractions.parse(arguments.DEFAULT_SPLIT_FRACTIONS)
             == splits.SplitFractions())
-    assert arguments.DEFAULT_TARGET_SHARD_BYTES == sharding.DEFAULT_TARGET_SHARD_BYTES
+    assert arguments.DEFAULT_TARGET_SHARD_BYTES == placement.DEFAULT_TARGET_SHARD_BYTES
     assert arguments.DEFAULT_MAX_ERROR_FRACTION == accounting.DEFAULT_MAX_ERROR_FRACTION
     assert arguments.DEFAULT_MAX_FILE_BYTES == loading.DEFAULT_MAX_FILE_BYTES
     assert arguments.DEFAULT_MAX_IMAGE_PIXELS == loading.DEFAULT_MAX_IMAGE_PIXELS

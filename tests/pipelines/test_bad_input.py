@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etl import testing
-from pipelines import common, images, timeseries
+from pipelines import common, images, testing, timeseries
 from reader.format import contract
 from tests import image_fixtures, special_files
 from tests.job_runs import TEST_IMAGE_SIZE, run_images_job, run_main

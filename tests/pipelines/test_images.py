@@ -614,10 +614,10 @@ def test_images_job_lenient_decoding_stores_damaged_pixels(damage_runs, tmp_path
 
 def _keys_in_shard(prefix: str, shard: int, num_shards: int, count: int,
                    suffix: str = ".jpg") -> list[str]:
-    from etl.core.shards import placement as sharding
+    from etl.core.shards import placement
 
     keys = (f"{prefix}{i}{suffix}" for i in range(10_000))
-    return [k for k in keys if sharding.shard_of(k, num_shards) == shard][:count]
+    return [k for k in keys if placement.shard_of(k, num_shards) == shard][:count]
 
 
 @pytest.fixture(scope="module")

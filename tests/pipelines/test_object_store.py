@@ -21,10 +21,10 @@ import sys
 import numpy as np
 import pytest
 
+from etl.core import dead_letters
 from etl.core.io import storage
-from etl.core.publishing import dead_letters
 from etl.core.run import fault_injection
-from etl.core.stats import step as describe
+from etl.core.stats import step as stats_step
 from reader.format import contract
 from reader.report import build as report
 from reader.report import html as report_html
@@ -156,8 +156,8 @@ def test_the_job_writes_its_gcs_report_without_gcsfs(gcs, image_runs, monkeypatc
             blocked.delitem(FSSPEC_REGISTRY._registry, protocol, raising=False)
         with pytest.raises(ImportError):
             report.gather(data_dir)  # fsspec's way: what failed in the job before.
-        assert describe.write_report(storage.join(data_dir, "manifest.json"),
-                                     data_dir) == page
+        assert stats_step.write_report(storage.join(data_dir, "manifest.json"),
+                                       data_dir) == page
     # The same page as reader.report renders reading through fsspec and gcsfs.
     assert storage.read_bytes(page) == report_html.render(
         report.gather(data_dir)).encode("utf-8")

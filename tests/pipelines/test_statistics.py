@@ -19,7 +19,7 @@ import pytest
 from PIL import Image, ImageFilter, ImageOps
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from etl.testing import run_images_job, sample_photo
+from pipelines.testing import run_images_job, sample_photo
 from reader.format import contract
 from reader.stats import files as stats_files
 from tests.browser import open_offline

@@ -17,11 +17,11 @@ import tensorflow as tf
 import reader
 from etl.core.publishing import accounting
 from etl.core.run import fault_injection, resume
-from etl.core.shards import placement as sharding
-from etl.core.shards import splits
+from etl.core.shards import placement, splits
 from etl.timeseries.series import Cleaning
 from pipelines import runner_defaults, timeseries
 from reader.format import contract
+from reader.tfdata.feature_specs import feature_spec_from_json
 from tests.job_commands import REPO_ROOT, run_until_killed
 from tests.job_runs import output_digests, printing
 from tests.series_fixtures import GEOMETRY, series_rows, write_jsonl
@@ -29,7 +29,7 @@ from tests.series_fixtures import run_timeseries_job as run_job
 
 
 def read_records(out: str, manifest: dict, split: str) -> list[dict]:
-    spec = contract.feature_spec_from_json(manifest["features"])
+    spec = feature_spec_from_json(manifest["features"])
     files = [os.path.join(out, s["path"]) for s in manifest["splits"][split]["shards"]]
     if not files:
         return []
@@ -550,10 +550,10 @@ def test_timeseries_job_spreads_one_long_series_over_shards(tmp_path, monkeypatc
     for shard in shards:
         dataset = tf.data.TFRecordDataset(os.path.join(out, shard["path"]),
                                           compression_type="GZIP")
-        spec = contract.feature_spec_from_json(manifest["features"])
+        spec = feature_spec_from_json(manifest["features"])
         shard_keys = [tf.io.parse_single_example(r, spec)["key"].numpy().decode()
                       for r in dataset]
-        assert shard_keys == sorted(shard_keys, key=sharding.shard_sort_key)
+        assert shard_keys == sorted(shard_keys, key=placement.shard_sort_key)
         keys += shard_keys
     assert sorted(keys) == sorted(f"long@{s}" for s in range(60 - 5 + 1))
 

@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from etl import testing
-from pipelines import timeseries
+from pipelines import testing, timeseries
 from tests.job_runs import run_main
 
 FLAGS = ("--timestamp_column=date", "--window_size=4", "--horizon=2",

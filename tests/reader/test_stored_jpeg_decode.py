@@ -45,7 +45,7 @@ def psnr(decoded: np.ndarray, original: np.ndarray) -> float:
 
 def test_decode_stored_image_jpeg_equals_the_accurate_idct(stored_jpeg):
     _, encoded = stored_jpeg
-    decoded = contract.decode_stored_image(encoded, contract.JPEG, SIZE).numpy()
+    decoded = decoding.decode_stored_image(encoded, contract.JPEG, SIZE).numpy()
     np.testing.assert_array_equal(decoded, decode_jpeg(encoded, "INTEGER_ACCURATE"))
 
 
@@ -53,13 +53,13 @@ def test_decode_stored_image_jpeg_differs_from_the_fast_idct(stored_jpeg):
     # The fast IDCT is libjpeg's default (what tf.io.decode_image uses): on a q95
     # photo-like image the choice changes the pixels, so readers must share it.
     _, encoded = stored_jpeg
-    decoded = contract.decode_stored_image(encoded, contract.JPEG, SIZE).numpy()
+    decoded = decoding.decode_stored_image(encoded, contract.JPEG, SIZE).numpy()
     assert (decoded != decode_jpeg(encoded, "INTEGER_FAST")).any()
 
 
 def test_decode_stored_image_jpeg_is_closer_to_the_encoded_pixels_than_fast(stored_jpeg):
     pixels, encoded = stored_jpeg
-    decoded = contract.decode_stored_image(encoded, contract.JPEG, SIZE).numpy()
+    decoded = decoding.decode_stored_image(encoded, contract.JPEG, SIZE).numpy()
     assert psnr(decoded, pixels) > psnr(decode_jpeg(encoded, "INTEGER_FAST"), pixels)
 
 
@@ -67,7 +67,7 @@ def test_decode_stored_image_jpeg_is_closer_to_the_encoded_pixels_than_fast(stor
 def test_decode_stored_image_in_a_graph_has_the_static_shape(image_format):
     encode = {contract.JPEG: lambda p: tf.io.encode_jpeg(p, quality=QUALITY),
               contract.PNG: tf.io.encode_png}[image_format]
-    decode = tf.function(lambda x: contract.decode_stored_image(x, image_format, SIZE),
+    decode = tf.function(lambda x: decoding.decode_stored_image(x, image_format, SIZE),
                          input_signature=[tf.TensorSpec([], tf.string)])
     graph = decode.get_concrete_function()
     assert graph.structured_outputs.shape.as_list() == [SIZE, SIZE, 3]
@@ -76,7 +76,7 @@ def test_decode_stored_image_in_a_graph_has_the_static_shape(image_format):
 
 def test_decode_stored_image_png_is_exact():
     pixels = photo_like(2)
-    decoded = contract.decode_stored_image(tf.io.encode_png(pixels), contract.PNG, SIZE)
+    decoded = decoding.decode_stored_image(tf.io.encode_png(pixels), contract.PNG, SIZE)
     np.testing.assert_array_equal(decoded.numpy(), pixels)
 
 

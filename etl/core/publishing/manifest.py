@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import platform
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from etl.core import singletons
 from etl.core.io import storage
 from etl.core.publishing import accounting
 from etl.core.run import fault_injection, versions
+from etl.core.run.fingerprint import library_versions
 from etl.core.shards.placement import ShardEntry
 from reader.format import contract
 from reader.format.contract import CLASSIFICATION, MULTI_LABEL
@@ -29,21 +29,6 @@ ManifestCheck = Callable[[Mapping[str, Any]], None]
 
 # Why a dataset's train split can be empty, when the job's own check does not say.
 EMPTY_TRAIN = "no example was written to it, so tf.Transform's analyzers had nothing to fit on"
-
-
-def library_versions() -> dict[str, str]:
-    """Versions of the libraries whose behaviour shapes the output bytes."""
-    import isal
-    import tensorflow as tf
-    import tensorflow_transform as tft
-
-    return {
-        "python": platform.python_version(),
-        "tensorflow": tf.__version__,
-        "tensorflow_transform": tft.__version__,
-        "apache_beam": beam.__version__,
-        "isal": isal.__version__,  # the deflate of GZIP shards (shard_files.py)
-    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,8 +129,10 @@ def _read_transform_output(transform_dir: str, task: str
     reads in ``transform_dir``."""
     import tensorflow_transform as tft
 
+    from reader.tfdata.feature_specs import feature_spec_to_json
+
     transform_output = tft.TFTransformOutput(transform_dir)
-    features = contract.feature_spec_to_json(transform_output.transformed_feature_spec())
+    features = feature_spec_to_json(transform_output.transformed_feature_spec())
     vocab = [] if task not in (CLASSIFICATION, MULTI_LABEL) else [
         token.decode("utf-8") if isinstance(token, bytes) else str(token)
         for token in transform_output.vocabulary_by_name(contract.LABEL_VOCABULARY_NAME)

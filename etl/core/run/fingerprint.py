@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -85,6 +86,21 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries whose behaviour shapes the output bytes."""
+    import isal
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    return {
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "tensorflow_transform": tft.__version__,
+        "apache_beam": beam.__version__,
+        "isal": isal.__version__,  # the deflate of GZIP shards (shards/files.py)
+    }
+
+
 def _package_version() -> str:
     from importlib import metadata
 
@@ -97,8 +113,6 @@ def _package_version() -> str:
 def run_identity(job: Mapping[str, Any]) -> dict[str, Any]:
     """The fingerprint's parts known before the pipeline runs: ``job`` (kind, name,
     every option that shapes the bytes, anything the job adds) and the code."""
-    from etl.core.publishing.manifest import library_versions
-
     return {"job": json.loads(json.dumps(job, sort_keys=True)),
             "code": {"package": _package_version(), "source_sha256": code_digest(),
                      **library_versions()}}

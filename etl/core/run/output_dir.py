@@ -10,7 +10,7 @@ images is as common as ours).
 In a folder of ours a run deletes only what a run of ours writes:
 
 * in the split folders, the files named like our shards (final, pending, record
-  indexes, ``*.incomplete``: :func:`shard_files.is_shard_file`), never other files;
+  indexes, ``*.incomplete``: :func:`resume.is_shard_file`), never other files;
 * the folders a dataset of ours holds whole (``transform_fn/``, ``errors/``,
   ``statistics/``, ...) and a run's scratch (``tmp/``, ``transform_tmp/``,
   ``progress/``).
@@ -27,7 +27,6 @@ import sys
 
 from etl.core.io import storage
 from etl.core.run import resume, run_lock, versions
-from etl.core.shards import files as shard_files
 from reader.format import contract
 
 # Folders only a dataset of ours holds: every file under them is a run's.
@@ -128,7 +127,7 @@ def owned_files(output_dir: str, names: tuple[str, ...]) -> list[str]:
         folder = storage.join(output_dir, name)
         relpaths = storage.relative_files(folder)
         if name in contract.SPLITS:
-            relpaths = [r for r in relpaths if shard_files.is_shard_file(r)]
+            relpaths = [r for r in relpaths if resume.is_shard_file(r)]
         found += [f"{name}/{relpath}" for relpath in relpaths]
     return found
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,11 +34,11 @@ from typing import Any
 import apache_beam as beam
 
 from etl.core import singletons
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage
-from etl.core.publishing.dead_letters import Rejection
 from etl.core.run import fingerprint
-from etl.core.shards.files import FileFacts, is_shard_file
 from reader.format import contract
+from reader.format.contract import FileFacts
 
 PROGRESS_DIRNAME = "progress"
 FINGERPRINT_FILENAME = "fingerprint.json"
@@ -48,6 +49,21 @@ FINALIZED_FILENAME = "finalized.json"
 SHARDS_KEPT_COUNTER = "shards_kept"
 SHARDS_TRANSFORMED_COUNTER = "shards_transformed"
 UNITS_TRANSFORMED_COUNTER = "units_transformed"
+
+
+# A shard file's name as our jobs write it, in a split folder: final
+# (``<name>-<split>-00000-of-00003``), pending (``<name>-<split>-pending-00000``), a
+# record index beside either, and any of them still being written.
+_SPLIT_NAMES = "|".join(map(re.escape, contract.SPLITS))
+_SHARD_FILE = re.compile(
+    rf"[^/]+-(?:{_SPLIT_NAMES})-(?:pending-\d{{5}}|\d{{5}}-of-\d{{5}})\.tfrecord(?:\.gz)?"
+    rf"(?:{re.escape(contract.INDEX_SUFFIX)})?(?:{re.escape(storage.INCOMPLETE_SUFFIX)})?")
+
+
+def is_shard_file(name: str) -> bool:
+    """True for a file name in a split folder that a run of ours writes (what a run
+    may delete there); False for anything else, a user's file named otherwise."""
+    return _SHARD_FILE.fullmatch(name) is not None
 
 
 def progress_dir(output_dir: str) -> str:

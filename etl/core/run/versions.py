@@ -24,8 +24,8 @@ from typing import Any
 import apache_beam as beam
 
 from etl.core import singletons
+from etl.core.dead_letters import EXAMPLES_PER_REASON, METRICS_NAMESPACE
 from etl.core.io import storage
-from etl.core.publishing.dead_letters import EXAMPLES_PER_REASON, METRICS_NAMESPACE
 from reader.format import contract
 
 KEYS_DIRNAME = "keys"
@@ -209,16 +209,18 @@ def _keys_text(keys: Iterable[str]) -> str:
     return "".join(json.dumps(key, ensure_ascii=False) + "\n" for key in sorted(keys))
 
 
+def _read_if_there(path: str) -> bytes | None:
+    return storage.read_bytes(path) if storage.exists(path) else None
+
+
 def read_manifest(output_dir: str) -> dict[str, Any]:
     """The published manifest of ``output_dir``, read through ``etl.core.io.storage``.
 
     Raises:
         FileNotFoundError: if there is none.
+        contract.DatasetError: if it is not a JSON object.
     """
-    path = storage.join(output_dir, contract.MANIFEST_FILENAME)
-    if not storage.exists(path):
-        raise FileNotFoundError(f"No {contract.MANIFEST_FILENAME} under {output_dir!r}.")
-    return json.loads(storage.read_text(path))
+    return contract.load_manifest(output_dir, _read_if_there)
 
 
 def read_key_index(path: str) -> set[str]:

@@ -21,7 +21,6 @@ import concurrent.futures
 import dataclasses
 import gzip
 import io
-import re
 from collections.abc import Iterable
 from typing import Any, BinaryIO
 
@@ -30,6 +29,7 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from etl.core.io import storage
 from etl.core.run import fault_injection
 from reader.format import contract
+from reader.format.contract import FileFacts
 
 DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
 # Framed records are deflated a chunk at a time, the GIL released for each chunk.
@@ -42,7 +42,7 @@ def deflate_level(gzip_level: int) -> int | None:
 
     ISA-L writes the same GZIP format as zlib several times faster, which made zlib's
     deflate the largest part of the time-series job (``python -m scripts.benchmarks
-    deflate``; docs/FORMAT.md). At the default 6 it deflates at its level 3, its
+    deflate``; docs/BENCHMARKS.md). At the default 6 it deflates at its level 3, its
     smallest: overlapping windows (``--shift`` well below ``--window_size``) repeat
     most of each window, which its levels 1 and 2 find less of. Its bytes are its
     own: the same for a given ``isal`` version (pinned in setup.py, recorded in the
@@ -53,21 +53,6 @@ def deflate_level(gzip_level: int) -> int | None:
     if gzip_level == 0 or gzip_level >= 7:
         return None
     return 1 if gzip_level <= 3 else 3
-
-
-# A shard file's name as our jobs write it, in a split folder: final
-# (``<name>-<split>-00000-of-00003``), pending (``<name>-<split>-pending-00000``), a
-# record index beside either, and any of them still being written.
-_SPLIT_NAMES = "|".join(map(re.escape, contract.SPLITS))
-_SHARD_FILE = re.compile(
-    rf"[^/]+-(?:{_SPLIT_NAMES})-(?:pending-\d{{5}}|\d{{5}}-of-\d{{5}})\.tfrecord(?:\.gz)?"
-    rf"(?:{re.escape(contract.INDEX_SUFFIX)})?(?:{re.escape(storage.INCOMPLETE_SUFFIX)})?")
-
-
-def is_shard_file(name: str) -> bool:
-    """True for a file name in a split folder that a run of ours writes (what a run
-    may delete there); False for anything else, a user's file named otherwise."""
-    return _SHARD_FILE.fullmatch(name) is not None
 
 
 def check_gzip_level(level: int) -> int:
@@ -105,14 +90,6 @@ def write_tfrecord(out: BinaryIO, record: bytes) -> None:
     win it back from the shard step's other threads each time, while framing here
     lets the file's deflate release the GIL once per chunk."""
     _TFRecordUtil.write_record(out, record)
-
-
-@dataclasses.dataclass(frozen=True)
-class FileFacts:
-    """A written file's size and sha256, as the manifest records them."""
-
-    num_bytes: int
-    sha256: str
 
 
 class ShardWriter:

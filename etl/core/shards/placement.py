@@ -31,13 +31,12 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import singletons
+from etl.core import dead_letters, hashing, singletons
 from etl.core.io import storage
-from etl.core.publishing import dead_letters
 from etl.core.run import resume
-from etl.core.shards import hashing
-from etl.core.shards.files import FileFacts, ShardWriter
+from etl.core.shards.files import ShardWriter
 from reader.format import contract
+from reader.format.contract import FileFacts
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
 # Tag of a shard step's output of facts about its records (``shard_step.ShardFacts``).

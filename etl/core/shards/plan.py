@@ -15,7 +15,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core.shards import placement as sharding
+from etl.core.shards import placement
 
 # A split's summed unit measures (and the job's estimates, by split) → its bytes.
 SplitBytes = Callable[[str, tuple[int, ...], Mapping[str, Any]], int]
@@ -43,8 +43,8 @@ def _plan_split(element: tuple[str, tuple[int, ...]], split_bytes: SplitBytes,
                 num_shards: int | None) -> tuple[str, int]:
     split, sums = element
     if num_shards is not None:
-        return split, sharding.plan_num_shards(sums[0], 0, target_shard_bytes, num_shards)
-    return split, sharding.plan_num_shards(sums[0], split_bytes(split, sums, estimates),
+        return split, placement.plan_num_shards(sums[0], 0, target_shard_bytes, num_shards)
+    return split, placement.plan_num_shards(sums[0], split_bytes(split, sums, estimates),
                                            target_shard_bytes)
 
 
@@ -68,7 +68,7 @@ class PlanShards(beam.PTransform):
                  target_shard_bytes: int, num_shards: int | None,
                  estimate: Estimate | None = None) -> None:
         super().__init__()
-        sharding.plan_num_shards(1, 1, target_shard_bytes, num_shards)  # Checks both.
+        placement.plan_num_shards(1, 1, target_shard_bytes, num_shards)  # Checks both.
         self._measure = measure
         self._estimate = estimate if num_shards is None else None
         self._split_bytes = split_bytes

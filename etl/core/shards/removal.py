@@ -21,7 +21,7 @@ import apache_beam as beam
 from apache_beam.io.tfrecordio import _TFRecordUtil
 
 from etl.core.io import storage
-from etl.core.shards import placement as sharding
+from etl.core.shards import placement
 from etl.core.shards.files import ShardFormat, ShardWriter
 from reader.format import contract
 
@@ -44,8 +44,8 @@ def kept_relpath(pending: str) -> str:
     return f"{stem}-kept.{suffix}"
 
 
-def remove_records(result: sharding.ShardResult, removals: Mapping[tuple[str, int], Removal],
-                   output_dir: str, shard_format: ShardFormat) -> sharding.ShardResult:
+def remove_records(result: placement.ShardResult, removals: Mapping[tuple[str, int], Removal],
+                   output_dir: str, shard_format: ShardFormat) -> placement.ShardResult:
     """``result`` itself when it loses no record, else the result of its copy
     without the records ``removals`` names (its pending file and index deleted).
 
@@ -76,7 +76,7 @@ def remove_records(result: sharding.ShardResult, removals: Mapping[tuple[str, in
         storage.delete(contract.index_relpath(source))
     labels = collections.Counter(dict(result.label_counts))
     labels.subtract(removal.labels)
-    return sharding.ShardResult.of(result.split, result.shard, relpath, writer,
+    return placement.ShardResult.of(result.split, result.shard, relpath, writer,
                                    [(label, n) for label, n in labels.items() if n > 0])
 
 

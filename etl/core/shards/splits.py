@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from etl.core.shards import hashing
+from etl.core import hashing
 from reader.format import contract
 
 # Folder or column values accepted as an explicit split, mapped to the canonical name.

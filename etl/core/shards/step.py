@@ -10,7 +10,7 @@ next block is prepared, counts what was written, routes the rejections, records 
 finished shard for a resumed run (``etl.core.run.resume``) and emits the shard's
 ``ShardResult``. A job may also give facts about each example (the image job's
 duplicate signatures): the frame records them with the shard, in record order, and
-emits them as one ``ShardFacts`` on the ``sharding.FACTS`` output. When the run
+emits them as one ``ShardFacts`` on the ``placement.FACTS`` output. When the run
 resumes an interrupted one whose record of the shard still verifies, the frame
 emits the recorded result, rejections and facts instead, and the shard's inputs are
 not read.
@@ -30,11 +30,11 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
 from etl.core.run import fault_injection, fingerprint, resume
-from etl.core.shards import placement as sharding
+from etl.core.shards import placement
 from etl.core.shards.files import BlockWriter, ShardFormat, ShardWriter
 from reader.format import contract
 
@@ -125,13 +125,13 @@ class ShardFacts:
 def _emit_facts(split: str, shard: int, facts: Sequence[dict[str, Any]]
                 ) -> Iterator[beam.pvalue.TaggedOutput]:
     if facts:
-        yield beam.pvalue.TaggedOutput(sharding.FACTS, ShardFacts(split, shard, tuple(facts)))
+        yield beam.pvalue.TaggedOutput(placement.FACTS, ShardFacts(split, shard, tuple(facts)))
 
 
 class ShardStep(beam.DoFn):
     """``((split, shard), [unit])`` → the shard's pending file; emits its
     ``ShardResult``, ``Rejection``s tagged ``dead_letters.REJECTED`` and
-    a ``ShardFacts`` tagged ``sharding.FACTS``.
+    a ``ShardFacts`` tagged ``placement.FACTS``.
 
     Subclasses set ``WRITTEN_COUNTER`` (the Beam counter of examples written) and
     implement :meth:`load_transform` and :meth:`transform_blocks`; ones that need
@@ -167,7 +167,7 @@ class ShardStep(beam.DoFn):
         is unchanged."""
         return [fingerprint.unit_identity(unit) for unit in units]
 
-    def shard_written(self, result: sharding.ShardResult, num_shards: dict[str, int],
+    def shard_written(self, result: placement.ShardResult, num_shards: dict[str, int],
                       kept: bool) -> None:
         """Called once a shard is written (or ``kept`` from the interrupted run this
         one resumes), before its result is emitted."""
@@ -198,7 +198,7 @@ class ShardStep(beam.DoFn):
                 for rejection in kept.rejections:
                     yield from dead_letters.route(rejection)
                 yield from _emit_facts(split, shard, kept.facts)
-                result = sharding.ShardResult(
+                result = placement.ShardResult(
                     split, shard, kept.path if kept.num_records else None,
                     kept.num_records, kept.num_bytes, kept.sha256, kept.label_counts,
                     kept.index)
@@ -212,7 +212,7 @@ class ShardStep(beam.DoFn):
                num_shards: dict[str, int], transform_fn_dir: str) -> Iterator[Any]:
         transform = self._transform_handle.acquire(
             lambda: self.load_transform(transform_fn_dir), tag=transform_fn_dir)
-        relpath = sharding.pending_relpath(self._name, split, shard,
+        relpath = placement.pending_relpath(self._name, split, shard,
                                            self._format.compression)
         labels: collections.Counter[str] = collections.Counter()
         rejections: list[Rejection] = []
@@ -230,7 +230,7 @@ class ShardStep(beam.DoFn):
         self._written.inc(writer.num_records)
         self._shards_transformed.inc()
         self._units_transformed.inc(len(units))
-        result = sharding.ShardResult.of(split, shard, relpath, writer, labels.items())
+        result = placement.ShardResult.of(split, shard, relpath, writer, labels.items())
         resume.record_shard(self._output_dir, resume.ShardRecord(
             split=split, shard=shard, path=relpath, num_records=result.num_records,
             num_bytes=result.num_bytes, sha256=result.sha256, index=result.index,

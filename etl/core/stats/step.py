@@ -176,6 +176,27 @@ class WriteStatistics(beam.PTransform):
             written=beam.pvalue.AsList(written))
 
 
+class WriteStatisticsOf(beam.PTransform):
+    """The publishing tail's statistics step (``etl.core.publishing.spec.StatisticsStep``)
+    for a job whose partials come from its own earlier steps rather than from what
+    the shard writers report: the time-series job's rows and series, summed by its
+    series step before any window is cut. ``WriteStatistics`` of ``partials``; what
+    the tail hands it (``etl.core.publishing.spec.WrittenShards``) is not read, since
+    no record is taken out of a window shard."""
+
+    def __init__(self, partials: beam.PCollection, output_dir: str,
+                 version: DatasetVersion) -> None:
+        super().__init__()
+        self._partials = partials
+        self._output_dir = output_dir
+        self._version = version
+
+    def expand(self, written: Mapping[str, Any]) -> beam.PCollection:
+        del written  # Not read: the statistics are of the partials.
+        return self._partials | "WriteStatistics" >> WriteStatistics(
+            self._output_dir, self._version)
+
+
 class _StorageFiles:
     """``reader.records.Files`` through ``etl.core.io.storage``: the report reads and
     writes with the job's own client (Beam's for ``gs://``), so an install without

@@ -23,12 +23,12 @@ from typing import Any
 
 import apache_beam as beam
 
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
 from etl.core.run import versions
 from etl.core.shards import removal as record_removal
-from etl.images.duplicates import buckets as buckets
+from etl.images.duplicates import buckets
 from etl.images.duplicates import groups as duplicate_groups
 from etl.images.duplicates.groups import Member, Pair
 from reader.format import contract

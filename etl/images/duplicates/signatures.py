@@ -114,14 +114,6 @@ def perceptual_hashes(thumbnails: np.ndarray) -> list[tuple[int, bool]]:
             for phash, spread in zip(hashes, contrast, strict=True)]
 
 
-def perceptual_hash(thumbnail: np.ndarray) -> tuple[int, bool]:
-    """:func:`perceptual_hashes` of one ``uint8 [32, 32]`` thumbnail."""
-    if thumbnail.shape != (THUMBNAIL_SIZE, THUMBNAIL_SIZE):
-        raise ValueError(f"Expected a {THUMBNAIL_SIZE}x{THUMBNAIL_SIZE} thumbnail, got "
-                         f"{thumbnail.shape}.")
-    return perceptual_hashes(thumbnail[None])[0]
-
-
 def batch_hashes(data: Sequence[bytes], decoded: Sequence[np.ndarray],
                  orientations: Sequence[int], thumbnails: np.ndarray) -> list[ImageHashes]:
     """The signatures of each file of ``data``, decoded to ``uint8 [h, w, 3]`` pixels
@@ -133,8 +125,3 @@ def batch_hashes(data: Sequence[bytes], decoded: Sequence[np.ndarray],
                         pixels_xxh128(upright(pixels, orientation)), phash, blank)
             for file, pixels, orientation, (phash, blank) in zip(
                 data, decoded, orientations, phashes, strict=True)]
-
-
-def hamming(a: int, b: int) -> int:
-    """Differing bits of two hashes."""
-    return (a ^ b).bit_count()

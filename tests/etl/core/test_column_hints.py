@@ -1,8 +1,17 @@
-"""An input lacking a column a flag names: the hint names the flag and the closest column."""
+"""Column flags: their comma-separated lists, and the hint an input lacking a column gets
+(the flag and the closest column)."""
 
 from __future__ import annotations
 
-from etl.core.column_hints import pass_flags_hint
+import pytest
+
+from etl.core.column_hints import column_names, pass_flags_hint
+
+
+@pytest.mark.parametrize(("flag_value", "names"), [
+    ("a,", ("a",)), (" a , b ", ("a", "b")), ("", ()), (None, ()), (" , ,", ())])
+def test_column_names_strips_spaces_and_drops_empty_entries(flag_value, names):
+    assert column_names(flag_value) == names
 
 
 def test_pass_flags_hint_names_the_flag_with_the_closest_unused_column():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 
-from etl.core.publishing.dead_letters import Rejection
+from etl.core.dead_letters import Rejection
 from etl.images.batches import HeldBytes, Loaded, batches, read_ahead
 from etl.images.sources import ImageRecord
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 from PIL import Image
 
 from etl.images import codec
-from reader.format import contract
+from reader.tfdata.decoding import decode_stored_image
 from tests.image_fixtures import _encode, exif_jpeg, pillow_exif_transpose, random_pixels
 
 RGB = (200, 100, 50)
@@ -188,7 +188,7 @@ def test_resize_and_center_crop_is_tf_image_resize_of_a_float_copy_bit_for_bit(
 def test_encode_decode_stored_round_trip_is_exact(image_format):
     pixels = random_pixels(3, 12, 12)
     encoded = codec.encode(tf.constant(pixels), image_format, 90)
-    decoded = contract.decode_stored_image(encoded, image_format, 12).numpy()
+    decoded = decode_stored_image(encoded, image_format, 12).numpy()
     np.testing.assert_array_equal(decoded, pixels)
 
 
@@ -217,7 +217,7 @@ def test_encode_decode_stored_jpeg_is_close():
     pixels = pixels.astype(np.uint8)
     encoded = codec.encode(tf.constant(pixels), codec.JPEG, 90)
     assert codec.sniff_format(encoded.numpy()) == "jpeg"
-    decoded = contract.decode_stored_image(encoded, codec.JPEG, 32).numpy()
+    decoded = decode_stored_image(encoded, codec.JPEG, 32).numpy()
     assert decoded.shape == (32, 32, 3)
     diff = np.abs(decoded.astype(int) - pixels.astype(int))
     assert diff.max() <= 12
@@ -238,13 +238,13 @@ def test_encode_rejects_unknown_format():
 
 def test_decode_stored_rejects_unknown_format():
     with pytest.raises(ValueError, match="Unknown image format 'gif'"):
-        contract.decode_stored_image(tf.constant(b""), "gif", 2)
+        decode_stored_image(tf.constant(b""), "gif", 2)
 
 
 def test_decode_stored_raw_with_wrong_size_fails():
     encoded = codec.encode(tf.constant(random_pixels(7, 4, 4)), codec.RAW, 90)
     with pytest.raises(tf.errors.InvalidArgumentError):
-        contract.decode_stored_image(encoded, codec.RAW, 5)
+        decode_stored_image(encoded, codec.RAW, 5)
 
 
 def test_preprocess_chains_decode_resize_crop_encode():

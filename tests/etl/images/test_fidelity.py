@@ -17,7 +17,9 @@ from etl.images import codec, loading
 from etl.images.batches import DecodedPixels, FinishImages
 from etl.images.preprocessing import ImagePreprocessing
 from reader.format import contract
+from reader.tfdata.decoding import decode_stored_image
 from tests import jpeg_corpus
+from tests.image_loading import decode_jpeg_checked
 
 SIZE = 224
 CONFIG = ImagePreprocessing(image_size=SIZE, jpeg_quality=95)
@@ -54,10 +56,10 @@ def stored(data: bytes, config: ImagePreprocessing = CONFIG) -> np.ndarray:
     """The job's stored image for ``data`` (its one decode, then the transform's ops),
     decoded as the reader decodes it."""
     plan = loading.plan_jpeg_decode(data, SIZE)
-    pixels = loading.decode_jpeg_checked(data, SIZE, strict=True)
+    pixels = decode_jpeg_checked(data, SIZE, strict=True)
     assert plan is not None and isinstance(pixels, np.ndarray)
     encoded = FinishImages(config)([DecodedPixels.of(pixels, plan)], [data])[0].stored
-    return contract.decode_stored_image(tf.constant(encoded), config.image_format,
+    return decode_stored_image(tf.constant(encoded), config.image_format,
                                         SIZE).numpy()
 
 
@@ -66,7 +68,7 @@ def stored_from_full_decode(data: bytes) -> np.ndarray:
     IDCT): how the job stored photos before decoding at the DCT scale."""
     image = tf.io.decode_image(data, channels=3, expand_animations=False)
     encoded = codec.finish(image, tf.constant(data), SIZE, contract.JPEG, 95)
-    return contract.decode_stored_image(encoded, contract.JPEG, SIZE).numpy()
+    return decode_stored_image(encoded, contract.JPEG, SIZE).numpy()
 
 
 def psnr(image: np.ndarray, ref: np.ndarray) -> float:

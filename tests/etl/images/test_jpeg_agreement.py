@@ -12,6 +12,7 @@ from etl.images import codec, loading
 from etl.images.batches import DecodedPixels, FinishImages
 from etl.images.preprocessing import ImagePreprocessing
 from tests import jpeg_corpus
+from tests.image_loading import decode_jpeg_checked
 
 RATIOS = (1, 2, 4, 8)
 
@@ -52,7 +53,7 @@ def test_jpeg_decode_ratio_follows_the_documented_rule():
 def test_read_side_decode_equals_the_transforms_decode_bit_for_bit(corpus):
     compared = 0
     for jpeg, ratio, size in _cases(corpus):
-        pixels = loading.decode_jpeg_checked(jpeg.data, size, strict=True)
+        pixels = decode_jpeg_checked(jpeg.data, size, strict=True)
         assert isinstance(pixels, np.ndarray), jpeg.name
         expected = codec.decode_rgb(tf.constant(jpeg.data), image_size=size).numpy()
         assert pixels.shape == (-(-jpeg.height // ratio), -(-jpeg.width // ratio), 3)
@@ -71,7 +72,7 @@ def test_graph_decode_scale_agrees_with_jpeg_decode_ratio(corpus):
 def test_the_accurate_idct_is_what_makes_the_decoders_agree(corpus):
     # Not vacuous: TensorFlow's default (fast) IDCT gives other pixels at full scale.
     jpeg = next(j for j in corpus if j.layout == "420" and j.height == 757)
-    pixels = loading.decode_jpeg_checked(jpeg.data, 8192, strict=True)
+    pixels = decode_jpeg_checked(jpeg.data, 8192, strict=True)
     fast = tf.io.decode_jpeg(jpeg.data, channels=3).numpy()
     assert isinstance(pixels, np.ndarray)
     assert np.abs(pixels.astype(int) - fast).max() > 0
@@ -85,7 +86,7 @@ def test_finishing_the_read_side_decode_equals_the_whole_preprocessing(corpus, i
     whole = tf.function(lambda data: codec.preprocess(
         data, config.image_size, config.image_format, config.jpeg_quality))
     plans = [loading.plan_jpeg_decode(jpeg.data, config.image_size) for jpeg in corpus]
-    pixels = [loading.decode_jpeg_checked(jpeg.data, config.image_size, True)
+    pixels = [decode_jpeg_checked(jpeg.data, config.image_size, True)
               for jpeg in corpus]
     finished = FinishImages(config)(
         [DecodedPixels.of(p, plan) for p, plan in zip(pixels, plans, strict=True)],
@@ -96,6 +97,6 @@ def test_finishing_the_read_side_decode_equals_the_whole_preprocessing(corpus, i
 
 def test_layouts_outside_the_agreeing_set_are_left_to_the_transform():
     assert loading.plan_jpeg_decode(jpeg_corpus.cmyk_jpeg(0), 16) is None
-    assert loading.decode_jpeg_checked(jpeg_corpus.cmyk_jpeg(0), 16, strict=True) is None
+    assert decode_jpeg_checked(jpeg_corpus.cmyk_jpeg(0), 16, strict=True) is None
     checked = loading.check_image(jpeg_corpus.cmyk_jpeg(0), image_size=16)
     assert (checked.jpeg, checked.header.mode) == (None, "CMYK")

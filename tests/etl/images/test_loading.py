@@ -10,10 +10,11 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from etl.core import dead_letters
 from etl.core.io import storage
-from etl.core.publishing import dead_letters
 from etl.images import codec, loading
 from tests.image_fixtures import KINDS, _encode, corrupt_mid_stream, exif_block, textured_jpeg
+from tests.image_loading import validate_image_bytes
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
@@ -27,7 +28,7 @@ def _truncated_jpeg() -> bytes:
 # --- validate_image_bytes -------------------------------------------------------------
 
 def test_validate_image_bytes_empty():
-    assert loading.validate_image_bytes(b"") == (
+    assert validate_image_bytes(b"") == (
         "empty_file", "File is empty (0 bytes).")
 
 
@@ -38,7 +39,7 @@ def test_validate_image_bytes_empty():
 ])
 def test_validate_image_bytes_unsupported_format_message_quotes_no_content(data):
     # The same fixed text whatever the bytes: a dead letter never carries the file.
-    assert loading.validate_image_bytes(data) == (
+    assert validate_image_bytes(data) == (
         "unsupported_format",
         "No known image signature: not a JPEG, PNG, GIF, BMP or WebP file.")
 
@@ -50,12 +51,12 @@ def test_validate_image_bytes_without_strict_decoding_does_not_decode(monkeypatc
     lenient = loading.InputLimits(strict_decoding=False)
     for data in (_truncated_jpeg(), corrupt_mid_stream(textured_jpeg(), seed=0),
                  _encode("gif", 9, 11, (1, 2, 3))):
-        assert loading.validate_image_bytes(data, lenient) is None
+        assert validate_image_bytes(data, lenient) is None
 
 
 @pytest.mark.parametrize("kind", [kind for kind, *_ in KINDS])
 def test_validate_image_bytes_good_image_is_none(kind):
-    assert loading.validate_image_bytes(_encode(kind, 9, 11, (1, 2, 3))) is None
+    assert validate_image_bytes(_encode(kind, 9, 11, (1, 2, 3))) is None
 
 
 def _no_decode(*args: object) -> None:
@@ -96,7 +97,7 @@ VALID_JPEGS = {
 def test_strict_decoding_accepts_valid_jpegs(name):
     data = VALID_JPEGS[name]()
     tf.io.decode_image(data)  # TensorFlow reads it too: it is a valid file.
-    assert loading.validate_image_bytes(data) is None
+    assert validate_image_bytes(data) is None
 
 
 def test_strict_decoding_accepts_real_photos():
@@ -106,7 +107,7 @@ def test_strict_decoding_accepts_real_photos():
         for quality, progressive in ((75, False), (95, True)):
             buf = io.BytesIO()
             Image.fromarray(photo).save(buf, "JPEG", quality=quality, progressive=progressive)
-            assert loading.validate_image_bytes(buf.getvalue()) is None
+            assert validate_image_bytes(buf.getvalue()) is None
 
 
 @pytest.mark.parametrize("name", ["baseline", "progressive", "restart-markers", "grayscale",
@@ -117,11 +118,11 @@ def test_strict_decoding_rejects_mid_stream_damage_tensorflow_decodes(name):
     damaged = tf.io.decode_image(data, channels=3).numpy().astype(float)
     intact = tf.io.decode_image(VALID_JPEGS[name](), channels=3).numpy().astype(float)
     assert np.abs(damaged - intact).mean() > 1.0
-    reason, message = loading.validate_image_bytes(data)
+    reason, message = validate_image_bytes(data)
     assert reason == dead_letters.CORRUPT_IMAGE_DATA
     assert message.startswith("libjpeg reports damaged JPEG data: Corrupt JPEG data: ")
     lenient = loading.InputLimits(strict_decoding=False)
-    assert loading.validate_image_bytes(data, lenient) is None
+    assert validate_image_bytes(data, lenient) is None
 
 
 def test_strict_decoding_calls_a_truncated_jpeg_undecodable():
@@ -130,7 +131,7 @@ def test_strict_decoding_calls_a_truncated_jpeg_undecodable():
     data = data[: len(data) * 2 // 3]
     with pytest.raises(tf.errors.InvalidArgumentError):
         tf.io.decode_image(data)
-    assert loading.validate_image_bytes(data) == (
+    assert validate_image_bytes(data) == (
         dead_letters.UNDECODABLE_IMAGE,
         ("JPEG data ends before the image does (truncated): libjpeg: Premature end of JPEG "
         "file"))
@@ -139,7 +140,7 @@ def test_strict_decoding_calls_a_truncated_jpeg_undecodable():
 def test_strict_decoding_leaves_jpeg_errors_to_the_transform():
     # A header libjpeg cannot read is an error, not a warning: the transform's
     # decode decides (undecodable_image there), as without the check.
-    assert loading.validate_image_bytes(_truncated_jpeg()) is None
+    assert validate_image_bytes(_truncated_jpeg()) is None
 
 
 def _damaged(data: bytes, seed: int, start: int) -> bytes:
@@ -160,12 +161,12 @@ def test_strict_decoding_rejects_gif_damage_tensorflow_decodes():
     # seeded damages: every one Pillow reports is refused here, and some of those
     # TensorFlow would have decoded (broken) without an error.
     gif = _photo_gif()
-    assert loading.validate_image_bytes(gif) is None
+    assert validate_image_bytes(gif) is None
     silent_refused = 0
     for seed in range(40):
         data = _damaged(gif, seed, start=len(gif) // 4)
-        problem = loading.validate_image_bytes(data)
-        assert loading.validate_image_bytes(
+        problem = validate_image_bytes(data)
+        assert validate_image_bytes(
             data, loading.InputLimits(strict_decoding=False)) is None
         if problem is None:
             continue
@@ -186,7 +187,7 @@ def test_tensorflow_refuses_damaged_png_itself():
     png = tf.io.encode_png(np.asarray(Image.open(io.BytesIO(textured_jpeg())))).numpy()
     for seed in range(10):
         data = _damaged(png, seed, start=len(png) // 4)
-        assert loading.validate_image_bytes(data) is None
+        assert validate_image_bytes(data) is None
         with pytest.raises(tf.errors.InvalidArgumentError):
             codec.decode_rgb(tf.constant(data))
 
@@ -203,7 +204,7 @@ def test_damage_tensorflow_cannot_always_see_in_webp_and_bmp():
         count = 0
         for seed in range(20):
             data = _damaged(buf.getvalue(), seed, start=len(buf.getvalue()) // 4)
-            assert loading.validate_image_bytes(data) is None
+            assert validate_image_bytes(data) is None
             try:
                 codec.decode_rgb(tf.constant(data))
             except tf.errors.InvalidArgumentError:
@@ -272,7 +273,7 @@ def test_validate_image_bytes_refuses_a_decompression_bomb_before_decoding(
     data = _declaring(kind, side, side)
     assert len(data) < 1000
     monkeypatch.setattr(loading, "corrupt_data_problem", _no_decode)
-    reason, message = loading.validate_image_bytes(
+    reason, message = validate_image_bytes(
         data, loading.InputLimits(max_image_pixels=1_000_000))
     assert reason == "image_too_large"
     assert message.startswith(f"Header declares {side * side} pixels")
@@ -283,12 +284,12 @@ def test_strict_decoding_runs_for_images_within_the_limit(monkeypatch, kind):
     # The bomb test's guard has teeth: under the limit, the strict check decodes.
     monkeypatch.setattr(loading, "corrupt_data_problem", _no_decode)
     with pytest.raises(AssertionError, match="decoded an image"):
-        loading.validate_image_bytes(_encode(kind, 9, 11, (1, 2, 3)))
+        validate_image_bytes(_encode(kind, 9, 11, (1, 2, 3)))
 
 
 def test_validate_image_bytes_file_too_large():
     data = b"\x89PNG\r\n\x1a\n" + bytes(2000)
-    reason, _ = loading.validate_image_bytes(
+    reason, _ = validate_image_bytes(
         data, loading.InputLimits(max_file_bytes=1000))
     assert reason == "file_too_large"
 
@@ -299,7 +300,7 @@ def test_a_file_exactly_at_the_limit_is_read_whole_and_accepted(tmp_path):
     (tmp_path / "f").write_bytes(b"x" * 5000)
     data = storage.read_bytes(str(tmp_path / "f"), 5000)
     assert data == b"x" * 5000
-    assert loading.validate_image_bytes(
+    assert validate_image_bytes(
         data, loading.InputLimits(max_file_bytes=5000))[0] != "file_too_large"
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
 from etl.images import loading
 from etl.images.batches import Loaded, load_record
 from etl.images.sources import ImageRecord

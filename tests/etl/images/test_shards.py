@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.images import codec
 from etl.images import loading as image_loading
 from etl.images.batches import Loaded, load_record

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from etl.core.dead_letters import Rejection
 from etl.core.io import local_tree as paths
-from etl.core.publishing.dead_letters import Rejection
 from etl.images import sources
 from etl.images.sources import ImageRecord
 

@@ -1,4 +1,4 @@
-"""DescribeImages on literal facts: what is described, what is left out, what is flagged."""
+"""WriteImageStatistics on literal facts: what is counted, what is left out, what is flagged."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from etl.core.run.versions import FIRST_VERSION
 from etl.core.shards.removal import Removal
 from etl.core.shards.step import ShardFacts
 from etl.images import facts, quality
-from etl.images import stats as describe
+from etl.images import stats as image_stats
 from etl.images.labels import ONE_CLASS
 from reader.format import contract
 from reader.stats import files as stats_files
@@ -28,16 +28,16 @@ def fact(key: str, label: str, **changes) -> dict:
 
 def test_kept_facts_leaves_out_exactly_the_removed_positions():
     element = ShardFacts("train", 3, tuple(fact(f"k{i}", "cat") for i in range(5)))
-    kept = describe.kept_facts(element, {("train", 3): (1, 4), ("test", 3): (0,)})
+    kept = image_stats.kept_facts(element, {("train", 3): (1, 4), ("test", 3): (0,)})
     assert [f["key"] for f in kept.facts] == ["k0", "k2", "k3"]
-    assert describe.kept_facts(element, {}) is element
+    assert image_stats.kept_facts(element, {}) is element
 
 
 def test_flag_lines_name_the_flags_and_their_values():
     element = ShardFacts("test", 0, (fact("dark", "cat", brightness_p99=0.1),
                                      fact("ok", "dog"),
                                      fact("wide", "dog", width=2000, height=400)))
-    lines = describe.flag_lines(element, (100.0, 1000.0), ONE_CLASS,
+    lines = image_stats.flag_lines(element, (100.0, 1000.0), ONE_CLASS,
                                 quality.FlagThresholds())
     assert lines == (
         {"key": "dark", "split": "test", "label": "cat", "flags": ["dark"],
@@ -46,7 +46,7 @@ def test_flag_lines_name_the_flags_and_their_values():
          "values": {"odd_aspect_ratio": 0.2}})
 
 
-def test_describe_images_leaves_out_removed_records_and_writes_sorted_flags(tmp_path):
+def test_write_image_statistics_leaves_out_removed_records_and_writes_sorted_flags(tmp_path):
     shards = [ShardFacts("train", 0, (fact("b", "cat"), fact("a", "dog", brightness_p99=0.1))),
               ShardFacts("train", 1, (fact("c", "cat"), fact("d", "cat"))),
               ShardFacts("test", 0, (fact("e", "dog", mode="L"),))]
@@ -55,7 +55,7 @@ def test_describe_images_leaves_out_removed_records_and_writes_sorted_flags(tmp_
     with TestPipeline() as pipeline:
         inputs = {"facts": pipeline | "Facts" >> beam.Create(shards),
                   "removals": pipeline | "Removals" >> beam.Create(removals)}
-        _ = inputs | describe.DescribeImages(out, FIRST_VERSION, ONE_CLASS)
+        _ = inputs | image_stats.WriteImageStatistics(out, FIRST_VERSION, ONE_CLASS)
     datasets = stats_files.read_split_statistics(out)
     assert {split: d.num_examples for split, d in datasets.items()} == {"train": 3, "test": 1}
     label = stats_files.feature_stats(datasets["train"], facts.LABEL_FEATURE)

@@ -16,13 +16,13 @@ import numpy as np
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from etl.core.publishing import dead_letters
+from etl.core import dead_letters
 from etl.core.shards.splits import SplitFractions
-from etl.timeseries import read
 from etl.timeseries.buckets import STATS, ProcessSeriesBucket, SeriesSettings
+from etl.timeseries.rows import read
+from etl.timeseries.rows.sources import Columns
 from etl.timeseries.runs import read_run
 from etl.timeseries.series import Cleaning, TimeSplit, Windowing
-from etl.timeseries.sources import Columns
 from etl.timeseries.window_examples import WindowSchema
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.

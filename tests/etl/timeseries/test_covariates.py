@@ -7,8 +7,8 @@ import pytest
 
 from etl.timeseries import covariates
 from etl.timeseries.roles import ColumnRoles
+from etl.timeseries.rows.time_texts import DATETIME_BIT, NUMERIC_BIT, TimeTexts
 from etl.timeseries.series import Segment, SeriesRows, Windowing
-from etl.timeseries.time_texts import DATETIME_BIT, NUMERIC_BIT, TimeTexts
 
 ROLES = ColumnRoles(targets=("y",), known=("k",), static_real=("s",),
                     target_transform="log1p", given=True)

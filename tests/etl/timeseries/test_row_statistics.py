@@ -25,14 +25,14 @@ from google.protobuf import json_format
 from etl.core.shards.splits import SplitFractions
 from etl.core.stats.features import merge_in_order
 from etl.core.stats.step import ROWS, SERIES
-from etl.timeseries import read
 from etl.timeseries import series as ts_series
 from etl.timeseries.buckets import STATISTICS, ProcessSeriesBucket, SeriesSettings
 from etl.timeseries.preprocessing import SeriesPreprocessing
 from etl.timeseries.roles import ColumnRoles
 from etl.timeseries.row_statistics import BucketStatistics, StatisticsLayout
-from etl.timeseries.sources import Columns
-from etl.timeseries.time_texts import NUMERIC_BIT, TimeTexts
+from etl.timeseries.rows import read
+from etl.timeseries.rows.sources import Columns
+from etl.timeseries.rows.time_texts import NUMERIC_BIT, TimeTexts
 from reader.format import contract
 
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"

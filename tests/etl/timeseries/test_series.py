@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 
 from etl.core.shards import splits
+from etl.timeseries.rows.sources import Row
+from etl.timeseries.rows.time_texts import TimeTexts
 from etl.timeseries.series import (
     Cleaning,
     CleanSeries,
     Segment,
     TimeSplit,
     Windowing,
-    clean_series,
     split_pieces,
     window_rows,
 )
-from etl.timeseries.sources import Row
-from etl.timeseries.time_texts import TimeTexts
+from tests.series_fixtures import clean_series
 
 NAN = math.nan
 SERIES = "s1"
@@ -582,8 +582,8 @@ def test_clean_series_missing_value_rejection_names_the_input_row():
 
 
 def test_merged_duplicates_keep_the_first_rows_categorical_codes():
+    from etl.timeseries.rows.time_texts import DATETIME_BIT, TimeTexts
     from etl.timeseries.series import SeriesRows, clean_rows
-    from etl.timeseries.time_texts import DATETIME_BIT, TimeTexts
 
     # Two rows at t=0 (values 4 and 2: the one with 2 sorts first) and one at t=1;
     # column 1 holds categorical codes.

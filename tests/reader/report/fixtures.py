@@ -235,3 +235,9 @@ def write_series_dataset(out: str) -> dict:
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
     return manifest
+
+
+def read(path: str) -> str:
+    """A written page's text."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()

@@ -9,7 +9,7 @@ import re
 
 from reader.report import build as report
 from tests.browser import IMAGE_SECTIONS, open_offline
-from tests.reader import report_fixtures
+from tests.reader.report import fixtures as report_fixtures
 
 # A count of examples as a tooltip shows it: a whole number, or a rounded estimate.
 _COUNT_TITLE = re.compile(r".*: (<1|≈?\d[\d,]*) examples?")

@@ -20,33 +20,10 @@ from reader.records import load_manifest
 from reader.report import build as report
 from reader.report import gallery as report_gallery
 from reader.report import samples as report_samples
-from tests.reader import report_fixtures
 from tests.reader.helpers import REPO_ROOT
 from tests.reader.label_fixtures import TAGS, make_rows, pixels, write_dataset
-
-
-@pytest.fixture(scope="module")
-def image_dataset(tmp_path_factory) -> str:
-    out = str(tmp_path_factory.mktemp("report_images"))
-    report_fixtures.write_image_dataset(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def image_page(image_dataset) -> str:
-    return read(report.write_report(image_dataset))
-
-
-@pytest.fixture(scope="module")
-def series_page(tmp_path_factory) -> str:
-    out = str(tmp_path_factory.mktemp("report_series"))
-    report_fixtures.write_series_dataset(out)
-    return read(report.write_report(out))
-
-
-def read(path: str) -> str:
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+from tests.reader.report import fixtures as report_fixtures
+from tests.reader.report.fixtures import read
 
 
 def section(page: str, section_id: str) -> str:

@@ -1,39 +1,20 @@
 """The report's run settings, duplicate pairs, drift summary, counts, source sizes,
-sections per kind of dataset and series channels (issue 62's report)."""
+sections per kind of dataset and series channels."""
 
 from __future__ import annotations
 
 import re
 
 import numpy as np
-import pytest
 
 from reader.report import build as report
 from reader.report import gallery as report_gallery
 from reader.report import series as report_series
 from reader.report import svg as report_svg
-from tests.reader import report_fixtures
 from tests.reader.label_fixtures import make_rows, pixels, write_dataset
-from tests.reader.test_report import IMAGE_SECTIONS, decoded, read, section, sections
-
-
-@pytest.fixture(scope="module")
-def image_dataset(tmp_path_factory) -> str:
-    out = str(tmp_path_factory.mktemp("report_run_images"))
-    report_fixtures.write_image_dataset(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def image_page(image_dataset) -> str:
-    return read(report.write_report(image_dataset))
-
-
-@pytest.fixture(scope="module")
-def series_page(tmp_path_factory) -> str:
-    out = str(tmp_path_factory.mktemp("report_run_series"))
-    report_fixtures.write_series_dataset(out)
-    return read(report.write_report(out))
+from tests.reader.report import fixtures as report_fixtures
+from tests.reader.report.fixtures import read
+from tests.reader.report.test_report import IMAGE_SECTIONS, decoded, section, sections
 
 
 def test_report_drift_sums_up_comparisons_not_judged_in_one_line(image_page):

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
+from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from reader.stats import drift
 
@@ -272,52 +272,3 @@ def test_sort_entries_puts_over_first_then_split_baseline_feature_comparator():
                entry("validation", "b", True), entry("test", "z", True)]
     assert [(e["split"], e["feature"]) for e in drift.sort_entries(entries)] == [
         ("test", "z"), ("validation", "b"), ("test", "b"), ("validation", "a")]
-
-
-def test_anomalies_proto_holds_tfdvs_measurements_and_reasons():
-    control = dataset(numeric([(0, 1, 5)], name="brightness"),
-                      strings({"cat": 6, "dog": 4}, name="label"),
-                      numeric([(0, 1, 5)], name="gone"))
-    treatment = dataset(numeric([(5, 6, 5)], name="brightness"),
-                        strings({"cat": 3, "dog": 5, "bird": 2}, name="label"))
-    entries = drift.compare(control, treatment, split="test", baseline="train",
-                            thresholds=TENTHS)
-    result = drift.anomalies_proto(entries, control=control, treatment=treatment)
-    # Shares cat .6 → .3, dog .4 → .5, bird 0 → .2: L∞ 0.3, at "cat".
-    jsd = ("The approximate Jensen-Shannon divergence between current and previous is 1 (up "
-           "to six significant digits), above the threshold 0.1.")
-    linf = ("The Linfty distance between current and previous is 0.3 (up to six significant "
-            "digits), above the threshold 0.1. The feature value with maximum difference is: cat")
-    expected = text_format.Parse(f"""
-        anomaly_name_format: SERIALIZED_PATH
-        drift_skew_info {{ path {{ step: "brightness" }}
-          drift_measurements {{ type: JENSEN_SHANNON_DIVERGENCE value: 1 threshold: 0.1 }} }}
-        drift_skew_info {{ path {{ step: "label" }}
-          drift_measurements {{ type: L_INFTY value: 0.3 threshold: 0.1 }} }}
-        anomaly_info {{ key: "brightness" value {{ path {{ step: "brightness" }} severity: ERROR
-          short_description: "High approximate Jensen-Shannon divergence between current and previous"
-          description: "{jsd}"
-          reason {{ type: COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH description: "{jsd}"
-            short_description: "High approximate Jensen-Shannon divergence between current and previous"
-          }} }} }}
-        anomaly_info {{ key: "label" value {{ path {{ step: "label" }} severity: ERROR
-          short_description: "High Linfty distance between current and previous"
-          description: "{linf}"
-          reason {{ type: COMPARATOR_L_INFTY_HIGH description: "{linf}"
-            short_description: "High Linfty distance between current and previous" }} }} }}
-        anomaly_info {{ key: "gone" value {{ path {{ step: "gone" }} severity: ERROR
-          short_description: "current data missing" description: "current data is missing."
-          reason {{ type: COMPARATOR_TREATMENT_DATA_MISSING
-            short_description: "current data missing" description: "current data is missing." }}
-        }} }}""", anomalies_pb2.Anomalies())  # noqa: E501  (TFDV's sentences, unbroken)
-    assert result == expected
-    without_stats = drift.anomalies_proto(entries).anomaly_info["label"].description
-    assert without_stats == linf[:linf.index(" The feature value")]
-
-
-def test_anomalies_proto_refuses_entries_of_several_comparisons():
-    control = dataset(numeric([(0, 1, 5)], name="x"))
-    entries = (drift.compare(control, control, split="test", baseline="train")
-               + drift.compare(control, control, split="validation", baseline="train"))
-    with pytest.raises(ValueError, match="one comparison"):
-        drift.anomalies_proto(entries)

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-import tensorflow as tf
 
 from etl.core.publishing import accounting, manifest
 from etl.core.shards.placement import ShardEntry
@@ -137,47 +134,7 @@ def test_shard_filename_rejects_bad_index(index, num_shards):
         contract.shard_filename("images", "train", index, num_shards)
 
 
-# --- contract: feature specs ----------------------------------------------------------
-
-SPEC = {
-    "image": tf.io.FixedLenFeature([], tf.string),
-    "label": tf.io.FixedLenFeature([], tf.int64),
-    "shape": tf.io.FixedLenFeature([3], tf.int64),
-    "score": tf.io.FixedLenFeature([2, 2], tf.float32),
-    "tags": tf.io.VarLenFeature(tf.string),
-}
-
-
-def test_feature_spec_to_json_describes_specs():
-    assert contract.feature_spec_to_json(SPEC) == {
-        "image": {"kind": "fixed_len", "dtype": "string", "shape": []},
-        "label": {"kind": "fixed_len", "dtype": "int64", "shape": []},
-        "score": {"kind": "fixed_len", "dtype": "float32", "shape": [2, 2]},
-        "shape": {"kind": "fixed_len", "dtype": "int64", "shape": [3]},
-        "tags": {"kind": "var_len", "dtype": "string"},
-    }
-
-
-def test_feature_spec_to_json_sorts_names():
-    assert list(contract.feature_spec_to_json(SPEC)) == sorted(SPEC)
-
-
-def test_feature_spec_json_round_trip():
-    described = json.loads(json.dumps(contract.feature_spec_to_json(SPEC)))
-    assert contract.feature_spec_from_json(described) == SPEC
-
-
-def test_feature_spec_to_json_rejects_other_spec_types():
-    with pytest.raises(TypeError, match="'x' has unsupported spec type"):
-        contract.feature_spec_to_json({"x": tf.io.RaggedFeature(tf.int64)})
-
-
-def test_feature_spec_from_json_rejects_unknown_kind():
-    with pytest.raises(ValueError, match="'x' has unknown kind 'sparse'"):
-        contract.feature_spec_from_json({"x": {"kind": "sparse", "dtype": "int64"}})
-
-
-# --- contract: manifest text and loading ----------------------------------------------
+# --- contract: manifest text ----------------------------------------------
 
 def test_dumps_manifest_sorts_keys_at_every_level():
     text = contract.dumps_manifest({"b": 1, "a": {"z": 2, "y": [3, {"d": 4, "c": 5}]}})
@@ -193,15 +150,3 @@ def test_dumps_manifest_ignores_insertion_order():
 
 def test_dumps_manifest_keeps_non_ascii():
     assert contract.dumps_manifest({"label": "été"}) == '{\n  "label": "été"\n}\n'
-
-
-def test_load_manifest_reads_written_manifest(tmp_path):
-    built = _build()
-    (tmp_path / "manifest.json").write_text(contract.dumps_manifest(built), encoding="utf-8")
-    assert contract.load_manifest(str(tmp_path) + "/") == built
-
-
-def test_load_manifest_missing_says_job_did_not_finish(tmp_path):
-    (tmp_path / "train").mkdir()
-    with pytest.raises(FileNotFoundError, match="did the ETL job finish"):
-        contract.load_manifest(str(tmp_path))

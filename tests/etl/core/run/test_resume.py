@@ -125,7 +125,7 @@ def test_a_changed_option_is_named_with_both_values(tmp_path, capsys):
 def test_a_run_of_other_deflate_code_is_not_resumed(tmp_path, capsys):
     """A run interrupted by code that deflated with zlib (no ``isal`` in its
     fingerprint) is not resumed by this code, whose shards would have other bytes."""
-    from etl.core.publishing.manifest import library_versions
+    from etl.core.run.fingerprint import library_versions
 
     _interrupted(tmp_path)
     capsys.readouterr()
@@ -147,8 +147,8 @@ def test_published_shards_of_an_appended_dataset_are_never_removed(tmp_path, sam
 
 
 def test_a_shard_record_round_trips_with_its_facts_as_its_json_fields():
-    from etl.core.publishing.dead_letters import UNDECODABLE_IMAGE, Rejection
-    from etl.core.shards.files import FileFacts
+    from etl.core.dead_letters import UNDECODABLE_IMAGE, Rejection
+    from reader.format.contract import FileFacts
 
     record = resume.ShardRecord(
         split="train", shard=3, path="train/n-train-pending-00003.tfrecord",

@@ -102,3 +102,14 @@ def test_key_index_round_trip(tmp_path):
         assert [json.loads(line) for line in f] == sorted(keys)
     assert versions._write_key_index([], str(tmp_path / "none.txt")) is None
     assert not (tmp_path / "none.txt").exists()
+
+
+def test_read_manifest_reads_the_published_manifest(tmp_path):
+    manifest = {"dataset_version": 1, "name": "images"}
+    (tmp_path / contract.MANIFEST_FILENAME).write_text(contract.dumps_manifest(manifest))
+    assert versions.read_manifest(str(tmp_path)) == manifest
+
+
+def test_read_manifest_missing_says_job_did_not_finish(tmp_path):
+    with pytest.raises(FileNotFoundError, match="did the ETL job finish"):
+        versions.read_manifest(str(tmp_path))

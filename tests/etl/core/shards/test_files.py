@@ -13,7 +13,7 @@ import zlib
 import pytest
 import tensorflow as tf
 
-from etl.core.shards import placement as sharding
+from etl.core.shards import placement
 from etl.core.shards.files import BlockWriter, ShardFormat, ShardWriter, deflate_level
 from reader.format import contract
 
@@ -84,11 +84,11 @@ def test_finalize_renames_each_index_with_its_shard(tmp_path):
     out = str(tmp_path)
     results = []
     for shard in (4, 1):
-        relpath = sharding.pending_relpath("ds", "train", shard, contract.NO_COMPRESSION)
+        relpath = placement.pending_relpath("ds", "train", shard, contract.NO_COMPRESSION)
         with ShardWriter(os.path.join(out, relpath), NONE) as writer:
             writer.write_all(_records(shard + 1))
-        results.append(sharding.ShardResult.of("train", shard, relpath, writer))
-    entries = sharding.finalize_shards(results, out, "ds", contract.NO_COMPRESSION)
+        results.append(placement.ShardResult.of("train", shard, relpath, writer))
+    entries = placement.finalize_shards(results, out, "ds", contract.NO_COMPRESSION)
     assert sorted(os.listdir(tmp_path / "train")) == [
         "ds-train-00000-of-00002.tfrecord", "ds-train-00000-of-00002.tfrecord.idx",
         "ds-train-00001-of-00002.tfrecord", "ds-train-00001-of-00002.tfrecord.idx"]

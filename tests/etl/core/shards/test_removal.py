@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from etl.core.io import storage
-from etl.core.shards import placement as sharding
+from etl.core.shards import placement
 from etl.core.shards.files import ShardFormat, ShardWriter
 from etl.core.shards.removal import Removal, kept_relpath, remove_records
 from reader.format import contract
@@ -28,12 +28,12 @@ def root(request, tmp_path) -> str:
 
 
 def _write(root: str, relpath: str, records: list[bytes], labels: list[str],
-           shard_format: ShardFormat) -> sharding.ShardResult:
+           shard_format: ShardFormat) -> placement.ShardResult:
     with ShardWriter(storage.join(root, relpath), shard_format) as writer:
         for record in records:
             writer.write(record)
     counts = {label: labels.count(label) for label in sorted(set(labels))}
-    return sharding.ShardResult.of("train", 0, relpath, writer, counts.items())
+    return placement.ShardResult.of("train", 0, relpath, writer, counts.items())
 
 
 def _read(path: str, shard_format: ShardFormat, tmp_path) -> list[bytes]:

@@ -6,7 +6,8 @@ import collections
 
 import pytest
 
-from etl.core.shards import hashing, splits
+from etl.core import hashing
+from etl.core.shards import splits
 from reader.format import contract
 
 

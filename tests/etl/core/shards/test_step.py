@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 from apache_beam.utils import shared
 
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.run import resume
 from etl.core.shards.files import ShardFormat
 from etl.core.shards.placement import ShardResult

@@ -1,10 +1,10 @@
-"""Unit tests of etl/core/shards/hashing.py: stable, salted 64-bit hashes of example keys."""
+"""Unit tests of etl/core/hashing.py: stable, salted 64-bit hashes of example keys."""
 
 from __future__ import annotations
 
 import hashlib
 
-from etl.core.shards import hashing
+from etl.core import hashing
 
 # int.from_bytes(hashlib.sha256(b"split\x00cat/1.png").digest()[:8], "big"), computed
 # once by hand and frozen here: a change to it would move every example to a new split.

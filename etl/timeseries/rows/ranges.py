@@ -18,9 +18,9 @@ from typing import IO
 
 import numpy as np
 
+from etl.core import dead_letters
 from etl.core.io import storage
-from etl.core.publishing import dead_letters
-from etl.timeseries.sources import Columns, check_columns
+from etl.timeseries.rows.sources import Columns, check_columns
 
 # Bytes of CSV / JSON Lines one read task parses (its lines: those starting inside).
 RANGE_BYTES = 32 * 1024 * 1024
@@ -32,7 +32,7 @@ _READ_TAIL_BYTES = 64 * 1024
 _MIB = 1024 * 1024
 # The longest line (bytes, its line break aside) a job reads by default, and the
 # most --max_line_mb may allow: pyarrow's block, which must hold the longest line
-# of a range (etl/timeseries/parsing.py), is an int32.
+# of a range (etl/timeseries/rows/parsing.py), is an int32.
 DEFAULT_MAX_LINE_BYTES = 64 * _MIB
 MAX_LINE_BYTES_LIMIT = 1024 * _MIB
 # What the line-length check reads at a time: a probe first, then the rest of a

@@ -1,4 +1,4 @@
-"""Unit tests of etl/timeseries/parsing.py and parsed_rows.py: blocks → ParsedRows.
+"""Unit tests of etl/timeseries/rows/parsing.py and parsed_rows.py: blocks → ParsedRows.
 
 The column-wise parse of generated messy input is checked against ``parse_row`` (the
 one-row reference) applied line by line: the same rows, the same rejections.
@@ -17,19 +17,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import text_rows
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
-from etl.timeseries import parsed_rows, parsing
-from etl.timeseries.ranges import (
+from etl.timeseries.rows import parsed_rows, parsing
+from etl.timeseries.rows.ranges import (
     count_line_breaks,
     first_line_numbers,
     line_too_long,
     plan_parquet_ranges,
     plan_text_ranges,
 )
-from etl.timeseries.sources import Columns, Row, category_text, parse_row
-from etl.timeseries.time_texts import DATETIME_BIT, NUMERIC_BIT
+from etl.timeseries.rows.sources import Columns, Row, category_text, parse_row
+from etl.timeseries.rows.time_texts import DATETIME_BIT, NUMERIC_BIT
 
 _KINDS = {NUMERIC_BIT: "numeric", DATETIME_BIT: "datetime"}
 

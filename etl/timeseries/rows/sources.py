@@ -8,7 +8,7 @@ anything else that is not a finite number is rejected as ``unparsable_value``, a
 number float32 cannot hold as ``value_out_of_range``. A categorical column's value is
 its text, stripped (``category_text``; empty or null: ``""``, a category of its own).
 ``parse_row`` is the reference
-for one row; ``etl/timeseries/parsing.py`` reads whole blocks column-wise by these rules.
+for one row; ``etl/timeseries/rows/parsing.py`` reads whole blocks column-wise by these rules.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from etl.core import column_hints
+from etl.core import column_hints, dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage
 from etl.core.io.text_rows import BOM, csv_fields, parse_csv_line, parse_jsonl_line
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
 
 REJECTED = dead_letters.REJECTED
 NUMERIC = "numeric"

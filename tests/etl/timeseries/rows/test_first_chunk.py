@@ -1,4 +1,4 @@
-"""Unit tests of etl/timeseries/first_chunk.py: a file whose first rows are all rejected
+"""Unit tests of etl/timeseries/rows/first_chunk.py: a file whose first rows are all rejected
 for one reason stops the job before it runs, saying why and what to pass."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from etl.timeseries import first_chunk
-from etl.timeseries.read import InputPlan
-from etl.timeseries.sources import Columns
+from etl.timeseries.rows import first_chunk
+from etl.timeseries.rows.read import InputPlan
+from etl.timeseries.rows.sources import Columns
 
 COLUMNS = Columns(series_id="series_id", timestamp="date", values=("value",))
 

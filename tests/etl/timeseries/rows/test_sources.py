@@ -1,4 +1,4 @@
-"""Unit tests of etl/timeseries/sources.py: timestamps, values, rows, files and labels."""
+"""Unit tests of etl/timeseries/rows/sources.py: timestamps, values, rows, files and labels."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from etl.core.publishing.dead_letters import Rejection
-from etl.timeseries import sources
-from etl.timeseries.sources import Columns, Row
+from etl.core.dead_letters import Rejection
+from etl.timeseries.rows import sources
+from etl.timeseries.rows.sources import Columns, Row
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"

@@ -1,4 +1,4 @@
-"""Unit tests of etl/timeseries/read.py: the read step, files → spilled chunks.
+"""Unit tests of etl/timeseries/rows/read.py: the read step, files → spilled chunks.
 
 A few literal files go through ``ReadSeriesChunks`` in a ``TestPipeline``; the
 chunks' rows, the rejections and the row counts are checked against expectations
@@ -19,12 +19,12 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from etl.core.publishing import dead_letters
-from etl.timeseries import read
-from etl.timeseries.chunks import read_chunks
-from etl.timeseries.ranges import POSITION_FILE_STRIDE, RANGE_BYTES
-from etl.timeseries.sources import Columns
-from etl.timeseries.time_texts import DATETIME_BIT, NUMERIC_BIT
+from etl.core import dead_letters
+from etl.timeseries.rows import read
+from etl.timeseries.rows.chunks import read_chunks
+from etl.timeseries.rows.ranges import POSITION_FILE_STRIDE, RANGE_BYTES
+from etl.timeseries.rows.sources import Columns
+from etl.timeseries.rows.time_texts import DATETIME_BIT, NUMERIC_BIT
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"

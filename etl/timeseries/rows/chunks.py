@@ -9,7 +9,7 @@ the runner never holds the input: Beam's local runner keeps what crosses a stage
 memory, unspilled. A chunk stays compact all the same: per row a float64 time, the
 float64 values and an int64 input position (about 24 bytes for one value column),
 the rows of one series contiguous (a *slice*), series ids once per slice, the
-timestamps as written usually a style name (``etl/timeseries/time_texts.py``), and
+timestamps as written usually a style name (``etl/timeseries/rows/time_texts.py``), and
 the categorical columns as codes into the chunk's own list of their texts.
 """
 
@@ -23,10 +23,10 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from etl.core import hashing
 from etl.core.io import storage
-from etl.core.shards import hashing
-from etl.timeseries.parsed_rows import ParsedRows
-from etl.timeseries.time_texts import TimeTexts, detect_style
+from etl.timeseries.rows.parsed_rows import ParsedRows
+from etl.timeseries.rows.time_texts import TimeTexts, detect_style
 
 # Input bytes per bucket of series: the grouping step holds one bucket at a time.
 BUCKET_INPUT_BYTES = 64 * 1024 * 1024

@@ -1,11 +1,11 @@
-"""Unit tests of etl/timeseries/time_texts.py: timestamp texts kept as a style."""
+"""Unit tests of etl/timeseries/rows/time_texts.py: timestamp texts kept as a style."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from etl.timeseries.time_texts import DATETIME_BIT, NUMERIC_BIT, TimeTexts, detect_style
+from etl.timeseries.rows.time_texts import DATETIME_BIT, NUMERIC_BIT, TimeTexts, detect_style
 
 # 2024-01-02T00:00:00Z in seconds since the epoch.
 DAY = 1704153600.0

@@ -19,15 +19,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from etl.core import column_hints
+from etl.core import column_hints, dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage, text_rows
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
-from etl.timeseries.parsed_rows import RowsBuilder, add_table
-from etl.timeseries.parsing import csv_block_rows, jsonl_block_rows
-from etl.timeseries.ranges import POSITION_FILE_STRIDE
-from etl.timeseries.read import InputPlan
-from etl.timeseries.sources import FLOAT32_OVERFLOW, Columns, parse_timestamp, parse_value
+from etl.timeseries.rows.parsed_rows import RowsBuilder, add_table
+from etl.timeseries.rows.parsing import csv_block_rows, jsonl_block_rows
+from etl.timeseries.rows.ranges import POSITION_FILE_STRIDE
+from etl.timeseries.rows.read import InputPlan
+from etl.timeseries.rows.sources import FLOAT32_OVERFLOW, Columns, parse_timestamp, parse_value
 
 # The first chunk: the whole lines in a text file's first 64 KiB (about a thousand
 # rows), or a Parquet file's first 1,000 rows; of the first 8 files a glob matches

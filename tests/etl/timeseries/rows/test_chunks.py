@@ -1,13 +1,13 @@
-"""Unit tests of etl/timeseries/chunks.py: rows cut per bucket, spilled, read back."""
+"""Unit tests of etl/timeseries/rows/chunks.py: rows cut per bucket, spilled, read back."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from etl.timeseries import chunks
-from etl.timeseries.parsing import csv_block_rows
-from etl.timeseries.sources import Columns
+from etl.timeseries.rows import chunks
+from etl.timeseries.rows.parsing import csv_block_rows
+from etl.timeseries.rows.sources import Columns
 
 COLUMNS = Columns("id", "ts", ("v",))
 HEADER = ("id", "ts", "v")

@@ -18,13 +18,12 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.transforms import window
 
-from etl.core import cores, singletons
+from etl.core import cores, dead_letters, singletons
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage, text_rows
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
-from etl.timeseries.chunks import ChunkRef, num_buckets, spill_chunks, to_chunks
-from etl.timeseries.parsing import parse_range_rows
-from etl.timeseries.ranges import (
+from etl.timeseries.rows.chunks import ChunkRef, num_buckets, spill_chunks, to_chunks
+from etl.timeseries.rows.parsing import parse_range_rows
+from etl.timeseries.rows.ranges import (
     DEFAULT_MAX_LINE_BYTES,
     RANGE_BYTES,
     InputRange,
@@ -35,7 +34,7 @@ from etl.timeseries.ranges import (
     plan_parquet_ranges,
     plan_text_ranges,
 )
-from etl.timeseries.sources import Columns, check_columns, input_format, matched_files
+from etl.timeseries.rows.sources import Columns, check_columns, input_format, matched_files
 
 # Tagged output of the read step: (rows parsed into chunks) per range.
 ROW_COUNTS = "row_counts"

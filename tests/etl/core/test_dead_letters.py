@@ -1,4 +1,4 @@
-"""etl/core/publishing/dead_letters.py: Rejection and the errors/rejected.jsonl writer."""
+"""etl/core/dead_letters.py: Rejection and the errors/rejected.jsonl writer."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 
 # Never the plain DirectRunner: it first tries to download Prism, which stalls offline.
 RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-# Timestamp kinds (``etl.timeseries.sources.NUMERIC`` / ``DATETIME``) as bits, so a
+# Timestamp kinds (``etl.timeseries.rows.sources.NUMERIC`` / ``DATETIME``) as bits, so a
 # series' set of kinds is the OR of its rows'.
 NUMERIC_BIT = 1
 DATETIME_BIT = 2

@@ -18,11 +18,11 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
+from etl.core import dead_letters
+from etl.core.dead_letters import Rejection
 from etl.core.io import storage, text_rows
-from etl.core.publishing import dead_letters
-from etl.core.publishing.dead_letters import Rejection
-from etl.timeseries.parsed_rows import ParsedRows, RowsBuilder, add_table
-from etl.timeseries.ranges import (
+from etl.timeseries.rows.parsed_rows import ParsedRows, RowsBuilder, add_table
+from etl.timeseries.rows.ranges import (
     DEFAULT_MAX_LINE_BYTES,
     POSITION_FILE_STRIDE,
     InputRange,
@@ -30,7 +30,7 @@ from etl.timeseries.ranges import (
     long_line,
     read_owned_lines,
 )
-from etl.timeseries.sources import Columns, parse_row
+from etl.timeseries.rows.sources import Columns, parse_row
 
 _BOM_BYTES = text_rows.BOM.encode()
 # pyarrow's CSV and JSON readers parse blocks of this many bytes (their default); a

@@ -10,9 +10,8 @@ from typing import Any
 
 import apache_beam as beam
 
-from etl.core import singletons
+from etl.core import hashing, singletons
 from etl.core.io import storage
-from etl.core.shards import hashing
 from reader.format import contract
 
 METRICS_NAMESPACE = "etl"

@@ -1,4 +1,4 @@
-"""Unit tests of etl/timeseries/ranges.py: read tasks and the lines each owns."""
+"""Unit tests of etl/timeseries/rows/ranges.py: read tasks and the lines each owns."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from etl.timeseries import ranges
-from etl.timeseries.ranges import (
+from etl.timeseries.rows import ranges
+from etl.timeseries.rows.ranges import (
     InputRange,
     count_line_breaks,
     find_long_line,
@@ -20,7 +20,7 @@ from etl.timeseries.ranges import (
     plan_text_ranges,
     read_owned_lines,
 )
-from etl.timeseries.sources import Columns
+from etl.timeseries.rows.sources import Columns
 
 
 def test_plan_text_ranges_cuts_every_file_and_keeps_an_empty_one():

@@ -1,6 +1,6 @@
 """``ParsedRows``: a range's rows as validated columns, decided as ``parse_row`` would.
 
-``etl.timeseries.sources.parse_row`` is the reference for what a row means. The
+``etl.timeseries.rows.sources.parse_row`` is the reference for what a row means. The
 column-wise path here only decides rows it provably decides the same way (numbers
 matching a plain decimal pattern, numeric Arrow types, timestamps parsed once per
 distinct value by ``parse_timestamp`` itself); every other row goes through
@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl.core.publishing.dead_letters import Rejection
-from etl.timeseries.sources import (
+from etl.core.dead_letters import Rejection
+from etl.timeseries.rows.sources import (
     DATETIME,
     FLOAT32_OVERFLOW,
     Columns,
@@ -28,7 +28,7 @@ from etl.timeseries.sources import (
     parse_row,
     parse_timestamp,
 )
-from etl.timeseries.time_texts import DATETIME_BIT, NUMERIC_BIT
+from etl.timeseries.rows.time_texts import DATETIME_BIT, NUMERIC_BIT
 
 # RE2 patterns (pyarrow.compute): a plain decimal number, a missing-value word.
 _PLAIN_NUMBER = r"^ *[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)? *$"
