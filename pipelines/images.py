@@ -391,7 +391,7 @@ def build_pipeline(pipeline: beam.Pipeline, job: ImageJob) -> None:
             output_dir, versions.shard_prefix(job.output.name, job.version.number),
             job.output.shard_format,
             job.limits, shared.Shared(), job.preprocessing, columns=job.columns,
-            hash_images=job.duplicates.enabled, describe=job.output.statistics,
+            hash_images=job.duplicates.enabled, statistics=job.output.statistics,
             read_timeout_s=job.read_timeout_s),
         write_label="TransformAndWrite",
         rejected=(listing_rejected, decided[REJECTED]),

@@ -66,9 +66,9 @@ def image_facts(record: ImageRecord, data: bytes, source: tuple[int, int],
 
 def batch_facts(batch: Sequence[Loaded], decoded: Sequence[DecodedPixels],
                 finished: Sequence[Finished], columns: LabelColumns, hash_images: bool,
-                describe: bool) -> list[dict[str, Any]]:
+                statistics: bool) -> list[dict[str, Any]]:
     """The facts of a batch the shard step finished: each image's signatures (with
-    ``hash_images``), and its sizes, format and quality measures (with ``describe``),
+    ``hash_images``), and its sizes, format and quality measures (with ``statistics``),
     from ``decoded``, the pixels of its one decode, and ``finished``, what the
     finish graph made of them. A batch at a time: the measures are vectorised."""
     hashes: Sequence[ImageHashes | None] = [None] * len(batch)
@@ -78,7 +78,7 @@ def batch_facts(batch: Sequence[Loaded], decoded: Sequence[DecodedPixels],
             [done.orientation for done in finished],
             np.stack([done.thumbnail for done in finished]))
     measures: Sequence[ImageQuality | None] = [None] * len(batch)
-    if describe:
+    if statistics:
         measures = quality.measure_quality(np.stack([done.quality for done in finished]),
                                            np.stack([done.luma for done in finished]))
     facts = []
@@ -87,7 +87,7 @@ def batch_facts(batch: Sequence[Loaded], decoded: Sequence[DecodedPixels],
         fields = image_facts(item.record, item.data, pixels.source, done.orientation,
                              item.header, codec.sniff_format(item.data) or "unknown",
                              measure, signatures)
-        facts.append(with_targets(fields, item.record, columns) if describe else fields)
+        facts.append(with_targets(fields, item.record, columns) if statistics else fields)
     return facts
 
 

@@ -125,14 +125,14 @@ class ImageTransform:
     with), and the ``transform_fn`` loaded from ``transform_fn_dir`` without its image
     input maps the labels and keys. With ``hash_images``, each image's duplicate
     signatures are taken from those same pixels (``etl.images.duplicates.signatures``); with
-    ``describe``, its facts and quality measures (``etl.images.facts``).
+    ``statistics``, its facts and quality measures (``etl.images.facts``).
     Thread-safe, so one instance per process serves every thread (see
     :class:`TransformAndWriteImageShard`).
     """
 
     def __init__(self, transform_fn_dir: str, preprocessing: ImagePreprocessing,
                  columns: LabelColumns = ONE_CLASS, hash_images: bool = False,
-                 describe: bool = False) -> None:
+                 statistics: bool = False) -> None:
         inputs = sorted(serving_feature_spec(columns))
         self._apply_without_image = load_transform_fn(
             transform_fn_dir, [key for key in inputs if key != contract.RAW_IMAGE_KEY],
@@ -140,16 +140,16 @@ class ImageTransform:
         self.output_keys = sorted([*self._apply_without_image.output_keys,
                                    contract.IMAGE_KEY])
         self._finish = finish_images(preprocessing, thumbnails=hash_images,
-                                     quality=describe)
+                                     quality=statistics)
         self._columns = columns
         self._hash_images = hash_images
-        self._describe = describe
+        self._statistics = statistics
 
     def __call__(self, batch: Sequence[Loaded]
                  ) -> tuple[dict[str, np.ndarray], list[dict[str, Any] | None]]:
         """Transformed features of ``batch`` (feature name → ``[len(batch)]`` array)
         and each image's facts (``etl.images.facts``; None without ``hash_images``
-        and ``describe``).
+        and ``statistics``).
 
         Raises:
             tf.errors.OpError: if any image of the batch cannot be preprocessed.
@@ -162,10 +162,10 @@ class ImageTransform:
         values = self._apply_without_image(
             raw_inputs([item.record for item in batch], self._columns))
         values[contract.IMAGE_KEY] = np.array([f.stored for f in finished], dtype=object)
-        if not (self._hash_images or self._describe):
+        if not (self._hash_images or self._statistics):
             return values, [None] * len(batch)
         return values, image_facts.batch_facts(batch, decoded, finished, self._columns,
-                                               self._hash_images, self._describe)
+                                               self._hash_images, self._statistics)
 
 
 # What a batch becomes: per image, in order, its serialized example (and facts) or a
@@ -297,7 +297,7 @@ def default_read_threads() -> int:
 class TransformAndWriteImageShard(ShardStep):
     """``((split, shard), [ImageRecord])`` → the shard's pending file; emits its
     ``ShardResult`` (with label counts), tagged ``Rejection``s and, with
-    ``hash_images`` or ``describe``, each written image's facts
+    ``hash_images`` or ``statistics``, each written image's facts
     (``etl.images.facts``: its signatures, its quality measures): the
     image job's writer for ``etl.core.publishing.tail.PublishDataset``.
 
@@ -313,7 +313,7 @@ class TransformAndWriteImageShard(ShardStep):
                  limits: loading.InputLimits, transform_handle: shared.Shared,
                  preprocessing: ImagePreprocessing, transform_threads: int | None = None,
                  read_threads: int | None = None, columns: LabelColumns = ONE_CLASS,
-                 hash_images: bool = False, describe: bool = False,
+                 hash_images: bool = False, statistics: bool = False,
                  read_timeout_s: float | None = None) -> None:
         transform_threads = transform_threads or default_transform_threads()
         if transform_threads < 1:
@@ -323,7 +323,7 @@ class TransformAndWriteImageShard(ShardStep):
         self._preprocessing = preprocessing
         self._columns = columns
         self._hash_images = hash_images
-        self._describe = describe
+        self._statistics = statistics
         self._transform_threads = transform_threads
         self._read_threads = read_threads
         self._read_timeout_s = read_timeout_s
@@ -344,7 +344,7 @@ class TransformAndWriteImageShard(ShardStep):
 
     def load_transform(self, transform_fn_dir: str) -> ImageTransform:
         return ImageTransform(transform_fn_dir, self._preprocessing, self._columns,
-                              self._hash_images, self._describe)
+                              self._hash_images, self._statistics)
 
     def transform_blocks(self, units: Iterable[ImageRecord], transform: ImageTransform
                          ) -> Iterator[ShardBlock]:

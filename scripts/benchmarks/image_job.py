@@ -217,7 +217,7 @@ def make_shard_loop(files: list[str], root: str, transform_fn_dir: str,
                            listed=(os.path.getsize(path), os.path.getmtime(path)))
                for path in files]
     transform = shards.ImageTransform(transform_fn_dir, ImagePreprocessing(image_size),
-                                      ONE_CLASS, hash_images=True, describe=True)
+                                      ONE_CLASS, hash_images=True, statistics=True)
     threads = shards.default_transform_threads()
     read_pool = concurrent.futures.ThreadPoolExecutor(shards.default_read_threads())
     transform_pool = concurrent.futures.ThreadPoolExecutor(threads)
