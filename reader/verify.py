@@ -12,6 +12,7 @@ which prints one ``DAMAGED <path>: <problem>`` line per bad shard, in words, and
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 
@@ -141,15 +142,22 @@ def find_damaged_shards(data_dir: str) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m reader.verify <data_dir>", file=sys.stderr)
+    parser = argparse.ArgumentParser(
+        prog="python -m reader.verify",
+        description="Checks every shard of a dataset against its manifest: size, sha256, "
+                    "record count, CRCs and record index. Prints one DAMAGED line per bad "
+                    "shard and exits 1, or OK and exits 0.")
+    parser.add_argument("data_dir")
+    data_dir = parser.parse_args(argv).data_dir
+    try:
+        damaged = find_damaged_shards(data_dir)
+    except (FileNotFoundError, contract.DatasetError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    damaged = find_damaged_shards(args[0])
     for path, problem in damaged:
         print(f"DAMAGED {path}: {problem}")
     if not damaged:
-        print(f"OK: every shard of {args[0]} matches its manifest.")
+        print(f"OK: every shard of {data_dir} matches its manifest.")
     return 1 if damaged else 0
 
 

@@ -8,6 +8,8 @@ import struct
 import subprocess
 import sys
 
+import pytest
+
 import reader
 from reader import verify
 
@@ -80,3 +82,16 @@ def test_verify_names_a_missing_shard(dataset_copy):
     shard = reader.open_dataset(dataset_copy).shard_paths("validation")[0]
     os.remove(shard)
     assert verify.find_damaged_shards(dataset_copy) == [(shard, "missing")]
+
+
+def test_verify_without_a_dataset_says_so_in_one_line(tmp_path, capsys):
+    assert verify.main([str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: No manifest.json under ") and err.count("\n") == 1
+
+
+def test_verify_help_prints_usage_and_exits_zero(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        verify.main(["--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: python -m reader.verify")
