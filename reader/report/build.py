@@ -15,7 +15,7 @@ from typing import Any
 from reader import records
 from reader.format import contract
 from reader.format.contract import DatasetError
-from reader.report import gallery as report_gallery
+from reader.report import gallery
 from reader.report import samples as report_samples
 from reader.report import series as report_series
 from reader.report.html import Comparison, ReportData, render
@@ -95,9 +95,9 @@ _PAIR_KINDS = ("bytes", "pixels", "near")
 
 
 def read_cross_split_pairs(data_dir: str, summary: Mapping[str, Any] | None
-                           ) -> report_gallery.CrossSplitPairs | None:
+                           ) -> gallery.CrossSplitPairs | None:
     """The pairs of ``duplicates/pairs.jsonl`` whose two splits differ, the first
-    :data:`report_gallery.MAX_PAIRS_SHOWN` by kind, distance and keys, and how many
+    :data:`gallery.MAX_PAIRS_SHOWN` by kind, distance and keys, and how many
     there are (None: no duplicate report, or no such file). The file is streamed, not
     held."""
     if not summary:
@@ -117,18 +117,18 @@ def read_cross_split_pairs(data_dir: str, summary: Mapping[str, Any] | None
                     total += 1
                     yield pair
 
-    shown = heapq.nsmallest(report_gallery.MAX_PAIRS_SHOWN, crossing(), key=lambda p: (
+    shown = heapq.nsmallest(gallery.MAX_PAIRS_SHOWN, crossing(), key=lambda p: (
         _PAIR_KINDS.index(p["kind"]) if p["kind"] in _PAIR_KINDS else len(_PAIR_KINDS),
         p.get("distance", 0), p["key_a"], p["key_b"]))
-    return report_gallery.CrossSplitPairs(shown, total)
+    return gallery.CrossSplitPairs(shown, total)
 
 
 def _wanted_keys(flags: list[dict[str, Any]] | None,
-                 pairs: report_gallery.CrossSplitPairs | None) -> dict[str, list[str]]:
+                 pairs: gallery.CrossSplitPairs | None) -> dict[str, list[str]]:
     """``{split: [key, ...]}`` of the images shown besides the samples: the flagged
     ones and both of each pair."""
     wanted: dict[str, list[str]] = {}
-    for entry in (flags or [])[:report_gallery.MAX_FLAGGED_SHOWN]:
+    for entry in (flags or [])[:gallery.MAX_FLAGGED_SHOWN]:
         wanted.setdefault(entry.get("split", ""), []).append(entry["key"])
     for pair in pairs.shown if pairs else []:
         for side in ("a", "b"):

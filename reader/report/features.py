@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from reader.report import svg as report_svg
+from reader.report import svg
 from reader.report.svg import esc, number
 from reader.stats.files import feature_name
 
@@ -58,14 +58,14 @@ def _numeric_cells(stats: statistics_pb2.NumericStatistics, split: str) -> list[
     return [number(common.num_non_missing), number(common.num_missing),
             number(stats.mean), number(stats.std_dev), number(stats.min),
             number(stats.median), number(stats.max),
-            report_svg.histogram(standard_histogram(stats), report_svg.colour(split))]
+            svg.histogram(standard_histogram(stats), svg.colour(split))]
 
 
 def _string_cells(stats: statistics_pb2.StringStatistics, split: str) -> list[str]:
     common = stats.common_stats
     return [number(common.num_non_missing), number(common.num_missing),
             number(stats.unique),
-            report_svg.ranked(top_values(stats), report_svg.colour(split))]
+            svg.ranked(top_values(stats), svg.colour(split))]
 
 
 def _cells(feature: statistics_pb2.FeatureNameStatistics, split: str

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reader.format import contract
-from reader.report import svg as report_svg
+from reader.report import svg
 from reader.report.samples import ImageFinds
 from reader.report.series import SeriesView
 from reader.report.svg import esc, number
@@ -40,7 +40,7 @@ def series_samples_html(views: Sequence[SeriesView]) -> str:
     """Each drawn series: a chart per value column, splits coloured, windows shaded."""
     if not views:
         return '<p class="note">No window was stored.</p>'
-    legend = " ".join(f'<span style="color:{report_svg.colour(s)}">■ {esc(s)}</span>'
+    legend = " ".join(f'<span style="color:{svg.colour(s)}">■ {esc(s)}</span>'
                       for s in contract.SPLITS)
     note = (f'<p class="note">{legend}; the shaded band is each split\'s earliest window, '
             "the lighter one its target.</p>")
@@ -48,7 +48,7 @@ def series_samples_html(views: Sequence[SeriesView]) -> str:
     for view in views:
         for column, name in enumerate(view.columns[:SERIES_COLUMNS_SHOWN]):
             parts.append(f"<h3>{esc(view.series_id)}: {esc(name)}</h3>"
-                         + report_svg.series_chart(view, column))
+                         + svg.series_chart(view, column))
         if len(view.columns) > SERIES_COLUMNS_SHOWN:
             parts.append(f'<p class="note">{len(view.columns) - SERIES_COLUMNS_SHOWN} more '
                          f"columns not drawn.</p>")

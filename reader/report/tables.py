@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reader.format import contract
-from reader.report import svg as report_svg
+from reader.report import svg
 from reader.report.samples import Thumbnail
 from reader.report.svg import esc, number
 from reader.stats import drift
@@ -75,7 +75,7 @@ def labels_html(manifest: Mapping[str, Any]) -> str:
             count = counts.get(split, {}).get(name, 0)
             total = manifest["splits"][split].get("num_records", 0) or 1
             row.append(f"{number(count)} ({100 * count / total:.1f}%) "
-                       + report_svg.bar(count / total, report_svg.colour(split)))
+                       + svg.bar(count / total, svg.colour(split)))
         rows.append(row)
     return table(["label", *splits], rows)
 
