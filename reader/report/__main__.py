@@ -4,4 +4,7 @@ import sys
 
 from reader.report.build import main
 
-sys.exit(main())
+# Guarded: a tool that imports every module of the package (the clean-install check)
+# must not run the command.
+if __name__ == "__main__":
+    sys.exit(main())
