@@ -338,11 +338,15 @@ def test_tf_free_modules_never_reach_tensorflow(graph, package):
     assert not chains, chains
 
 
+@pytest.fixture(scope="module")
+def graph_on_import() -> dict[str, set[str]]:
+    return import_graph(REPO, on_import=True)
+
+
 @pytest.mark.parametrize("module", TF_FREE_ON_IMPORT)
-def test_importing_these_modules_does_not_start_tensorflow(module):
-    graph = import_graph(REPO, on_import=True)
-    assert module in graph, module
-    assert reaches_heavy(graph, module) == []
+def test_importing_these_modules_does_not_start_tensorflow(graph_on_import, module):
+    assert module in graph_on_import, module
+    assert reaches_heavy(graph_on_import, module) == []
 
 
 def _package_folders() -> list[pathlib.Path]:
