@@ -309,3 +309,13 @@ def test_docs_example_passes_in_an_empty_folder(tmp_path):
                           timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "1 passed" in done.stdout
+
+
+def test_pipelines_testing_hands_on_every_public_name_of_etl_testing():
+    from etl import testing as fixtures
+
+    public = {name for name in vars(fixtures) if not name.startswith("_")
+              and getattr(vars(fixtures)[name], "__module__", "etl.testing") == "etl.testing"
+              and not isinstance(vars(fixtures)[name], type(fixtures))}
+    assert public <= set(testing.__all__), sorted(public - set(testing.__all__))
+    assert all(getattr(testing, name) is getattr(fixtures, name) for name in public)
