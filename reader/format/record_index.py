@@ -1,19 +1,22 @@
-"""Uncompressed TFRecord shards read by record index, without TensorFlow.
+"""TFRecord frames, written and read without TensorFlow, and uncompressed shards read
+by record index.
 
-A shard written with ``--compression=none`` is TFRecord frames back to back, each
+A shard's TFRecord stream (a whole ``--compression=none`` shard, or what a GZIP
+shard inflates to) is frames back to back, each
 
     uint64 length | uint32 masked CRC32C of length | data | uint32 masked CRC32C of data
 
 (little-endian; TensorFlow's ``core/lib/io/record_writer.cc``), and its record index
 (``contract.index_relpath``) holds ``"<offset> <length>"`` per frame, one a line.
 Checksums are CRC32C computed by ``google-crc32c``; the mask is TensorFlow's
-``crc32c::Mask``.
+``crc32c::Mask``. The jobs write their frames with :func:`frames`, a block of records
+at a time.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 import google_crc32c
@@ -24,6 +27,7 @@ from reader.format import contract
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
+_LENGTH = struct.Struct("<Q")
 
 
 class RecordError(ValueError):
@@ -34,6 +38,31 @@ def masked_crc32c(data: bytes) -> int:
     """TensorFlow's masked CRC32C of ``data`` (``crc32c::Mask``)."""
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def frames(records: Sequence[bytes]) -> bytes:
+    """The TFRecord frames of ``records``, in order, back to back: the bytes
+    ``tf.io.TFRecordWriter`` writes for them, uncompressed.
+
+    A block at a time, for the jobs' shard writers: one ``join`` for the block, and
+    a length's header made once per distinct length (a block's windows or images
+    mostly share a few), which made framing half as costly as a frame built and
+    written per record (``python -m scripts.benchmarks phases``; docs/BENCHMARKS.md).
+    """
+    headers: dict[int, bytes] = {}
+    parts: list[bytes] = []
+    append = parts.append
+    crc32c = google_crc32c.value
+    for data in records:
+        header = headers.get(len(data))
+        if header is None:
+            length = _LENGTH.pack(len(data))
+            header = headers[len(data)] = length + _FOOTER.pack(masked_crc32c(length))
+        crc = crc32c(data)
+        append(header)
+        append(data)
+        append(_FOOTER.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF))
+    return b"".join(parts)
 
 
 def parse_index(text: str, where: str) -> tuple[np.ndarray, np.ndarray]:

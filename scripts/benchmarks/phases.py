@@ -58,7 +58,7 @@ COMMON_HEAD = [
     ("deflate", r"isal|igzip|\(gzip\.py:|deflate|zlib|compress_block|longest_match"),
     ("file hash (sha256)", r"_HashingWriter|sha256"),
     ("framing (TFRecord length + CRC32C)",
-     r"write_tfrecord|crc32c|_TFRecordUtil|ShardWriter\.write"),
+     r"write_tfrecord|crc32c|_TFRecordUtil|ShardWriter\.write|FrameChunks|^frames \(reader"),
 ]
 _OUR_STATISTICS = (r"\((etl|reader)/[^)]*(stats|statistics|drift|report|quality|"
                    r"facts)[^)]*\.py")
@@ -77,7 +77,7 @@ SERIES_PHASES = [
     ("statistics and report", r"\(etl/timeseries/row_statistics\.py|" + _OUR_STATISTICS),
     ("shard: read runs back, order windows",
      r"_ShardWindows\.__init__|\(etl/core/shards/placement\.py"),
-    ("shard: cut windows", r"_ShardWindows\.cut"),
+    ("shard: cut windows", r"_ShardWindows\.cut|window_steps"),
     ("Example encoding (tfx_bsl + deterministic re-serialize)",
      r"\(etl/timeseries/window_examples\.py|example_coder"),
     ("transform_fn (TensorFlow)", r"SeriesTransform|PrunedTransform"),

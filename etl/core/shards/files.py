@@ -4,7 +4,7 @@ record index beside it.
 A shard is written whole by one worker, in the order its records are given, and
 appears only once complete (``etl.core.io.storage.write``). With ``--compression=gzip``
 (the default) the file is a GZIP stream at ``gzip_level`` 0-9 of TFRecord-framed
-records (:func:`write_tfrecord`), deflated a ``DEFLATE_CHUNK_BYTES`` chunk at a time,
+records (``reader.format.record_index.frames``), framed and deflated a block at a time,
 at levels 1-6 by ISA-L (``isal``; :func:`deflate_level`), at 7-9 by zlib. Level 0
 keeps the GZIP container (every reader reads it unchanged) and stores the records,
 through Python's ``gzip``; it is the image job's default for encoded images, which
@@ -20,19 +20,19 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import gzip
-import io
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from apache_beam.io.tfrecordio import _TFRecordUtil
+import numpy as np
 
 from etl.core.io import storage
 from etl.core.run import fault_injection
-from reader.format import contract
+from reader.format import contract, record_index
 from reader.format.contract import FileFacts
 
 DEFAULT_GZIP_LEVEL = 6  # zlib's Z_DEFAULT_COMPRESSION.
-# Framed records are deflated a chunk at a time, the GIL released for each chunk.
+# Small blocks of frames are gathered into chunks this big before they are deflated
+# (the GIL released for each); larger blocks are deflated as they come.
 DEFLATE_CHUNK_BYTES = 1 << 20
 
 
@@ -83,13 +83,9 @@ class ShardFormat:
 
 def write_tfrecord(out: BinaryIO, record: bytes) -> None:
     """Appends ``record`` to ``out`` in TFRecord framing (length, masked CRC32C, data,
-    masked CRC32C: what ``tf.io.TFRecordWriter`` writes and tf.data reads).
-
-    Framed with Beam's private ``_TFRecordUtil`` (Beam's own TFRecord sink uses it),
-    not ``tf.io.TFRecordWriter``: that releases the GIL for every record and must
-    win it back from the shard step's other threads each time, while framing here
-    lets the file's deflate release the GIL once per chunk."""
-    _TFRecordUtil.write_record(out, record)
+    masked CRC32C: what ``tf.io.TFRecordWriter`` writes and tf.data reads;
+    ``reader.format.record_index.frames``)."""
+    out.write(record_index.frames([record]))
 
 
 class ShardWriter:
@@ -119,33 +115,40 @@ class ShardWriter:
         self._file = self._writing.__enter__()
         self._gzip = None
         if self._format.indexed:
-            sink: Any = _RawStream(self._file)
+            sink: Any = self._file
         else:
             # No file name and mtime 0 in the GZIP header: the bytes depend on the
             # records and the level only.
             self._gzip = sink = _gzip_stream(self._file, self._format.gzip_level)
-        self._records = io.BufferedWriter(sink, buffer_size=DEFLATE_CHUNK_BYTES)
+        self._records = FrameChunks(sink)
         return self
 
     def write(self, serialized: bytes) -> None:
-        fault_injection.check_write_budget(len(serialized), self._file.path)
-        write_tfrecord(self._records, serialized)
-        if self._format.indexed:
-            length = len(serialized) + contract.RECORD_FRAMING_BYTES
-            self._index_lines.append(f"{self._offset} {length}\n")
-            self._offset += length
-        self.num_records += 1
-        if self.num_records == 1:
-            fault_injection.pause_point(fault_injection.SHARD_WRITING)
+        self.write_all([serialized])
 
-    def write_all(self, records: Iterable[bytes]) -> None:
-        for serialized in records:
-            self.write(serialized)
+    def write_all(self, records: Sequence[bytes]) -> None:
+        """Appends ``records``, in order: framed a block at a time
+        (``record_index.frames``), not ``tf.io.TFRecordWriter``, which releases the GIL
+        for every record and must win it back from the shard step's other threads
+        each time, while a block framed here lets the file's deflate release the GIL
+        once per chunk."""
+        if not records:
+            return
+        fault_injection.check_write_budget(sum(map(len, records)), self._file.path)
+        self._records.write(record_index.frames(records), [len(r) for r in records])
+        if self._format.indexed:
+            for serialized in records:
+                length = len(serialized) + contract.RECORD_FRAMING_BYTES
+                self._index_lines.append(f"{self._offset} {length}\n")
+                self._offset += length
+        first = self.num_records == 0
+        self.num_records += len(records)
+        if first:
+            fault_injection.pause_point(fault_injection.SHARD_WRITING)
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
             self._records.flush()
-            self._records.detach()
             if self._gzip is not None:
                 self._gzip.close()  # ends the GZIP stream
         except BaseException as e:
@@ -182,22 +185,45 @@ def _gzip_stream(file: Any, gzip_level: int) -> Any:
                            fileobj=file, mtime=0)
 
 
-class _RawStream(io.RawIOBase):
-    """``storage.write``'s writer as a raw stream, which ``io.BufferedWriter`` takes:
-    an uncompressed shard's small frame writes reach the file a chunk at a time."""
+class FrameChunks:
+    """Hands ``sink`` a stream of TFRecord frames in the chunks ``io.BufferedWriter``
+    (``DEFLATE_CHUNK_BYTES``) would, had each frame been written to it on its own:
+    as many whole frames as fit in a chunk, and a frame larger than a chunk alone.
 
-    def __init__(self, file: Any) -> None:
-        super().__init__()
-        self._file = file
+    ISA-L's deflate output depends on how its input is cut, so the chunks must not
+    depend on how the records were blocked: a shard's bytes are then those of its
+    records alone (and those of writing them one at a time). A block of frames is
+    cut with one search per chunk, not a Python step per frame."""
 
-    def writable(self) -> bool:
-        return True
+    def __init__(self, sink: Any, chunk_bytes: int = DEFLATE_CHUNK_BYTES) -> None:
+        self._sink = sink
+        self._chunk_bytes = chunk_bytes
+        self._pending = bytearray()
 
-    def write(self, data: Any) -> int:
-        self._file.write(bytes(data))  # io.BufferedWriter passes memoryviews
-        return len(data)
+    def write(self, frames: bytes, lengths: Sequence[int]) -> None:
+        """Appends ``frames``: frames back to back, of records ``lengths`` long."""
+        ends = np.cumsum(np.asarray(lengths, np.int64) + contract.RECORD_FRAMING_BYTES)
+        view = memoryview(frames)
+        start = first = 0
+        while first < len(ends):
+            room = self._chunk_bytes - len(self._pending)
+            fits = int(np.searchsorted(ends, start + room, side="right"))
+            if fits > first:  # Frames first..fits-1 fill the chunk further.
+                end = int(ends[fits - 1])
+                self._pending += view[start:end]
+                start, first = end, fits
+                continue
+            self.flush()  # The next frame does not fit: the chunk is done.
+            end = int(ends[first])
+            if end - start > self._chunk_bytes:  # A frame larger than a chunk: alone.
+                self._sink.write(bytes(view[start:end]))
+                start, first = end, first + 1
 
-
+    def flush(self) -> None:
+        """Hands ``sink`` the chunk begun, if any."""
+        if self._pending:
+            self._sink.write(bytes(self._pending))
+            self._pending.clear()
 class _NoRecord(Exception):
     """Thrown into the file's writer to leave no file for a shard without records."""
 

@@ -18,12 +18,14 @@ import gzip
 from collections.abc import Mapping
 
 import apache_beam as beam
-from apache_beam.io.tfrecordio import _TFRecordUtil
 
 from etl.core.io import storage
 from etl.core.shards import placement
 from etl.core.shards.files import ShardFormat, ShardWriter
-from reader.format import contract
+from reader.format import contract, record_index
+
+# Records copied per write while a shard is copied without some of its records.
+COPY_BLOCK_RECORDS = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +68,14 @@ def remove_records(result: placement.ShardResult, removals: Mapping[tuple[str, i
             storage.join(output_dir, relpath), shard_format) as writer:
         records = (raw if shard_format.compression == contract.NO_COMPRESSION
                    else gzip.GzipFile(fileobj=raw, mode="rb"))
-        position = 0
-        while (record := _TFRecordUtil.read_record(records)) is not None:
+        block: list[bytes] = []  # A shard may be far larger than memory: a block at a time.
+        for position, record in enumerate(record_index.read_frames(records, source)):
             if position not in removed:
-                writer.write(record)
-            position += 1
+                block.append(record)
+            if len(block) == COPY_BLOCK_RECORDS:
+                writer.write_all(block)
+                block = []
+        writer.write_all(block)
     storage.delete(source)
     if result.index is not None:
         storage.delete(contract.index_relpath(source))

@@ -14,8 +14,14 @@ import pytest
 import tensorflow as tf
 
 from etl.core.shards import placement
-from etl.core.shards.files import BlockWriter, ShardFormat, ShardWriter, deflate_level
-from reader.format import contract
+from etl.core.shards.files import (
+    BlockWriter,
+    FrameChunks,
+    ShardFormat,
+    ShardWriter,
+    deflate_level,
+)
+from reader.format import contract, record_index
 
 NONE = ShardFormat(compression=contract.NO_COMPRESSION)
 
@@ -161,3 +167,44 @@ def test_levels_1_to_6_deflate_with_isal_at_two_levels(tmp_path):
     assert len(data[1]) <= 1.1 * len(zlib.compress(raw, 1))
     assert [deflate_level(level) for level in range(10)] == [
         None, 1, 1, 1, 3, 3, 3, None, None, None]
+
+
+class _Chunks(io.RawIOBase):
+    """A raw stream that keeps each write it is handed, as its own chunk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunks: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.chunks.append(bytes(data))
+        return len(data)
+
+
+@pytest.mark.parametrize("block", [1, 7, 250, 10_000])
+def test_frames_reach_the_deflate_in_the_chunks_a_buffered_writer_makes_of_them(block):
+    """ISA-L's bytes depend on how its input is cut: blocks of frames are cut into
+    exactly the chunks io.BufferedWriter makes when handed one frame at a time (whole
+    frames up to the chunk size, a larger frame alone), however they are blocked."""
+    records = [bytes([i % 251]) * (i * 7919 % 5000) for i in range(3000)]
+    records[100] = b"x" * 70_000  # larger than a chunk, with a chunk begun before it
+    records[101] = b"y" * 65_536 + b"z"
+    chunk = 64 * 1024
+    frames = [record_index.frames([r]) for r in records]
+    assert b"".join(frames) == record_index.frames(records)
+    expected = _Chunks()
+    buffered = io.BufferedWriter(expected, buffer_size=chunk)
+    for frame in frames:
+        buffered.write(frame)
+    buffered.flush()
+    got = _Chunks()
+    chunks = FrameChunks(got, chunk)
+    for first in range(0, len(records), block):
+        part = records[first:first + block]
+        chunks.write(record_index.frames(part), [len(r) for r in part])
+    chunks.flush()
+    assert len(expected.chunks) > 20
+    assert got.chunks == expected.chunks
