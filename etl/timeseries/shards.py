@@ -23,7 +23,7 @@ from etl.core.shards.files import ShardFormat
 from etl.core.shards.step import ShardBlock, ShardStep, load_transform_fn
 from etl.timeseries import preprocessing as ts_preprocessing
 from etl.timeseries.runs import WindowRun, read_run
-from etl.timeseries.series import Windowing, window_rows
+from etl.timeseries.series import Windowing, window_steps
 from reader.format import contract
 
 
@@ -181,34 +181,37 @@ class _ShardWindows:
                      for r, start in zip(self.run_of.tolist(), self.starts, strict=True)]
         self.order = np.array(sorted(range(len(sort_keys)), key=sort_keys.__getitem__),
                               np.int64)
-        window_offsets, target_offsets = window_rows(1, windowing)
-        self._window_offsets, self._target_offsets = window_offsets[0], target_offsets[0]
 
     def cut(self, block: np.ndarray) -> dict[str, np.ndarray]:
         """The raw blocks of windows ``block`` (``SeriesPreprocessing.raw_shapes``):
-        ``window`` ``[n, W, F]`` and ``target`` ``[n, H, F]``, or by column role."""
-        first = self._start_rows[block][:, None]
-        window = self._values[first + self._window_offsets]
-        target = self._values[first + self._target_offsets]
-        config = self._config
+        ``window`` ``[n, W, F]`` and ``target`` ``[n, H, F]``, or by column role.
+
+        Each window's rows are taken with one gather (``series.window_steps``)."""
+        first = self._start_rows[block]
+        windowing, config = self._windowing, self._config
+        size = windowing.window_size
+        steps = window_steps(self._values, first, windowing)  # [n, W + H, F]
+        window, target = steps[:, :size], steps[:, size:]
         if not config.covariates:
             return ({contract.WINDOW_KEY: window} if config.classification
                     else {contract.WINDOW_KEY: window, contract.TARGET_KEY: target})
         roles = config.roles
-        steps = first + np.concatenate([self._window_offsets, self._target_offsets])
         raw = {contract.WINDOW_KEY: window[..., :roles.num_window_columns],
                contract.TARGET_KEY: target[..., :len(roles.targets)]}
         if roles.known:
-            raw[contract.KNOWN_KEY] = self._values[steps][..., roles.known_slice]
+            raw[contract.KNOWN_KEY] = steps[..., roles.known_slice]
         if roles.calendar:
-            raw[contract.RAW_TIME_KEY] = self._times[steps]
+            times = window_steps(self._times[:, None], first, windowing)
+            raw[contract.RAW_TIME_KEY] = times[..., 0]
         if roles.static_real:
-            raw[contract.STATIC_REAL_KEY] = self._values[first[:, 0]][:, roles.static_slice]
+            raw[contract.STATIC_REAL_KEY] = self._values[first][:, roles.static_slice]
         # The categoricals' texts, from each run's codes.
         num_known = len(roles.known_categorical)
         if roles.known_categorical:
-            raw[contract.KNOWN_CAT_KEY] = self._categories[self._codes[steps][..., :num_known]]
+            codes = window_steps(self._codes, first, windowing)
+            raw[contract.KNOWN_CAT_KEY] = self._categories[codes[..., :num_known]]
         if roles.static_categorical:
             raw[contract.STATIC_CAT_KEY] = self._categories[
-                self._codes[first[:, 0]][:, num_known:]]
+                self._codes[first][:, num_known:]]
         return raw
+

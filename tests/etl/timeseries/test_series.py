@@ -19,7 +19,7 @@ from etl.timeseries.series import (
     TimeSplit,
     Windowing,
     split_pieces,
-    window_rows,
+    window_steps,
 )
 from tests.series_fixtures import clean_series
 
@@ -88,17 +88,22 @@ def test_windowing_count_matches_brute_force(window_size, shift, stride, horizon
 
 
 @pytest.mark.parametrize(("window_size", "shift", "stride", "horizon"), GEOMETRIES)
-def test_window_rows_index_every_window_and_its_target(window_size, shift, stride,
-                                                        horizon):
+def test_window_steps_take_every_window_and_its_target(window_size, shift, stride,
+                                                       horizon):
+    """Rows numbered by their index (two columns: i and -i), taken at every window's
+    steps, in an order other than the rows'."""
     windowing = Windowing(window_size, shift, stride, horizon)
     for length in LENGTHS:
-        window, target = window_rows(windowing.count(length), windowing)
-        starts = _brute_force_starts(length, window_size, shift, stride, horizon)
-        assert window.tolist() == [[start + k * stride for k in range(window_size)]
-                                   for start in starts], length
-        assert target.tolist() == [
-            [start + (window_size - 1 + k) * stride for k in range(1, horizon + 1)]
+        rows = np.stack([np.arange(length), -np.arange(length)], axis=1)
+        starts = _brute_force_starts(length, window_size, shift, stride, horizon)[::-1]
+        steps = window_steps(rows, np.array(starts, np.int64), windowing)
+        assert steps.shape == (len(starts), window_size + horizon, 2)
+        assert steps.flags.c_contiguous
+        assert steps[..., 0].tolist() == [
+            [start + k * stride for k in range(window_size)]
+            + [start + (window_size - 1 + k) * stride for k in range(1, horizon + 1)]
             for start in starts], length
+        assert (steps[..., 1] == -steps[..., 0]).all()
 
 
 def test_windowing_span():
