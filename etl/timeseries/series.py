@@ -359,7 +359,8 @@ def window_steps(rows: np.ndarray, first: np.ndarray, windowing: Windowing) -> n
 
     One gather from a sliding view of ``rows`` (a view: no copy until the gather,
     which copies each window's span): an index array of every step of every window
-    cost 5 times as much (0.4 s of the time-series shard step on 3.24 M rows)."""
+    cost 5 times as much (4.7-5.6 against 1.0 ms for 8,192 windows of 192 steps,
+    measured once, 2026-12-06)."""
     if not len(first):
         return np.zeros((0, windowing.window_size + windowing.horizon, rows.shape[1]),
                         rows.dtype)
