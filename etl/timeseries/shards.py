@@ -214,4 +214,3 @@ class _ShardWindows:
             raw[contract.STATIC_CAT_KEY] = self._categories[
                 self._codes[first][:, num_known:]]
         return raw
-

@@ -52,17 +52,12 @@ def frames(records: Sequence[bytes]) -> bytes:
     """
     headers: dict[int, bytes] = {}
     parts: list[bytes] = []
-    append = parts.append
-    crc32c = google_crc32c.value
     for data in records:
         header = headers.get(len(data))
         if header is None:
             length = _LENGTH.pack(len(data))
             header = headers[len(data)] = length + _FOOTER.pack(masked_crc32c(length))
-        crc = crc32c(data)
-        append(header)
-        append(data)
-        append(_FOOTER.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF))
+        parts += (header, data, _FOOTER.pack(masked_crc32c(data)))
     return b"".join(parts)
 
 

@@ -224,6 +224,8 @@ class FrameChunks:
         if self._pending:
             self._sink.write(bytes(self._pending))
             self._pending.clear()
+
+
 class _NoRecord(Exception):
     """Thrown into the file's writer to leave no file for a shard without records."""
 
