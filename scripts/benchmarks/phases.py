@@ -58,7 +58,7 @@ COMMON_HEAD = [
     ("deflate", r"isal|igzip|\(gzip\.py:|deflate|zlib|compress_block|longest_match"),
     ("file hash (sha256)", r"_HashingWriter|sha256"),
     ("framing (TFRecord length + CRC32C)",
-     r"write_tfrecord|crc32c|_TFRecordUtil|ShardWriter\.write|FrameChunks|^frames \(reader"),
+     r"crc32c|_TFRecordUtil|ShardWriter\.write|FrameChunks|^frames \(reader"),
 ]
 _OUR_STATISTICS = (r"\((etl|reader)/[^)]*(stats|statistics|drift|report|quality|"
                    r"facts)[^)]*\.py")

@@ -21,7 +21,7 @@ import concurrent.futures
 import dataclasses
 import gzip
 from collections.abc import Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -79,13 +79,6 @@ class ShardFormat:
     def indexed(self) -> bool:
         """Whether each shard has a record index beside it (uncompressed shards)."""
         return self.compression == contract.NO_COMPRESSION
-
-
-def write_tfrecord(out: BinaryIO, record: bytes) -> None:
-    """Appends ``record`` to ``out`` in TFRecord framing (length, masked CRC32C, data,
-    masked CRC32C: what ``tf.io.TFRecordWriter`` writes and tf.data reads;
-    ``reader.format.record_index.frames``)."""
-    out.write(record_index.frames([record]))
 
 
 class ShardWriter:

@@ -29,7 +29,6 @@ Usage::
 
 from __future__ import annotations
 
-import io
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -37,9 +36,9 @@ from typing import Any
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from etl.core.io import storage
-from etl.core.shards import files as shard_files
 from etl.core.stats.columns import FLOAT, INT, STRING, FeatureSpec, to_column
 from etl.core.stats.partials import EPSILON, EXACT_COUNT_LIMIT, KMV_BUCKETS, FeatureStatistics
+from reader.format import record_index
 
 __all__ = ["EPSILON", "EXACT_COUNT_LIMIT", "FLOAT", "INT", "KMV_BUCKETS", "STRING",
            "FeatureSpec", "SplitStatistics", "merge_in_order", "statistics_list",
@@ -172,6 +171,4 @@ def write_statistics(path: str, dataset: statistics_pb2.DatasetFeatureStatistics
     """Writes ``dataset`` as ``tfdv.load_statistics`` reads it: an uncompressed TFRecord
     file holding one record, a ``DatasetFeatureStatisticsList`` of ``dataset`` alone."""
     record = statistics_list([dataset]).SerializeToString(deterministic=True)
-    framed = io.BytesIO()
-    shard_files.write_tfrecord(framed, record)
-    storage.write_bytes(path, framed.getvalue())
+    storage.write_bytes(path, record_index.frames([record]))
