@@ -90,8 +90,21 @@ def pixels_xxh128(pixels: np.ndarray) -> str:
         raise ValueError(f"Expected uint8 [height, width, channels] pixels, got "
                          f"{pixels.dtype} {pixels.shape}.")
     digest = xxhash.xxh3_128(" ".join(map(str, pixels.shape)).encode() + b"\n")
-    digest.update(np.ascontiguousarray(pixels).data)
+    digest.update(_row_major(pixels).data)
     return digest.hexdigest()
+
+
+def _row_major(pixels: np.ndarray) -> np.ndarray:
+    """``uint8 [h, w, c]`` pixels in one row-major block: ``pixels`` itself if it is
+    one, else a copy. A turned view (``upright``) is copied a whole pixel at a time,
+    as one ``c``-byte item: NumPy copies a strided ``uint8`` view byte by byte, 4.1
+    ms for a 12 MP photo at its 1/4 decode scale against 1.7 ms (*measured once*)."""
+    if pixels.flags.c_contiguous:
+        return pixels
+    if pixels.strides[2] != 1:  # Its pixels' bytes are not side by side.
+        return np.ascontiguousarray(pixels)
+    whole = pixels.view(np.dtype((np.void, pixels.shape[2])))  # [h, w, 1]
+    return np.ascontiguousarray(whole).view(np.uint8)
 
 
 def perceptual_hashes(thumbnails: np.ndarray) -> list[tuple[int, bool]]:

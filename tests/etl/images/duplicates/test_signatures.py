@@ -132,6 +132,20 @@ def test_pixel_hash_is_xxh3_128_of_shape_and_row_major_pixels():
     assert image_hashes.pixels_xxh128(pixels.reshape(6, 4, 3)) != expected
 
 
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_pixel_hash_of_a_turned_view_is_that_of_the_pillow_turned_pixels(orientation):
+    pixels = random_pixels(orientation, 9, 14)
+    turned = pillow_exif_transpose(pixels, orientation)
+    expected = xxhash.xxh3_128(
+        f"{turned.shape[0]} {turned.shape[1]} 3\n".encode() + turned.tobytes()).hexdigest()
+    assert image_hashes.pixels_xxh128(image_hashes.upright(pixels, orientation)) == expected
+    # Channels that are not side by side in memory (every other byte of a wider array).
+    spread = np.zeros((9, 14, 6), np.uint8)
+    spread[:, :, ::2] = pixels
+    assert image_hashes.pixels_xxh128(image_hashes.upright(
+        spread[:, :, ::2], orientation)) == expected
+
 def test_batch_hashes_take_each_signature_from_its_own_input():
     data = b"file bytes"
     decoded = random_pixels(5, 8, 10)
