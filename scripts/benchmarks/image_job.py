@@ -41,6 +41,9 @@ rounds, images/s for
                 the job's pools and a transform_fn from one untimed job run; no
                 Beam, nothing written (not run by default; reported as a ratio to
                 (a): what the job adds to the ops, before its runner and writes);
+  (l) shard loop, no facts  (k) without the facts the job sells beside the stored
+                image (duplicate signatures, quality measures and their thumbnails):
+                what the job could reach if they were free (not run by default);
   (b) seeds     the seeds' approach: the same, single-threaded: one tf.function call
                 per image and the write on the same thread;
   (c) job       python -m pipelines.images on the default runner (FnApiRunner,
@@ -156,12 +159,13 @@ NAMES = {
     "i_job_no_statistics": "(i) image job, --statistics=off (no statistics, flags, report)",
     "c_job_baseline": "(c') image job, baseline code",
     "k_shard_loop": "(k) the job's shard loop in this process, no Beam, no write",
+    "l_shard_loop_no_facts": "(l) (k) without signatures and quality measures",
 }
 DEFAULT_VARIANTS = ("a_ceiling,p_pillow,f_fused_loop,b_seeds,c_job,e_job_gzip6,"
                     "g_job_lenient,h_job_no_exif")
 ALL_VARIANTS = ("a_ceiling", "a2_ceiling_autotune", "p_pillow", "f_fused_loop", "b_seeds",
                 "c_job", "d_job_mp2", "e_job_gzip6", "g_job_lenient", "h_job_no_exif",
-                "i_job_no_statistics", "k_shard_loop")
+                "i_job_no_statistics", "k_shard_loop", "l_shard_loop_no_facts")
 # What a user would run instead of the job; the better of them is the reference.
 REFERENCES = ("a_ceiling", "p_pillow")
 # Each input check (strict JPEG check, EXIF orientation) may cost at most this fraction
@@ -201,12 +205,13 @@ def ceiling_pass(data: tf.Tensor, image_size: int, quality: int,
 
 
 def make_shard_loop(files: list[str], root: str, transform_fn_dir: str,
-                    image_size: int) -> Callable[[], dict]:
+                    image_size: int, facts: bool = True) -> Callable[[], dict]:
     """(k): the job's own shard loop (``etl.images.shards.process_shard``: read ahead,
     checks, the one decode, the finish graph, facts and hashes, Examples) over the
     files as one train shard, in this process, on the job's pools: no Beam, nothing
     written. What separates it from (a) is what the job adds to the ops; what
-    separates (c) from it is the runner, the writes and the other stages."""
+    separates (c) from it is the runner, the writes and the other stages. Without
+    ``facts`` (l), neither signatures nor quality measures are taken."""
     from etl.images import loading, shards
     from etl.images.labels import ONE_CLASS
     from etl.images.preprocessing import ImagePreprocessing
@@ -217,7 +222,7 @@ def make_shard_loop(files: list[str], root: str, transform_fn_dir: str,
                            listed=(os.path.getsize(path), os.path.getmtime(path)))
                for path in files]
     transform = shards.ImageTransform(transform_fn_dir, ImagePreprocessing(image_size),
-                                      ONE_CLASS, hash_images=True, statistics=True)
+                                      ONE_CLASS, hash_images=facts, statistics=facts)
     threads = shards.default_transform_threads()
     read_pool = concurrent.futures.ThreadPoolExecutor(shards.default_read_threads())
     transform_pool = concurrent.futures.ThreadPoolExecutor(threads)
@@ -571,12 +576,15 @@ def main() -> None:
         "i_job_no_statistics_tiny": (job(harness.REPO_ROOT, "i_tiny", tiny_root,
                                          "--statistics=off"), tiny_files),
     }
-    if "k_shard_loop" in chosen:
+    loops = {"k_shard_loop": True, "l_shard_loop_no_facts": False}
+    if set(loops) & set(chosen):
         # The loop needs a transform_fn of these labels: the job's own, made once.
         run_job(harness.REPO_ROOT, job_argv("k_prep", big_root), os.path.join(out, "k_prep"))
-        variants["k_shard_loop"] = (make_shard_loop(
-            big_files, big_root, os.path.join(out, "k_prep", "transform_fn"),
-            args.image_size), big_files)
+        for name, facts in loops.items():
+            if name in chosen:
+                variants[name] = (make_shard_loop(
+                    big_files, big_root, os.path.join(out, "k_prep", "transform_fn"),
+                    args.image_size, facts), big_files)
     if args.baseline_dir:
         baseline = os.path.abspath(args.baseline_dir)
         variants["c_job_baseline"] = (job(baseline, "c_base", big_root), big_files)
@@ -719,6 +727,9 @@ def summarize(samples: dict[str, list[dict]], args: argparse.Namespace, n: int,
         "steady_state_vs_fused_loop": vs_fused,
         "shard_loop_vs_ceiling": {stat: _ratio(rates["k_shard_loop"][stat], ceiling[stat])
                                   for stat in stats} if "k_shard_loop" in rates else None,
+        "shard_loop_no_facts_vs_ceiling": {
+            stat: _ratio(rates["l_shard_loop_no_facts"][stat], ceiling[stat])
+            for stat in stats} if "l_shard_loop_no_facts" in rates else None,
         "goal": goal,
         "checks": checks,
         "rejected_by_job_run": rejected,
@@ -796,10 +807,12 @@ def print_table(result: dict) -> None:
           f"({reference['median']['images_per_second']:.1f} img/s), "
           f"{reference['best']['variant']} by best rounds "
           f"({reference['best']['images_per_second']:.1f} img/s)")
-    if result["shard_loop_vs_ceiling"]:
-        loop = result["shard_loop_vs_ceiling"]
-        print(f"(k) shard loop = {_fmt(loop['median'], '.2f')} x ceiling (best rounds "
-              f"{_fmt(loop['best'], '.2f')})")
+    for key, name in (("shard_loop_vs_ceiling", "(k) shard loop"),
+                      ("shard_loop_no_facts_vs_ceiling", "(l) shard loop, no facts")):
+        if result.get(key):
+            loop = result[key]
+            print(f"{name} = {_fmt(loop['median'], '.2f')} x ceiling (best rounds "
+                  f"{_fmt(loop['best'], '.2f')})")
     for name, value in result["steady_state_images_per_second"].items():
         fixed = result["fixed_overhead"][name]
         to_reference = result["steady_state_vs_better_reference"][name]
