@@ -132,7 +132,6 @@ def test_pixel_hash_is_xxh3_128_of_shape_and_row_major_pixels():
     assert image_hashes.pixels_xxh128(pixels.reshape(6, 4, 3)) != expected
 
 
-
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_pixel_hash_of_a_turned_view_is_that_of_the_pillow_turned_pixels(orientation):
     pixels = random_pixels(orientation, 9, 14)
